@@ -1,0 +1,29 @@
+# acp-router: every target builds its own virtualenv from the project's files.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: install demo test lint bench clean
+
+$(BIN)/acp-router: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(BIN)/acp-router
+
+demo: install                ## start 3 reference agents and the router on ws://127.0.0.1:8765/acp
+	$(BIN)/acp-router demo
+
+test: install                ## lint, type-check and run the test suite
+	$(BIN)/ruff check router tests bench
+	$(BIN)/ruff format --check router tests bench
+	$(BIN)/mypy
+	$(BIN)/pytest
+
+bench: install               ## run the benchmarks (ratios against a baseline measured in the same run)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

@@ -1,0 +1,5 @@
+"""``python -m router``: the same as the ``acp-router`` command."""
+
+from router.cli import main
+
+raise SystemExit(main())

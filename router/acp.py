@@ -1,0 +1,129 @@
+"""What acp-router knows about ACP itself, sans-I/O: method names, which methods are
+session-scoped and where their ``sessionId`` lives, capability markers, and how to
+read a ``session/status`` answer.
+
+Everything else in an ACP message is opaque to the router and is forwarded as it
+came.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Final
+
+from router.jsonrpc import Message, Notification, Request, Response
+
+PROTOCOL_VERSION: Final = 1
+
+# client -> agent
+INITIALIZE: Final = "initialize"
+AUTHENTICATE: Final = "authenticate"
+SESSION_NEW: Final = "session/new"
+SESSION_LOAD: Final = "session/load"
+SESSION_RESUME: Final = "session/resume"
+SESSION_LIST: Final = "session/list"
+SESSION_CLOSE: Final = "session/close"
+SESSION_PROMPT: Final = "session/prompt"
+SESSION_CANCEL: Final = "session/cancel"
+SESSION_STATUS: Final = "session/status"
+CANCEL_REQUEST: Final = "$/cancel_request"
+
+# agent -> client
+SESSION_UPDATE: Final = "session/update"
+REQUEST_PERMISSION: Final = "session/request_permission"
+
+#: Client->agent methods whose ``params.sessionId`` names the session they act on.
+#: (Agent->client methods carry one too, but the router routes those by link, not by id.)
+SESSION_SCOPED: Final = frozenset(
+    {
+        SESSION_LOAD,
+        SESSION_RESUME,
+        SESSION_CLOSE,
+        SESSION_PROMPT,
+        SESSION_CANCEL,
+        SESSION_STATUS,
+        "session/delete",
+        "session/set_mode",
+        "session/set_config_option",
+        "session/set_model",
+        "session/fork",
+    }
+)
+
+#: Methods that attach a session to the connection that sends them.
+ATTACHING: Final = frozenset({SESSION_LOAD, SESSION_RESUME})
+
+#: ACP's "Resource not found"; the RFD's answer for an unknown session.
+RESOURCE_NOT_FOUND: Final = -32002
+METHOD_NOT_FOUND: Final = -32601
+
+
+def session_id_of(message: Request | Notification) -> str | None:
+    """The ``params.sessionId`` of a session-scoped message, when it is a string."""
+    value = message.param("sessionId")
+    return value if isinstance(value, str) else None
+
+
+def is_session_scoped(message: Message) -> bool:
+    return isinstance(message, Request | Notification) and message.method in SESSION_SCOPED
+
+
+# -- capabilities --------------------------------------------------------------------------------
+
+
+def session_capabilities(initialize_result: Any) -> dict[str, Any]:
+    """``agentCapabilities.sessionCapabilities`` of an initialize result, or ``{}``."""
+    agent = (
+        initialize_result.get("agentCapabilities") if isinstance(initialize_result, dict) else None
+    )
+    caps = agent.get("sessionCapabilities") if isinstance(agent, dict) else None
+    return caps if isinstance(caps, dict) else {}
+
+
+def has_session_capability(initialize_result: Any, name: str) -> bool:
+    """True when the agent advertises ``sessionCapabilities.<name>`` as an object.
+
+    The RFD: "an invalid value means the capability is unsupported", and markers are
+    objects, so ``true`` or ``null`` do not count.
+    """
+    return isinstance(session_capabilities(initialize_result).get(name), dict)
+
+
+# -- session/status answers ----------------------------------------------------------------------
+
+
+class ProbeResult(enum.Enum):
+    """What one backend said about one session."""
+
+    ACTIVE = "active"  # in memory there
+    INACTIVE = "inactive"  # known there (resumable) but not in memory
+    NOT_FOUND = "not_found"  # -32002: unknown there
+    UNKNOWN = "unknown"  # no usable answer: timeout, transport failure or another error
+
+
+def classify_status(response: Response, session_id: str) -> ProbeResult:
+    """Read a ``session/status`` response as the RFD says a client must.
+
+    Only ``"active"`` is active; any other status value counts as ``inactive`` (so a
+    future value is never read as permission to skip ``session/resume``). ``-32002``
+    is "unknown here" when its data names this session (``sessionId``, or ``uri`` as
+    the SDK helpers write it) or names nothing; any other error is UNKNOWN.
+    """
+    if response.error is None:
+        result = response.result
+        status = result.get("status") if isinstance(result, dict) else None
+        if not isinstance(status, str):
+            return ProbeResult.UNKNOWN
+        return ProbeResult.ACTIVE if status == "active" else ProbeResult.INACTIVE
+    if response.error.code == RESOURCE_NOT_FOUND and _names_session(
+        response.error.data, session_id
+    ):
+        return ProbeResult.NOT_FOUND
+    return ProbeResult.UNKNOWN
+
+
+def _names_session(data: Any, session_id: str) -> bool:
+    if not isinstance(data, dict):
+        return True
+    named = data.get("sessionId", data.get("uri"))
+    return named is None or named == session_id

@@ -1,0 +1,86 @@
+"""The ``acp-router`` command line.
+
+Every failure to start ends with one line on stderr and a non-zero exit status,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from router import __version__
+from router.errors import AcpRouterError
+
+
+def _host_port(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def _positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {value!r}") from None
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value!r}")
+    return number
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="acp-router", description="Session-aware routing proxy for ACP agents."
+    )
+    parser.add_argument("--version", action="version", version=f"acp-router {__version__}")
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    agent = commands.add_parser("agent", help="run the reference ACP agent")
+    agent.add_argument("--listen", type=_host_port, required=True, metavar="HOST:PORT")
+    agent.add_argument("--store", required=True, metavar="DIR", help="session store folder")
+    agent.add_argument("--id", dest="agent_id", default=None, metavar="NAME")
+    agent.add_argument(
+        "--idle-timeout",
+        type=_positive_float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="evict a session with no client attached after this long (default 3600)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _configure_logging(args.log_level)
+    try:
+        return _run(args)
+    except AcpRouterError as exc:
+        print(f"acp-router: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"acp-router: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "agent":
+        from router.agent.server import run_agent
+
+        return run_agent(args)
+    raise AssertionError(args.command)
+
+
+def _configure_logging(level: str) -> None:
+    import logging
+
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )

@@ -1,0 +1,144 @@
+"""The one exception tree of acp-router.
+
+Every error the router or the reference agent can answer a JSON-RPC request with
+is a :class:`JsonRpcError` carrying its code, so exactly one function
+(:meth:`JsonRpcError.to_error`) turns an error into a reply::
+
+    AcpRouterError
+    ├── ConfigError                     a bad configuration file or flag (not JSON-RPC)
+    └── JsonRpcError                    anything answered as a JSON-RPC error object
+        ├── ProtocolError               the peer broke JSON-RPC itself
+        │   ├── ParseError              -32700, the frame is not JSON
+        │   └── InvalidRequest          -32600, JSON but not a JSON-RPC message
+        ├── MethodNotFound              -32601
+        ├── InvalidParams               -32602
+        ├── InternalError               -32603
+        ├── SessionNotFound             -32002, data.sessionId (ACP "Resource not found")
+        └── RoutingError                router-specific, -32010..-32019
+            ├── SessionNotAttached      -32010, resume the session on this connection first
+            ├── NoBackendAvailable      -32011, retryable: no backend is up
+            ├── LocateInconclusive      -32012, retryable: a backend did not answer the probe
+            └── BackendLinkLost         -32013, retryable: the backend went away mid-request
+
+Router codes sit in the implementation-defined range and avoid the codes ACP and
+its proposals already use (-32000 auth required, -32001, -32002, -32003).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class AcpRouterError(Exception):
+    """Root of every error raised on purpose by acp-router."""
+
+
+class ConfigError(AcpRouterError):
+    """A configuration value is missing or wrong; the message names the key."""
+
+
+class JsonRpcError(AcpRouterError):
+    """An error that is answered to the peer as a JSON-RPC error object."""
+
+    code: ClassVar[int] = -32603
+    default_message: ClassVar[str] = "Internal error"
+
+    def __init__(self, message: str | None = None, data: dict[str, Any] | None = None) -> None:
+        self.message = message or self.default_message
+        self.data = data
+        super().__init__(self.message)
+
+    def to_error(self) -> dict[str, Any]:
+        """The JSON-RPC error object for this error."""
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
+class ProtocolError(JsonRpcError):
+    """The peer sent something that is not valid JSON-RPC 2.0.
+
+    ``request_id`` is the id of the offending request when it could be read, so the
+    error reply can name it (JSON-RPC 2.0 §5: otherwise the reply's id is null).
+    """
+
+    request_id: int | str | None = None
+
+
+class ParseError(ProtocolError):
+    code = -32700
+    default_message = "Parse error"
+
+
+class InvalidRequest(ProtocolError):
+    code = -32600
+    default_message = "Invalid request"
+
+
+class MethodNotFound(JsonRpcError):
+    code = -32601
+    default_message = "Method not found"
+
+    def __init__(self, method: str) -> None:
+        super().__init__(f"Method not found: {method}", {"method": method})
+
+
+class InvalidParams(JsonRpcError):
+    code = -32602
+    default_message = "Invalid params"
+
+
+class InternalError(JsonRpcError):
+    code = -32603
+    default_message = "Internal error"
+
+
+class SessionNotFound(JsonRpcError):
+    """ACP's "Resource not found" for a session id nobody knows."""
+
+    code = -32002
+    default_message = "Resource not found"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__("Resource not found", {"sessionId": session_id})
+        self.session_id = session_id
+
+
+class RoutingError(JsonRpcError):
+    """The router could not route a request."""
+
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str | None = None, data: dict[str, Any] | None = None) -> None:
+        payload = dict(data or {})
+        payload["retryable"] = self.retryable
+        super().__init__(message, payload)
+
+
+class SessionNotAttached(RoutingError):
+    code = -32010
+    default_message = "Session is not attached to this connection: send session/resume first"
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(None, {"sessionId": session_id})
+
+
+class NoBackendAvailable(RoutingError):
+    code = -32011
+    retryable = True
+    default_message = "No agent backend is available"
+
+
+class LocateInconclusive(RoutingError):
+    code = -32012
+    retryable = True
+    default_message = (
+        "Could not tell where the session is: an agent backend did not answer; retry later"
+    )
+
+
+class BackendLinkLost(RoutingError):
+    code = -32013
+    retryable = True
+    default_message = "The agent backend connection was lost before it answered"

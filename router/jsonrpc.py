@@ -1,0 +1,248 @@
+"""JSON-RPC 2.0 envelopes, sans-I/O.
+
+:func:`parse` turns one text frame into a :class:`Request`, :class:`Notification` or
+:class:`Response`, or raises a :class:`~router.errors.ProtocolError`; it never raises
+anything else (a Hypothesis test holds it to that). Every parsed message keeps the
+frame it came from in ``text``: the router forwards that text, never a re-encoding,
+so ``_meta`` and fields it does not know survive the hop byte for byte.
+
+The only edit the router makes to a forwarded frame is its top-level ``id`` (agent
+requests get router-assigned ids so two agents never collide), and
+:func:`replace_id` splices the new id into the original text without touching the
+rest of it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from router.errors import InvalidRequest, JsonRpcError, ParseError, ProtocolError
+
+RequestId = int | str
+Params = dict[str, Any] | list[Any] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    id: RequestId
+    method: str
+    params: Params
+    text: str
+
+    def param(self, name: str) -> Any:
+        return _param(self.params, name)
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    method: str
+    params: Params
+    text: str
+
+    def param(self, name: str) -> Any:
+        return _param(self.params, name)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorObject:
+    code: int
+    message: str
+    data: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    id: RequestId | None
+    result: Any
+    error: ErrorObject | None
+    text: str
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+Message = Request | Notification | Response
+
+
+def _param(params: Params, name: str) -> Any:
+    return params.get(name) if isinstance(params, dict) else None
+
+
+def is_request_id(value: object) -> bool:
+    """True for the ids JSON-RPC requests may carry here: integers and strings.
+
+    ``bool`` is excluded (it is an ``int`` in Python, not in JSON); so are null and
+    fractional numbers, which JSON-RPC discourages and ACP clients never send.
+    """
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def parse(frame: str | bytes) -> Message:
+    """Parse one frame. Raises :class:`ParseError` or :class:`InvalidRequest` only."""
+    try:
+        obj = orjson.loads(frame)
+    except orjson.JSONDecodeError as exc:
+        raise ParseError(f"Parse error: {exc}") from None
+    if isinstance(obj, list):
+        raise _invalid("Batches are not supported: send one JSON-RPC message per frame")
+    if not isinstance(obj, dict):
+        raise _invalid("A JSON-RPC message must be a JSON object")
+    text = frame if isinstance(frame, str) else frame.decode()
+    raw_id = obj.get("id")
+    known_id = raw_id if is_request_id(raw_id) else None
+    if obj.get("jsonrpc") != "2.0":
+        raise _invalid('"jsonrpc" must be exactly "2.0"', known_id)
+    if "method" in obj:
+        return _parse_call(obj, text, known_id)
+    return _parse_response(obj, text, known_id)
+
+
+def _parse_call(obj: dict[str, Any], text: str, known_id: RequestId | None) -> Message:
+    method = obj["method"]
+    if not isinstance(method, str):
+        raise _invalid('"method" must be a string', known_id)
+    params = obj.get("params")
+    if params is not None and not isinstance(params, dict | list):
+        raise _invalid('"params" must be an object or an array', known_id)
+    if "id" not in obj:
+        return Notification(method, params, text)
+    if known_id is None:
+        raise _invalid('"id" must be a string or an integer')
+    return Request(known_id, method, params, text)
+
+
+def _parse_response(obj: dict[str, Any], text: str, known_id: RequestId | None) -> Response:
+    if "id" not in obj or (obj["id"] is not None and known_id is None):
+        raise _invalid('a message without "method" is a response and needs a valid "id"')
+    if ("result" in obj) == ("error" in obj):
+        raise _invalid('a response has exactly one of "result" and "error"', known_id)
+    if "result" in obj:
+        return Response(known_id, obj["result"], None, text)
+    error = obj["error"]
+    if (
+        not isinstance(error, dict)
+        or not isinstance(error.get("code"), int)
+        or isinstance(error.get("code"), bool)
+        or not isinstance(error.get("message"), str)
+    ):
+        raise _invalid('"error" must be an object with an integer code and a string message')
+    return Response(
+        known_id, None, ErrorObject(error["code"], error["message"], error.get("data")), text
+    )
+
+
+def _invalid(message: str, request_id: RequestId | None = None) -> InvalidRequest:
+    exc = InvalidRequest(message)
+    exc.request_id = request_id
+    return exc
+
+
+# -- building frames ---------------------------------------------------------------------------
+
+
+def _dumps(obj: dict[str, Any]) -> str:
+    return orjson.dumps(obj).decode()
+
+
+def encode_request(request_id: RequestId, method: str, params: Params = None) -> str:
+    obj: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        obj["params"] = params
+    return _dumps(obj)
+
+
+def encode_notification(method: str, params: Params = None) -> str:
+    obj: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        obj["params"] = params
+    return _dumps(obj)
+
+
+def encode_result(request_id: RequestId, result: Any) -> str:
+    return _dumps({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+def encode_error(request_id: RequestId | None, error: JsonRpcError) -> str:
+    return _dumps({"jsonrpc": "2.0", "id": request_id, "error": error.to_error()})
+
+
+def encode_protocol_error(error: ProtocolError) -> str:
+    """The reply to a frame :func:`parse` rejected (id null unless it could be read)."""
+    return encode_error(error.request_id, error)
+
+
+# -- splicing ids into original text -------------------------------------------------------------
+
+# One JSON string, or one bracket: enough to walk a valid JSON text without decoding it.
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]]', re.DOTALL)
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_SCALAR_END = re.compile(r"[\s,}\]]")
+_SPACE = re.compile(r"\s*")
+
+
+def replace_id(text: str, new_id: RequestId) -> str:
+    """Return ``text`` with the value of its top-level ``"id"`` member(s) replaced.
+
+    ``text`` must be a JSON object that :func:`parse` accepted. Everything else in the
+    frame (spacing, key order, ``_meta``, unknown fields) stays exactly as it was.
+    """
+    encoded = orjson.dumps(new_id).decode()
+    out: list[str] = []
+    last = 0
+    for start, end in _top_level_values(text, "id"):
+        out.append(text[last:start])
+        out.append(encoded)
+        last = end
+    out.append(text[last:])
+    return "".join(out)
+
+
+def _top_level_values(text: str, key: str) -> list[tuple[int, int]]:
+    spans: list[tuple[int, int]] = []
+    i = _skip_space(text, 0) + 1  # past "{"
+    while True:
+        i = _skip_space(text, i)
+        if text[i] == "}":
+            return spans
+        if text[i] == ",":
+            i = _skip_space(text, i + 1)
+        key_match = _STRING.match(text, i)
+        assert key_match is not None, "replace_id() needs a frame parse() accepted"
+        name = orjson.loads(key_match.group())
+        i = _skip_space(text, key_match.end()) + 1  # past ":"
+        start = _skip_space(text, i)
+        end = _value_end(text, start)
+        if name == key:
+            spans.append((start, end))
+        i = end
+
+
+def _skip_space(text: str, i: int) -> int:
+    match = _SPACE.match(text, i)
+    return match.end() if match else i
+
+
+def _value_end(text: str, start: int) -> int:
+    first = text[start]
+    if first == '"':
+        match = _STRING.match(text, start)
+        assert match is not None
+        return match.end()
+    if first not in "{[":
+        match = _SCALAR_END.search(text, start)
+        return match.start() if match else len(text)
+    depth = 0
+    for token in _TOKEN.finditer(text, start):
+        kind = token.group()
+        if kind in ("{", "["):
+            depth += 1
+        elif kind in ("}", "]"):
+            depth -= 1
+            if depth == 0:
+                return token.end()
+    raise AssertionError("unbalanced JSON value")  # parse() accepted it, so this cannot happen
