@@ -52,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="evict a session with no client attached after this long (default 3600)",
     )
+    serve = commands.add_parser("serve", help="run the router")
+    serve.add_argument("--config", required=True, metavar="FILE", help="TOML configuration")
+
+    status = commands.add_parser("status", help="ask a router or an agent for one session's status")
+    status.add_argument("url", metavar="URL", help="ws://HOST:PORT/acp")
+    status.add_argument("session_id", metavar="SESSION_ID")
+    status.add_argument("--timeout", type=_positive_float, default=10.0, metavar="SECONDS")
     return parser
 
 
@@ -71,6 +78,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.command == "serve":
+        import asyncio
+
+        from router.config import load_settings
+        from router.web import serve
+
+        settings = load_settings(args.config)
+        asyncio.run(serve(settings))
+        return 0
+    if args.command == "status":
+        import asyncio
+
+        from router.status_command import ask_status
+
+        return asyncio.run(ask_status(args.url, args.session_id, time_limit=args.timeout))
     if args.command == "agent":
         from router.agent.server import run_agent
 

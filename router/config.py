@@ -1,0 +1,128 @@
+"""The router's configuration: TOML validated by pydantic.
+
+A bad file fails at start with one :class:`~router.errors.ConfigError` line that
+names the key (``backends.1.url: ...``). Unknown keys are errors too, so a typo
+never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from router.errors import ConfigError
+from router.locate import UnknownPolicy
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _split_listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+class RouterSection(_Section):
+    listen: str = "127.0.0.1:8765"
+    #: what to do when no backend says active and some backend did not answer
+    unknown_policy: Literal["fail_closed", "place_anyway"] = "fail_closed"
+    max_connections: Annotated[int, Field(gt=0)] = 10_000
+    max_message_bytes: Annotated[int, Field(gt=0)] = 16 * 1024 * 1024
+    max_sessions_per_connection: Annotated[int, Field(gt=0)] = 1024
+    max_in_flight_per_connection: Annotated[int, Field(gt=0)] = 1024
+    #: frames queued for one peer before its sender waits (backpressure)
+    outbox_frames: Annotated[int, Field(gt=0)] = 256
+    #: how long opening a link to a backend (connect + initialize) may take
+    connect_timeout_ms: Annotated[int, Field(gt=0)] = 5000
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        _split_listen(value)
+        return value
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return _split_listen(self.listen)
+
+    @property
+    def policy(self) -> UnknownPolicy:
+        return UnknownPolicy(self.unknown_policy)
+
+
+class BackendSection(_Section):
+    id: Annotated[str, Field(min_length=1)]
+    url: str
+    weight: Annotated[float, Field(gt=0)] = 1.0
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("ws", "wss") or not parts.hostname:
+            raise ValueError(f"expected a ws:// or wss:// URL, got {value!r}")
+        return value
+
+
+class ProbeSection(_Section):
+    timeout_ms: Annotated[int, Field(gt=0)] = 500
+
+
+class ControlSection(_Section):
+    """The persistent, initialized connection the router keeps to each backend."""
+
+    reconnect_initial_ms: Annotated[int, Field(gt=0)] = 100
+    reconnect_max_ms: Annotated[int, Field(gt=0)] = 5000
+    heartbeat_seconds: Annotated[float, Field(gt=0)] = 10.0
+
+
+class CacheSection(_Section):
+    """Location hints (session → backend); a hint is probed before it is trusted."""
+
+    ttl_seconds: Annotated[float, Field(gt=0)] = 30.0
+    max_entries: Annotated[int, Field(gt=0)] = 100_000
+
+
+class Settings(_Section):
+    router: RouterSection = RouterSection()
+    backends: Annotated[list[BackendSection], Field(min_length=1)]
+    probe: ProbeSection = ProbeSection()
+    control: ControlSection = ControlSection()
+    cache: CacheSection = CacheSection()
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> Settings:
+        ids = [backend.id for backend in self.backends]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise ValueError(f"backend ids must be unique, repeated: {', '.join(duplicates)}")
+        return self
+
+
+def load_settings(path: str | Path) -> Settings:
+    """Read and validate a TOML file; raises ConfigError naming the bad key."""
+    try:
+        with open(path, "rb") as file:
+            data = tomllib.load(file)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config {path} is not valid TOML: {exc}") from None
+    return settings_from(data, source=str(path))
+
+
+def settings_from(data: dict[str, object], *, source: str = "config") -> Settings:
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        message = first["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{source}: {key}: {message}") from None

@@ -1,0 +1,169 @@
+"""The control connection: one persistent, initialized link from the router to each
+backend, used for probes and pool-wide requests (``session/status``,
+``session/list``).
+
+It learns the backend's capabilities from ``initialize``, reconnects with
+exponential backoff and jitter (the first attempt included, so a fleet restart
+does not hammer a backend in step), and while it is down the backend is out of
+the pool: not probed, nothing placed on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+
+from router import __version__, acp
+from router.config import BackendSection, ControlSection
+from router.errors import BackendLinkLost, InvalidRequest, MethodNotFound, ProtocolError
+from router.jsonrpc import (
+    Notification,
+    Params,
+    Request,
+    Response,
+    encode_error,
+    encode_request,
+    parse,
+)
+
+logger = logging.getLogger(__name__)
+
+CLIENT_INFO = {"name": "acp-router", "title": "acp-router control link", "version": __version__}
+INITIALIZE_PARAMS = {
+    "protocolVersion": acp.PROTOCOL_VERSION,
+    "clientCapabilities": {},
+    "clientInfo": CLIENT_INFO,
+}
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+class ControlLink:
+    """The router's own connection to one backend."""
+
+    def __init__(
+        self,
+        spec: BackendSection,
+        settings: ControlSection,
+        http: aiohttp.ClientSession,
+        on_change: Callable[[ControlLink], None],
+        *,
+        max_message_bytes: int,
+    ) -> None:
+        self.spec = spec
+        self._settings = settings
+        self._http = http
+        self._on_change = on_change
+        self._max_message_bytes = max_message_bytes
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._pending: dict[int, asyncio.Future[Response]] = {}
+        self._next_id = 0
+        self.capabilities: dict[str, Any] | None = None  # the last initialize result seen
+        self.up = False
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    def supports(self, capability: str) -> bool:
+        return self.capabilities is not None and acp.has_session_capability(
+            self.capabilities, capability
+        )
+
+    async def run(self) -> None:
+        """Keep the link up until cancelled."""
+        delay = self._settings.reconnect_initial_ms / 1000
+        while True:
+            await asyncio.sleep(random.uniform(0, delay))  # jitter, first attempt included
+            try:
+                await self._session()
+                delay = self._settings.reconnect_initial_ms / 1000
+            except (aiohttp.ClientError, OSError, TimeoutError, ProtocolError) as exc:
+                logger.info(
+                    "backend %s control link failed: %s", self.id, _describe(exc)
+                )
+                delay = min(delay * 2, self._settings.reconnect_max_ms / 1000)
+            finally:
+                self._set_down()
+
+    async def _session(self) -> None:
+        async with self._http.ws_connect(
+            self.spec.url,
+            heartbeat=self._settings.heartbeat_seconds,
+            max_msg_size=self._max_message_bytes,
+            autoping=True,
+        ) as ws:
+            self._ws = ws
+            reader = asyncio.create_task(self._read(ws), name=f"control-read-{self.id}")
+            try:
+                response = await self.call(acp.INITIALIZE, INITIALIZE_PARAMS, timeout=10.0)
+                if response.error is not None or not isinstance(response.result, dict):
+                    raise InvalidRequest(f"initialize failed: {response.text[:200]}")
+                self.capabilities = response.result
+                self._set_up()
+                await reader
+            finally:
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
+                self._ws = None
+
+    async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        async for frame in ws:
+            if frame.type is not aiohttp.WSMsgType.TEXT:
+                continue
+            try:
+                message = parse(frame.data)
+            except ProtocolError:
+                logger.warning("backend %s sent an unparsable frame on the control link", self.id)
+                continue
+            if isinstance(message, Response):
+                future = (
+                    self._pending.pop(message.id, None) if isinstance(message.id, int) else None
+                )
+                if future is not None and not future.done():
+                    future.set_result(message)
+            elif isinstance(message, Request):
+                # The control link is not a client: it has no sessions to serve requests for.
+                await ws.send_str(encode_error(message.id, MethodNotFound(message.method)))
+            elif isinstance(message, Notification):
+                pass  # updates for sessions nobody attached here; nothing to do
+
+    async def call(self, method: str, params: Params, *, timeout: float) -> Response:
+        """Send one request; raises TimeoutError or BackendLinkLost."""
+        ws = self._ws
+        if ws is None or ws.closed:
+            raise BackendLinkLost(None, {"backend": self.id})
+        request_id = self._next_id
+        self._next_id += 1
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            async with asyncio.timeout(timeout):
+                await ws.send_str(encode_request(request_id, method, params))
+                return await future
+        finally:
+            self._pending.pop(request_id, None)
+
+    def _set_up(self) -> None:
+        self.up = True
+        logger.info("backend %s is up (%s)", self.id, self.spec.url)
+        self._on_change(self)
+
+    def _set_down(self) -> None:
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(BackendLinkLost(None, {"backend": self.id}))
+        self._pending.clear()
+        if self.up:
+            self.up = False
+            logger.warning("backend %s is down", self.id)
+            self._on_change(self)

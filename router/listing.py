@@ -1,0 +1,157 @@
+"""Pool-wide answers the router composes itself, sans-I/O: the merged
+``session/list`` with its opaque cursor, and the capabilities it advertises.
+
+The list cursor carries, for every backend that still has pages, that backend's
+own cursor, so each backend pages through its own list and the router keeps no
+state between calls (any replica can serve the next page).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from router import __version__, acp
+from router.errors import InvalidParams
+
+_CURSOR_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ListPage:
+    """One ``session/list`` call over the pool."""
+
+    cwd: str | None
+    #: backend id -> that backend's cursor (None: its first page)
+    pending: Mapping[str, str | None]
+
+    @classmethod
+    def from_params(cls, params: Any, ready: Sequence[str]) -> ListPage:
+        params = params if isinstance(params, dict) else {}
+        cwd = params.get("cwd")
+        if cwd is not None and not isinstance(cwd, str):
+            raise InvalidParams("session/list: cwd must be a string")
+        cursor = params.get("cursor")
+        if cursor is None:
+            return cls(cwd, dict.fromkeys(ready))
+        if not isinstance(cursor, str):
+            raise InvalidParams("session/list: cursor must be a string")
+        pending = _decode_cursor(cursor)
+        return cls(cwd, {b: c for b, c in pending.items() if b in ready})
+
+    def backend_params(self, backend: str) -> dict[str, Any]:
+        params: dict[str, Any] = {}
+        if self.cwd is not None:
+            params["cwd"] = self.cwd
+        cursor = self.pending.get(backend)
+        if cursor is not None:
+            params["cursor"] = cursor
+        return params
+
+    def merge(self, results: Mapping[str, Any]) -> dict[str, Any]:
+        """Merge each backend's result (in pool order), dropping repeated session ids.
+
+        Backends sharing one store list the same sessions; the first backend that lists
+        a session wins.
+        """
+        sessions: list[Any] = []
+        seen: set[str] = set()
+        following: dict[str, str] = {}
+        for backend in self.pending:
+            result = results.get(backend)
+            if not isinstance(result, dict):
+                continue
+            for info in result.get("sessions") or []:
+                session_id = info.get("sessionId") if isinstance(info, dict) else None
+                if isinstance(session_id, str) and session_id not in seen:
+                    seen.add(session_id)
+                    sessions.append(info)
+            next_cursor = result.get("nextCursor")
+            if isinstance(next_cursor, str):
+                following[backend] = next_cursor
+        merged: dict[str, Any] = {"sessions": sessions}
+        if following:
+            merged["nextCursor"] = _encode_cursor(following)
+        return merged
+
+
+def _encode_cursor(pending: Mapping[str, str]) -> str:
+    raw = orjson.dumps({"v": _CURSOR_VERSION, "b": dict(pending)})
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> dict[str, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        data = orjson.loads(raw)
+    except (binascii.Error, ValueError):
+        raise InvalidParams("session/list: invalid cursor") from None
+    pending = data.get("b") if isinstance(data, dict) and data.get("v") == _CURSOR_VERSION else None
+    if not isinstance(pending, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in pending.items()
+    ):
+        raise InvalidParams("session/list: invalid cursor")
+    return pending
+
+
+# -- capabilities ----------------------------------------------------------------------------------
+
+ROUTER_INFO = {"name": "acp-router", "title": "acp-router", "version": __version__}
+
+
+def merge_capabilities(results: Sequence[Any]) -> dict[str, Any]:
+    """The ``initialize`` result the router gives clients.
+
+    A capability is advertised only when every backend that has ever answered
+    ``initialize`` advertises it, so a client never calls a method some instance lacks.
+    ``sessionCapabilities.status`` is always there (the router answers it from the
+    pool), and so is ``list`` whenever any backend lists.
+    """
+    agents = [r.get("agentCapabilities") or {} for r in results if isinstance(r, dict)]
+    auth_methods: list[Any] = next(
+        (
+            r["authMethods"]
+            for r in results
+            if isinstance(r, dict) and isinstance(r.get("authMethods"), list)
+        ),
+        [],
+    )
+    session_sets = [acp.session_capabilities({"agentCapabilities": a}) for a in agents]
+    session_caps: dict[str, Any] = {
+        name: {}
+        for name in _common(set(caps) for caps in session_sets)
+        if all(isinstance(caps.get(name), dict) for caps in session_sets)
+    }
+    if any("list" in caps for caps in session_sets):
+        session_caps["list"] = {}
+    session_caps["status"] = {}
+    capabilities: dict[str, Any] = {
+        "loadSession": bool(agents) and all(a.get("loadSession") is True for a in agents),
+        "promptCapabilities": _common_flags(a.get("promptCapabilities") for a in agents),
+        "mcpCapabilities": _common_flags(a.get("mcpCapabilities") for a in agents),
+        "sessionCapabilities": session_caps,
+    }
+    return {
+        "protocolVersion": acp.PROTOCOL_VERSION,
+        "agentCapabilities": capabilities,
+        "agentInfo": ROUTER_INFO,
+        "authMethods": auth_methods,
+    }
+
+
+def _common(sets: Iterable[set[str]]) -> set[str]:
+    sets = list(sets)
+    return set.intersection(*sets) if sets else set()
+
+
+def _common_flags(objects: Iterable[Any]) -> dict[str, bool]:
+    dicts = [o if isinstance(o, dict) else {} for o in objects]
+    names = _common(set(d) for d in dicts)
+    return (
+        {name: all(d.get(name) is True for d in dicts) for name in sorted(names)} if dicts else {}
+    )

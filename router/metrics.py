@@ -1,0 +1,155 @@
+"""Prometheus metrics of the router, on a registry of its own.
+
+Names follow the Prometheus rules (``acp_router_`` prefix, base units, ``_total`` on
+counters) and design.md; labels are low-cardinality (backend ids, outcomes,
+directions), never session or client ids. Latency histograms start at 100 µs: the
+client library's default buckets start at 5 ms, where every probe would land in
+the first bucket.
+"""
+
+from __future__ import annotations
+
+import platform
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from router import __version__
+
+LATENCY_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)  # fmt: skip
+FANOUT_BUCKETS = (1, 2, 3, 5, 10, 30, 100, 300, 1000)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+TO_BACKEND = "client_to_backend"
+TO_CLIENT = "backend_to_client"
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = registry = CollectorRegistry()
+        ProcessCollector(registry=registry)
+        self.build_info = Gauge(
+            "acp_router_build_info", "Build information", ["version", "python"], registry=registry
+        )
+        self.build_info.labels(__version__, platform.python_version()).set(1)
+        self.connections = Counter(
+            "acp_router_connections_total",
+            "Client WebSocket connections, by result",
+            ["result"],
+            registry=registry,
+        )
+        self.active_connections = Gauge(
+            "acp_router_active_connections",
+            "Client WebSocket connections open now",
+            registry=registry,
+        )
+        self.attached_sessions = Gauge(
+            "acp_router_attached_sessions",
+            "Sessions attached through this router, by backend",
+            ["backend"],
+            registry=registry,
+        )
+        self.locates = Counter(
+            "acp_router_locate_total",
+            "Session locates, by outcome (active, inactive, default, unknown_failed, no_backend)",
+            ["outcome"],
+            registry=registry,
+        )
+        self.locate_duration = Histogram(
+            "acp_router_locate_duration_seconds",
+            "Time to locate a session, by outcome",
+            ["outcome"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.locate_cache = Counter(
+            "acp_router_locate_cache_requests_total",
+            "Location-hint lookups: hit (hint said active), stale (hint did not), miss",
+            ["result"],
+            registry=registry,
+        )
+        self.fanout = Histogram(
+            "acp_router_probe_fanout_size",
+            "Backends probed per locate",
+            buckets=FANOUT_BUCKETS,
+            registry=registry,
+        )
+        self.probes = Counter(
+            "acp_router_probes_total",
+            "session/status probes, by backend and result (active, inactive, not_found, unknown)",
+            ["backend", "result"],
+            registry=registry,
+        )
+        self.probe_duration = Histogram(
+            "acp_router_probe_duration_seconds",
+            "session/status probe round trip, by backend",
+            ["backend"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.resumes = Counter(
+            "acp_router_resume_total",
+            "Forwarded session/resume and session/load, by backend and result",
+            ["backend", "result"],
+            registry=registry,
+        )
+        self.split_brain = Counter(
+            "acp_router_split_brain_detected_total",
+            "Locates where more than one backend said active",
+            registry=registry,
+        )
+        self.backend_up = Gauge(
+            "acp_router_backend_up",
+            "1 when the control connection to the backend is up",
+            ["backend"],
+            registry=registry,
+        )
+        self.backend_state_changes = Counter(
+            "acp_router_backend_state_changes_total",
+            "Backend up/down transitions",
+            ["backend", "to"],
+            registry=registry,
+        )
+        self.messages = Counter(
+            "acp_router_messages_total",
+            "Frames forwarded, by direction",
+            ["direction"],
+            registry=registry,
+        )
+        self.message_bytes = Counter(
+            "acp_router_message_bytes_total",
+            "Bytes of forwarded frames (UTF-8), by direction",
+            ["direction"],
+            registry=registry,
+        )
+        self.client_errors = Counter(
+            "acp_router_client_errors_total",
+            "Errors the router answered itself, by JSON-RPC code",
+            ["code"],
+            registry=registry,
+        )
+
+    def declare_backends(self, backend_ids: list[str]) -> None:
+        """Create the per-backend series at start, so dashboards see zeros, not gaps."""
+        for backend in backend_ids:
+            self.backend_up.labels(backend).set(0)
+            self.attached_sessions.labels(backend).set(0)
+            for result in ("ok", "not_found", "error", "link_lost"):
+                self.resumes.labels(backend, result)
+
+    def count_frame(self, direction: str, text: str) -> None:
+        self.messages.labels(direction).inc()
+        self.message_bytes.labels(direction).inc(len(text.encode()))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

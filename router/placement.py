@@ -1,0 +1,80 @@
+"""Where sessions go when nobody has them: weighted rendezvous hashing, sans-I/O.
+
+Every backend gets a score for a session id; the highest score wins, and the full
+order is the session's *ranking* (routing-anchors §2.3). Scores depend only on the
+session id, the backend's stable configured id and its weight, so every router
+replica computes the same ranking with no shared state, and adding, removing or
+reweighting one backend only moves the sessions that backend wins or loses.
+
+Health never changes the hashed set: a backend that is down is skipped in the
+ranking, so a flapping backend does not reshuffle anyone else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+_M64 = (1 << 64) - 1
+
+
+def _hash64(text: str) -> int:
+    # Not hash(): it is salted per process, and replicas must agree.
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "big")
+
+
+def _mix(x: int) -> int:
+    # splitmix64 finaliser: spreads (key ^ node) over all 64 bits.
+    x = (x * 0x9E3779B97F4A7C15) & _M64
+    x ^= x >> 31
+    x = (x * 0xBF58476D1CE4E5B9) & _M64
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & _M64
+    return x ^ (x >> 31)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A backend as placement sees it: a stable id and a weight > 0."""
+
+    id: str
+    weight: float = 1.0
+
+    @property
+    def seed(self) -> int:
+        return _hash64(self.id)
+
+
+class Ranking:
+    """Weighted rendezvous ranking over a fixed set of nodes."""
+
+    def __init__(self, nodes: Iterable[Node]) -> None:
+        self._nodes = tuple(nodes)
+        if len({node.id for node in self._nodes}) != len(self._nodes):
+            raise ValueError("node ids must be unique")
+        if any(not node.weight > 0 for node in self._nodes):
+            raise ValueError("node weights must be positive")
+        self._seeds = tuple((node.id, node.seed, node.weight) for node in self._nodes)
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return self._nodes
+
+    def rank(self, key: str) -> list[str]:
+        """All node ids, best first, for ``key``."""
+        key_hash = _hash64(key)
+        scored = sorted(self._seeds, key=lambda s: _score(key_hash, s[1], s[2]), reverse=True)
+        return [node_id for node_id, _, _ in scored]
+
+    def pick(self, key: str, eligible: Sequence[str] | frozenset[str]) -> str | None:
+        """The best-ranked node for ``key`` among ``eligible``, or None."""
+        allowed = set(eligible)
+        return next((node_id for node_id in self.rank(key) if node_id in allowed), None)
+
+
+def _score(key_hash: int, seed: int, weight: float) -> float:
+    # Weighted HRW, log form (Schindelhauer & Schomaker): -w / ln(U), U in (0, 1).
+    u = (_mix(key_hash ^ seed) + 0.5) / 2.0**64
+    return -weight / math.log(u)

@@ -1,0 +1,235 @@
+"""The pool of backends as the router's I/O shell sees it: control links, probes,
+the locator (hint, fan-out, single-flight), pool-wide ``session/status`` and
+``session/list``, and the capabilities the router advertises.
+
+Decisions come from the sans-I/O core (:mod:`router.locate`,
+:mod:`router.placement`, :mod:`router.listing`); this module only does the
+waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import aiohttp
+
+from router import acp, listing
+from router.acp import ProbeResult
+from router.config import Settings
+from router.control import ControlLink
+from router.errors import BackendLinkLost, JsonRpcError, LocateInconclusive, NoBackendAvailable
+from router.locate import Located, LocationCache, Outcome, decide, pool_status
+from router.metrics import Metrics
+from router.placement import Node, Ranking
+
+logger = logging.getLogger(__name__)
+
+#: cap on locates running at once; more wait their turn instead of storming the pool
+MAX_CONCURRENT_LOCATES = 256
+
+
+class Pool:
+    def __init__(self, settings: Settings, metrics: Metrics, http: aiohttp.ClientSession) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.ranking = Ranking(Node(b.id, b.weight) for b in settings.backends)
+        self.links = {
+            b.id: ControlLink(
+                b,
+                settings.control,
+                http,
+                self._link_changed,
+                max_message_bytes=settings.router.max_message_bytes,
+            )
+            for b in settings.backends
+        }
+        self.cache = LocationCache(
+            settings.cache.max_entries, settings.cache.ttl_seconds, time.monotonic
+        )
+        self.attached: dict[str, int] = dict.fromkeys(self.links, 0)
+        self._inflight: dict[str, asyncio.Task[Located]] = {}
+        self._locate_slots = asyncio.Semaphore(MAX_CONCURRENT_LOCATES)
+        self.ready_changed = asyncio.Event()
+        metrics.declare_backends(list(self.links))
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Pool]:
+        """Run every control link for the duration of the context."""
+        async with asyncio.TaskGroup() as group:
+            controls = [
+                group.create_task(link.run(), name=f"control-{i}") for i, link in self.links.items()
+            ]
+            try:
+                yield self
+            finally:
+                for control in controls:
+                    control.cancel()
+                for locate in self._inflight.values():
+                    locate.cancel()
+
+    def _link_changed(self, link: ControlLink) -> None:
+        self.metrics.backend_up.labels(link.id).set(1 if link.up else 0)
+        self.metrics.backend_state_changes.labels(link.id, "up" if link.up else "down").inc()
+        if not link.up:
+            self.cache.forget_backend(link.id)
+        self.ready_changed.set()
+        self.ready_changed.clear()
+
+    # -- membership ------------------------------------------------------------------------------
+
+    def ready(self) -> list[str]:
+        return [i for i, link in self.links.items() if link.up]
+
+    def order(self, session_id: str) -> list[str]:
+        """Backends that are up, in the session's rendezvous order."""
+        return [b for b in self.ranking.rank(session_id) if self.links[b].up]
+
+    def url(self, backend: str) -> str:
+        return self.links[backend].spec.url
+
+    def place_new(self) -> str:
+        """A backend for a new session: the least loaded for its weight, among those up."""
+        ready = self.ready()
+        if not ready:
+            raise NoBackendAvailable()
+        weights = {b.id: b.weight for b in self.settings.backends}
+        return min(ready, key=lambda b: (self.attached[b] / weights[b], -weights[b], b))
+
+    def session_attached(self, backend: str, delta: int) -> None:
+        self.attached[backend] += delta
+        self.metrics.attached_sessions.labels(backend).set(self.attached[backend])
+
+    def capabilities(self) -> dict[str, Any]:
+        """What the router advertises: the pool's common ground, plus what it answers itself."""
+        return listing.merge_capabilities(
+            [link.capabilities for link in self.links.values() if link.capabilities is not None]
+        )
+
+    # -- probes ----------------------------------------------------------------------------------
+
+    async def probe(self, backend: str, session_id: str) -> ProbeResult:
+        link = self.links[backend]
+        started = time.perf_counter()
+        try:
+            response = await link.call(
+                acp.SESSION_STATUS,
+                {"sessionId": session_id},
+                timeout=self.settings.probe.timeout_ms / 1000,
+            )
+            result = acp.classify_status(response, session_id)
+        except (TimeoutError, BackendLinkLost, aiohttp.ClientError, OSError):
+            result = ProbeResult.UNKNOWN
+        self.metrics.probe_duration.labels(backend).observe(time.perf_counter() - started)
+        self.metrics.probes.labels(backend, result.value).inc()
+        return result
+
+    async def probe_many(self, backends: Iterable[str], session_id: str) -> dict[str, ProbeResult]:
+        targets = [b for b in backends if self.links[b].supports("status")]
+        results = await asyncio.gather(*(self.probe(b, session_id) for b in targets))
+        return dict(zip(targets, results, strict=True))
+
+    # -- locate ------------------------------------------------------------------------------------
+
+    async def locate(self, session_id: str) -> Located:
+        """Where ``session_id`` should be resumed. Concurrent calls share one locate."""
+        task = self._inflight.get(session_id)
+        if task is None:
+            task = asyncio.create_task(self._locate(session_id), name="locate")
+            self._inflight[session_id] = task
+            task.add_done_callback(lambda done: self._locate_done(session_id, done))
+        # shield: a caller that goes away must not cancel the locate others wait on
+        return await asyncio.shield(task)
+
+    def _locate_done(self, session_id: str, task: asyncio.Task[Located]) -> None:
+        if self._inflight.get(session_id) is task:
+            del self._inflight[session_id]
+        if not task.cancelled():
+            task.exception()  # retrieved: every waiter may have gone away
+
+    async def _locate(self, session_id: str) -> Located:
+        started = time.perf_counter()
+        outcome = "error"
+        try:
+            async with self._locate_slots:
+                located = await self._probe_and_decide(session_id)
+            outcome = located.outcome.value
+            self.cache.put(session_id, located.backend)
+            return located
+        except LocateInconclusive:
+            outcome = "unknown_failed"
+            raise
+        except NoBackendAvailable:
+            outcome = "no_backend"
+            raise
+        finally:
+            self.metrics.locates.labels(outcome).inc()
+            self.metrics.locate_duration.labels(outcome).observe(time.perf_counter() - started)
+
+    async def _probe_and_decide(self, session_id: str) -> Located:
+        order = self.order(session_id)
+        answers: dict[str, ProbeResult] = {}
+        hint = self.cache.get(session_id)
+        if hint is not None and hint in order:
+            answers = await self.probe_many([hint], session_id)
+            if answers.get(hint) is ProbeResult.ACTIVE:
+                self.metrics.locate_cache.labels("hit").inc()
+                self.metrics.fanout.observe(1)
+                return Located(hint, Outcome.ACTIVE)
+            self.metrics.locate_cache.labels("stale").inc()
+        else:
+            self.metrics.locate_cache.labels("miss").inc()
+        rest = [b for b in order if b not in answers]
+        answers |= await self.probe_many(rest, session_id)
+        self.metrics.fanout.observe(len(answers))
+        located = decide(order, answers, self.settings.router.policy, session_id=session_id)
+        if located.split_brain:
+            self.metrics.split_brain.inc()
+            logger.warning(
+                "split brain: session %s is active on %s; routing to %s",
+                session_id,
+                ", ".join(located.split_brain),
+                located.backend,
+            )
+        return located
+
+    def forget(self, session_id: str) -> None:
+        self.cache.invalidate(session_id)
+
+    # -- pool-wide requests ------------------------------------------------------------------------
+
+    async def status(self, session_id: str) -> str:
+        answers = await self.probe_many(self.ready(), session_id)
+        if not self.ready():
+            raise NoBackendAvailable(None, {"sessionId": session_id})
+        return pool_status(answers, session_id=session_id)
+
+    async def list_sessions(self, params: Any) -> dict[str, Any]:
+        """``session/list`` over every backend that lists, merged behind one cursor."""
+        page = listing.ListPage.from_params(params, self.ready())
+        targets = [b for b in page.pending if b in self.links and self.links[b].supports("list")]
+        answers = await asyncio.gather(
+            *(self._list_one(b, page.backend_params(b)) for b in targets), return_exceptions=True
+        )
+        results: dict[str, Any] = {}
+        for backend, answer in zip(targets, answers, strict=True):
+            if isinstance(answer, BaseException):
+                if not isinstance(answer, Exception):
+                    raise answer
+                raise JsonRpcError(
+                    f"session/list failed on backend {backend}: {answer}"
+                ) from answer
+            results[backend] = answer
+        return page.merge(results)
+
+    async def _list_one(self, backend: str, params: dict[str, Any]) -> Any:
+        response = await self.links[backend].call(
+            acp.SESSION_LIST, params, timeout=max(self.settings.probe.timeout_ms / 1000, 5.0)
+        )
+        if response.error is not None:
+            raise JsonRpcError(response.error.message)
+        return response.result

@@ -1,0 +1,227 @@
+"""One client connection through the router: the I/O shell around
+:class:`router.routing.ClientRoutes`.
+
+The read loop parses each client frame's envelope, asks the routing core what to
+do, and carries it out: replies and forwards are queued at once (in order); work
+that waits on the pool (locates, placements, pool-wide status and list) runs in
+tasks this connection owns, so one slow locate never stalls another session's
+traffic. When the client goes, every task and link of the connection is
+cancelled and closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from router import acp
+from router.errors import BackendLinkLost, JsonRpcError, ProtocolError
+from router.jsonrpc import Request, RequestId, encode_protocol_error, parse
+from router.metrics import TO_BACKEND, TO_CLIENT, Metrics
+from router.pool import Pool
+from router.routing import (
+    Action,
+    ClientRoutes,
+    Deliver,
+    Drop,
+    Handle,
+    Limits,
+    PendingCall,
+    Relocate,
+    Reply,
+    Send,
+    Task,
+)
+from router.upstream import Outbox, UpstreamLink
+
+logger = logging.getLogger(__name__)
+
+
+class ClientConnection:
+    def __init__(self, ws: web.WebSocketResponse, pool: Pool, http: aiohttp.ClientSession) -> None:
+        self.ws = ws
+        self.pool = pool
+        self.metrics: Metrics = pool.metrics
+        self.http = http
+        settings = pool.settings.router
+        self.routes = ClientRoutes(
+            Limits(
+                max_in_flight=settings.max_in_flight_per_connection,
+                max_sessions=settings.max_sessions_per_connection,
+            ),
+            on_attach=pool.session_attached,
+        )
+        self.outbox = Outbox(settings.outbox_frames)
+        self.links: dict[str, UpstreamLink] = {}
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def serve(self) -> None:
+        writer = self._spawn(self.outbox.drain(self.ws.send_str), "client-writer")
+        try:
+            async for frame in self.ws:
+                if frame.type is aiohttp.WSMsgType.TEXT:
+                    await self._client_frame(frame.data)
+                if writer.done():
+                    break  # the client stopped reading
+        finally:
+            for task in list(self.tasks):
+                task.cancel()
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+            self.routes.close()
+
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        task = asyncio.create_task(work, name=name)
+        self.tasks.add(task)
+        task.add_done_callback(self._reap)
+        return task
+
+    def _reap(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("connection task %s failed", task.get_name(), exc_info=task.exception())
+
+    # -- client -> router --------------------------------------------------------------------------
+
+    async def _client_frame(self, text: str) -> None:
+        try:
+            message = parse(text)
+        except ProtocolError as exc:
+            self.metrics.client_errors.labels(str(exc.code)).inc()
+            await self.outbox.put(encode_protocol_error(exc))
+            return
+        await self._do(self.routes.receive_client(message))
+
+    async def _do(self, action: Action) -> None:
+        match action:
+            case Reply(text):
+                await self.outbox.put(text)
+            case Send(backend, text):
+                await self._send(backend, text)
+            case Deliver(text, settled, response):
+                if settled is not None:
+                    self._count_settled(settled, response is not None and response.ok, response)
+                self.metrics.count_frame(TO_CLIENT, text)
+                await self.outbox.put(text)
+            case Handle(task, request, session_id):
+                await self._handle(task, request, session_id)
+            case Relocate(call, _):
+                self.metrics.resumes.labels(call.backend or "", "not_found").inc()
+                self.pool.forget(call.session_id or "")
+                self.routes.retry(call)
+                self._spawn(self._locate(call.request, call.session_id or ""), "relocate")
+            case Drop(reason):
+                logger.debug("dropped a frame: %s", reason)
+
+    async def _send(self, backend: str, text: str) -> None:
+        link = self.links.get(backend) or self._open_link(backend)
+        self.metrics.count_frame(TO_BACKEND, text)
+        await link.send(text)
+
+    async def _fail(self, request_id: RequestId, error: JsonRpcError) -> None:
+        self.metrics.client_errors.labels(str(error.code)).inc()
+        await self.outbox.put(self.routes.fail(request_id, error).text)
+
+    # -- requests the router answers or routes itself ------------------------------------------------
+
+    async def _handle(self, task: Task, request: Request, session_id: str | None) -> None:
+        if task is Task.INITIALIZE:
+            self.routes.initialize = request
+            await self.outbox.put(self.routes.answer(request.id, self.pool.capabilities()).text)
+        elif task is Task.AUTHENTICATE:
+            self.routes.authenticate = request  # replayed on every link opened from now on
+            await self.outbox.put(self.routes.answer(request.id, {}).text)
+        elif task is Task.PLACE:
+            try:
+                backend = self.pool.place_new()
+            except JsonRpcError as exc:
+                await self._fail(request.id, exc)
+                return
+            await self._do(self.routes.forward(request.id, backend))
+        elif task is Task.STATUS:
+            assert session_id is not None
+            self._spawn(self._answer(request.id, self._status(session_id)), "status")
+        elif task is Task.LIST:
+            self._spawn(self._answer(request.id, self.pool.list_sessions(request.params)), "list")
+        else:  # LOCATE, LOCATE_DETACHED
+            assert session_id is not None
+            self._spawn(self._locate(request, session_id), "locate")
+
+    async def _status(self, session_id: str) -> dict[str, str]:
+        return {"status": await self.pool.status(session_id)}
+
+    async def _answer(self, request_id: RequestId, work: Coroutine[Any, Any, Any]) -> None:
+        try:
+            result = await work
+        except JsonRpcError as exc:
+            await self._fail(request_id, exc)
+            return
+        await self.outbox.put(self.routes.answer(request_id, result).text)
+
+    async def _locate(self, request: Request, session_id: str) -> None:
+        try:
+            located = await self.pool.locate(session_id)
+        except JsonRpcError as exc:
+            await self._fail(request.id, exc)
+            return
+        if request.id in self.routes.calls:  # still wanted
+            await self._do(self.routes.forward(request.id, located.backend))
+
+    def _count_settled(self, call: PendingCall, ok: bool, response: Any) -> None:
+        if call.request.method in acp.ATTACHING and call.backend is not None:
+            error = getattr(response, "error", None)
+            result = (
+                "ok"
+                if ok
+                else ("not_found" if error and error.code == acp.RESOURCE_NOT_FOUND else "error")
+            )
+            self.metrics.resumes.labels(call.backend, result).inc()
+            if ok and call.session_id is not None:
+                self.pool.cache.put(call.session_id, call.backend)
+
+    # -- backend links -------------------------------------------------------------------------------
+
+    def _open_link(self, backend: str) -> UpstreamLink:
+        settings = self.pool.settings.router
+        link = UpstreamLink(
+            backend,
+            self.pool.url(backend),
+            self.http,
+            outbox_frames=settings.outbox_frames,
+            max_message_bytes=settings.max_message_bytes,
+            connect_timeout=settings.connect_timeout_ms / 1000,
+        )
+        self.links[backend] = link
+        self._spawn(self._run_link(link), f"link-{backend}")
+        return link
+
+    async def _run_link(self, link: UpstreamLink) -> None:
+        assert self.routes.initialize is not None
+        reason = "closed by the backend"
+        try:
+            await link.run(
+                self.routes.initialize,
+                self.routes.authenticate,
+                lambda text: self._backend_frame(link.backend, text),
+            )
+        except BackendLinkLost as exc:
+            reason = str((exc.data or {}).get("reason", exc.message))
+        finally:
+            if self.links.get(link.backend) is link:
+                del self.links[link.backend]
+        logger.info("link to backend %s ended: %s", link.backend, reason)
+        for reply in self.routes.backend_lost(link.backend):
+            self.metrics.client_errors.labels(str(BackendLinkLost.code)).inc()
+            await self.outbox.put(reply.text)
+
+    async def _backend_frame(self, backend: str, text: str) -> None:
+        try:
+            message = parse(text)
+        except ProtocolError:
+            logger.warning("backend %s sent a frame that is not JSON-RPC; dropped", backend)
+            return
+        await self._do(self.routes.receive_backend(backend, message))

@@ -1,0 +1,138 @@
+"""A client connection's link to one backend, and the bounded outbox every peer
+is written through.
+
+A link is opened on first use: it connects, replays the client's ``initialize``
+(with the negotiated protocol version) and ``authenticate``, then forwards frames.
+Frames sent before it is open wait in its outbox, in order. One writer task per
+peer: no two tasks ever write the same socket, and a full outbox makes senders
+wait (backpressure) instead of growing without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+import orjson
+
+from router import acp
+from router.errors import BackendLinkLost, ProtocolError
+from router.jsonrpc import Request, Response, encode_request, parse
+
+logger = logging.getLogger(__name__)
+
+HANDSHAKE_INITIALIZE = "acp-router:initialize"
+HANDSHAKE_AUTHENTICATE = "acp-router:authenticate"
+
+
+class Outbox:
+    """A bounded FIFO of frames for one peer, drained by one writer task."""
+
+    def __init__(self, size: int) -> None:
+        self._queue: asyncio.Queue[str] = asyncio.Queue(size)
+
+    async def put(self, text: str) -> None:
+        await self._queue.put(text)
+
+    async def drain(self, write: Callable[[str], Awaitable[None]]) -> None:
+        """Write frames forever (until cancelled or ``write`` fails)."""
+        while True:
+            text = await self._queue.get()
+            await write(text)
+
+
+def replayed_initialize(client_initialize: Request) -> str:
+    params: dict[str, Any] = (
+        dict(client_initialize.params) if isinstance(client_initialize.params, dict) else {}
+    )
+    params["protocolVersion"] = acp.PROTOCOL_VERSION
+    return encode_request(HANDSHAKE_INITIALIZE, acp.INITIALIZE, params)
+
+
+class UpstreamLink:
+    """One client connection's WebSocket to one backend."""
+
+    def __init__(
+        self,
+        backend: str,
+        url: str,
+        http: aiohttp.ClientSession,
+        *,
+        outbox_frames: int,
+        max_message_bytes: int,
+        connect_timeout: float,
+    ) -> None:
+        self.backend = backend
+        self.url = url
+        self._http = http
+        self._outbox = Outbox(outbox_frames)
+        self._max_message_bytes = max_message_bytes
+        self._connect_timeout = connect_timeout
+
+    async def send(self, text: str) -> None:
+        await self._outbox.put(text)
+
+    async def run(
+        self,
+        initialize: Request,
+        authenticate: Request | None,
+        on_frame: Callable[[str], Awaitable[None]],
+    ) -> None:
+        """Open the link, then pump frames both ways until either side closes.
+
+        Returns when the backend closes; raises :class:`BackendLinkLost` when the link
+        cannot be opened or breaks.
+        """
+        try:
+            async with self._http.ws_connect(
+                self.url, max_msg_size=self._max_message_bytes, autoping=True, heartbeat=30.0
+            ) as ws:
+                async with asyncio.timeout(self._connect_timeout):
+                    await self._handshake(ws, initialize, authenticate)
+                writer = asyncio.create_task(self._outbox.drain(ws.send_str), name="link-writer")
+                try:
+                    async for frame in ws:
+                        if frame.type is aiohttp.WSMsgType.TEXT:
+                            await on_frame(frame.data)
+                finally:
+                    writer.cancel()
+                    await asyncio.gather(writer, return_exceptions=True)
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise BackendLinkLost(
+                None, {"backend": self.backend, "reason": str(exc) or type(exc).__name__}
+            ) from exc
+
+    async def _handshake(
+        self, ws: aiohttp.ClientWebSocketResponse, initialize: Request, authenticate: Request | None
+    ) -> None:
+        await ws.send_str(replayed_initialize(initialize))
+        await self._expect_ok(ws, HANDSHAKE_INITIALIZE)
+        if authenticate is not None:
+            await ws.send_str(
+                encode_request(HANDSHAKE_AUTHENTICATE, acp.AUTHENTICATE, authenticate.params)
+            )
+            await self._expect_ok(ws, HANDSHAKE_AUTHENTICATE)
+
+    async def _expect_ok(self, ws: aiohttp.ClientWebSocketResponse, request_id: str) -> None:
+        async for frame in ws:
+            if frame.type is not aiohttp.WSMsgType.TEXT:
+                continue
+            try:
+                message = parse(frame.data)
+            except ProtocolError:
+                continue
+            if isinstance(message, Response) and message.id == request_id:
+                if message.error is not None:
+                    raise BackendLinkLost(
+                        None,
+                        {
+                            "backend": self.backend,
+                            "reason": f"replayed {request_id.split(':')[1]} failed",
+                            "error": orjson.loads(message.text).get("error"),
+                        },
+                    )
+                return
+        raise BackendLinkLost(None, {"backend": self.backend, "reason": "closed during handshake"})

@@ -1,0 +1,152 @@
+"""The router's aiohttp application: the ACP front door at ``/acp`` and the
+operator endpoints ``/metrics``, ``/healthz`` and ``/readyz``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+
+from router.config import Settings
+from router.metrics import CONTENT_TYPE, Metrics
+from router.pool import Pool
+from router.proxy import ClientConnection
+
+logger = logging.getLogger(__name__)
+
+SETTINGS = web.AppKey("settings", Settings)
+METRICS = web.AppKey("metrics", Metrics)
+POOL = web.AppKey("pool", Pool)
+HTTP = web.AppKey("http", aiohttp.ClientSession)
+
+
+class OpenSockets(set[web.WebSocketResponse]):
+    """The client WebSockets open now (closed with 1001 on shutdown)."""
+
+
+SOCKETS = web.AppKey("sockets", OpenSockets)
+
+
+def create_app(settings: Settings, metrics: Metrics | None = None) -> web.Application:
+    app = web.Application()
+    app[SETTINGS] = settings
+    app[METRICS] = metrics or Metrics()
+    app[SOCKETS] = OpenSockets()
+    app.cleanup_ctx.append(_pool_context)
+    app.on_shutdown.append(_close_clients)
+    app.router.add_get("/acp", _acp)
+    app.router.add_get("/metrics", _metrics)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    return app
+
+
+async def _pool_context(app: web.Application) -> AsyncIterator[None]:
+    async with aiohttp.ClientSession() as http:
+        app[HTTP] = http
+        pool = Pool(app[SETTINGS], app[METRICS], http)
+        app[POOL] = pool
+        async with pool.running():
+            yield
+
+
+async def _close_clients(app: web.Application) -> None:
+    open_sockets: OpenSockets = app[SOCKETS]
+    sockets = list(open_sockets)
+    await asyncio.gather(
+        *(
+            ws.close(code=aiohttp.WSCloseCode.GOING_AWAY, message=b"router shutting down")
+            for ws in sockets
+        ),
+        return_exceptions=True,
+    )
+
+
+async def _acp(request: web.Request) -> web.StreamResponse:
+    app = request.app
+    metrics, sockets = app[METRICS], app[SOCKETS]
+    if len(sockets) >= app[SETTINGS].router.max_connections:
+        metrics.connections.labels("rejected").inc()
+        return web.Response(status=503, text="too many connections\n")
+    ws = web.WebSocketResponse(
+        max_msg_size=app[SETTINGS].router.max_message_bytes, heartbeat=30.0, autoping=True
+    )
+    if not ws.can_prepare(request).ok:
+        metrics.connections.labels("not_websocket").inc()
+        return web.Response(
+            status=426, text="ACP speaks WebSocket here: connect with ws://.../acp\n"
+        )
+    await ws.prepare(request)
+    metrics.connections.labels("accepted").inc()
+    metrics.active_connections.inc()
+    sockets.add(ws)
+    try:
+        await ClientConnection(ws, app[POOL], app[HTTP]).serve()
+    except Exception:  # the one boundary catch of a connection: log it, close 1011
+        logger.exception("client connection failed")
+        await ws.close(code=aiohttp.WSCloseCode.INTERNAL_ERROR)
+    finally:
+        sockets.discard(ws)
+        metrics.active_connections.dec()
+    return ws
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    body = request.app[METRICS].exposition()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    ready = request.app[POOL].ready()
+    if not ready:
+        return web.Response(status=503, text="no backend is up\n")
+    return web.Response(text=f"ready: {len(ready)} backend(s) up\n")
+
+
+async def serve(settings: Settings, *, announce: bool = True) -> None:
+    """Run the router until SIGINT or SIGTERM."""
+    runner = web.AppRunner(create_app(settings), handle_signals=False)
+    await runner.setup()
+    try:
+        host, port = settings.router.address
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        if announce:
+            bound = _bound_port(site, port)
+            print(f"acp-router listening on ws://{host}:{bound}/acp", flush=True)  # noqa: T201
+        await _until_signalled()
+    finally:
+        await runner.cleanup()
+
+
+def _bound_port(site: web.TCPSite, requested: int) -> int:
+    server = site._server  # aiohttp exposes no public accessor for the bound socket
+    if isinstance(server, asyncio.base_events.Server) and server.sockets:
+        return int(server.sockets[0].getsockname()[1])
+    return requested
+
+
+async def _until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(ValueError, RuntimeError):
+                loop.remove_signal_handler(signum)
+    logger.info("stopping")
+    sys.stdout.flush()
