@@ -31,6 +31,12 @@ def _positive_float(value: str) -> float:
     return number
 
 
+def _positive_int(value: str) -> int:
+    if not value.isdigit() or int(value) == 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return int(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="acp-router", description="Session-aware routing proxy for ACP agents."
@@ -51,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=3600.0,
         metavar="SECONDS",
         help="evict a session with no client attached after this long (default 3600)",
+    )
+    agent.add_argument(
+        "--page-size",
+        type=_positive_int,
+        default=50,
+        metavar="N",
+        help="sessions per session/list page (default 50)",
     )
     serve = commands.add_parser("serve", help="run the router")
     serve.add_argument("--config", required=True, metavar="FILE", help="TOML configuration")

@@ -1,0 +1,211 @@
+"""The agent's answer to each ACP method it implements.
+
+Session state lives in two places: the :class:`SessionTable` (what this process has in
+memory, and which connections are attached) and the :class:`SessionStore` (every
+session any instance sharing the folder created). ``session/status`` reads both and
+changes neither.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from router import __version__, acp
+from router.agent import params
+from router.agent.connection import Connection, FrameSink
+from router.agent.listing import DEFAULT_PAGE_SIZE, paginate
+from router.agent.sessions import ConnectionId, LiveSession, SessionTable
+from router.agent.store import Message, SessionStore, Speaker, StoredSession
+from router.agent.turns import TurnScope, parse_command, run_turn
+from router.errors import InvalidParams, MethodNotFound, SessionNotFound
+from router.jsonrpc import Notification, Request
+
+#: How long ``session/close`` waits for a cancelled turn to end before answering.
+CLOSE_GRACE = 5.0
+
+AGENT_NAME = "acp-router-reference-agent"
+AGENT_TITLE = "acp-router reference agent"
+
+_Method = Callable[[Connection, dict[str, Any]], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSettings:
+    agent_id: str
+    idle_timeout: float
+    page_size: int = DEFAULT_PAGE_SIZE
+
+
+class Agent:
+    """The reference agent: one per process, shared by all its connections."""
+
+    def __init__(self, settings: AgentSettings, store: SessionStore) -> None:
+        self.settings = settings
+        self.store = store
+        self.sessions = SessionTable(settings.idle_timeout)
+        self._connection_ids = itertools.count(1)
+        self._methods: dict[str, _Method] = {
+            acp.INITIALIZE: self.initialize,
+            acp.SESSION_NEW: self.new_session,
+            acp.SESSION_LOAD: self.load_session,
+            acp.SESSION_RESUME: self.resume_session,
+            acp.SESSION_LIST: self.list_sessions,
+            acp.SESSION_CLOSE: self.close_session,
+            acp.SESSION_STATUS: self.session_status,
+            acp.SESSION_PROMPT: self.prompt,
+        }
+
+    # -- connections -----------------------------------------------------------------------
+
+    def open_connection(self, sink: FrameSink) -> Connection:
+        connection = Connection(ConnectionId(next(self._connection_ids)), sink, self)
+        self.sessions.connection_opened(connection.id)
+        return connection
+
+    def close_connection(self, connection: Connection) -> None:
+        """Give up the connection's awaited replies and detach it from its sessions."""
+        connection.close()
+        self.sessions.connection_closed(connection.id)
+
+    def shutdown(self) -> None:
+        self.sessions.cancel_turns()
+
+    async def handle_request(self, connection: Connection, request: Request) -> Any:
+        method = self._methods.get(request.method)
+        if method is None:
+            raise MethodNotFound(request.method)
+        return await method(connection, params.as_object(request.params))
+
+    def handle_notification(self, connection: Connection, notification: Notification) -> None:
+        """``session/cancel`` ends the turn of a session attached here; others are ignored."""
+        if notification.method != acp.SESSION_CANCEL:
+            return
+        session_id = params.session_id(params.as_object(notification.params))
+        session = self.sessions.attached(session_id, connection.id)
+        if session is not None and session.turn is not None:
+            session.turn.cancel()
+
+    # -- methods ---------------------------------------------------------------------------
+
+    async def initialize(self, connection: Connection, p: dict[str, Any]) -> Any:
+        params.protocol_version(p)  # checked; v1 is the only version this agent speaks
+        return {
+            "protocolVersion": acp.PROTOCOL_VERSION,
+            "agentCapabilities": {
+                "loadSession": True,
+                "promptCapabilities": {"image": False, "audio": False, "embeddedContext": False},
+                "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "status": {}},
+            },
+            "agentInfo": {"name": AGENT_NAME, "title": AGENT_TITLE, "version": __version__},
+            "authMethods": [],
+        }
+
+    async def new_session(self, connection: Connection, p: dict[str, Any]) -> Any:
+        cwd = params.cwd(p)
+        params.mcp_servers(p, required=True)
+        session_id = f"sess_{uuid.uuid4().hex}"
+        session = self.sessions.add(session_id, cwd, needs_title=True)
+        try:
+            self.store.create(session_id, cwd, datetime.now(UTC))
+        except BaseException:
+            self.sessions.remove(session_id)
+            raise
+        self.sessions.attach(session, connection.id)
+        return {"sessionId": session_id}
+
+    async def load_session(self, connection: Connection, p: dict[str, Any]) -> Any:
+        session_id = params.session_id(p)
+        params.cwd(p)
+        params.mcp_servers(p, required=True)
+        stored = self._stored(session_id)
+        session = self.sessions.get(session_id) or self._bring_in(stored)
+        self.sessions.attach(session, connection.id)
+        for message in stored.history:
+            await connection.notify(acp.SESSION_UPDATE, _replayed(session_id, message))
+        return {}
+
+    async def resume_session(self, connection: Connection, p: dict[str, Any]) -> Any:
+        session_id = params.session_id(p)
+        params.cwd(p)
+        params.mcp_servers(p, required=False)
+        session = self.sessions.get(session_id) or self._bring_in(self._stored(session_id))
+        self.sessions.attach(session, connection.id)
+        return {}
+
+    async def list_sessions(self, connection: Connection, p: dict[str, Any]) -> Any:
+        cwd = params.optional_str(p, "cwd")
+        cursor = params.optional_str(p, "cursor")
+        page = paginate(
+            self.store.list_sessions(), cwd=cwd, cursor=cursor, page_size=self.settings.page_size
+        )
+        return page.to_result()
+
+    async def close_session(self, connection: Connection, p: dict[str, Any]) -> Any:
+        session_id = params.session_id(p)
+        session = self.sessions.remove(session_id)
+        if session is None and not self.store.exists(session_id):
+            raise SessionNotFound(session_id)
+        if session is not None and session.turn is not None:
+            session.turn.cancel()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CLOSE_GRACE):
+                    await session.turn.finished.wait()
+        return {}
+
+    async def session_status(self, connection: Connection, p: dict[str, Any]) -> Any:
+        """The RFD's ``session/status``: active, inactive or -32002. No side effects."""
+        session_id = params.session_id(p)
+        if self.sessions.get(session_id) is not None:
+            return {"status": "active"}
+        if self.store.exists(session_id):
+            return {"status": "inactive"}
+        raise SessionNotFound(session_id)
+
+    async def prompt(self, connection: Connection, p: dict[str, Any]) -> Any:
+        session = self._attached(connection, params.session_id(p))
+        prompt = params.prompt(p)
+        command = parse_command(prompt)
+        turn = self.sessions.begin_turn(session, connection.id)
+        scope = TurnScope(self.settings.agent_id, self.store, session, turn, connection)
+        try:
+            stop_reason = await run_turn(scope, prompt, command)
+        finally:
+            self.sessions.end_turn(session, turn)
+        return {"stopReason": stop_reason.value}
+
+    # -- lookups -----------------------------------------------------------------------------
+
+    def _stored(self, session_id: str) -> StoredSession:
+        stored = self.store.load(session_id)
+        if stored is None:
+            raise SessionNotFound(session_id)
+        return stored
+
+    def _bring_in(self, stored: StoredSession) -> LiveSession:
+        """Put a stored session in memory (not attached to anything yet)."""
+        needs_title = stored.info.title is None and not stored.history
+        return self.sessions.add(stored.info.session_id, stored.info.cwd, needs_title=needs_title)
+
+    def _attached(self, connection: Connection, session_id: str) -> LiveSession:
+        session = self.sessions.attached(session_id, connection.id)
+        if session is not None:
+            return session
+        if self.sessions.get(session_id) is None and not self.store.exists(session_id):
+            raise SessionNotFound(session_id)
+        raise InvalidParams(
+            f"session {session_id} is not loaded on this connection: call session/resume first",
+            {"sessionId": session_id},
+        )
+
+
+def _replayed(session_id: str, message: Message) -> dict[str, Any]:
+    kind = "user_message_chunk" if message.speaker is Speaker.USER else "agent_message_chunk"
+    update = {"sessionUpdate": kind, "content": {"type": "text", "text": message.text}}
+    return {"sessionId": session_id, "update": update}

@@ -1,0 +1,137 @@
+"""The reference agent's shell: an aiohttp WebSocket server at ``/acp`` and ``run_agent``.
+
+One JSON-RPC message per text frame; binary frames are ignored. SIGINT and SIGTERM
+stop the agent: running turns are cancelled, sockets closed, and the exit status is 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import socket
+import sys
+from pathlib import Path
+
+from aiohttp import WSCloseCode, WSMsgType, web
+
+from router.agent.connection import Connection
+from router.agent.methods import Agent, AgentSettings
+from router.agent.store import SessionStore
+
+logger = logging.getLogger(__name__)
+
+PATH = "/acp"
+HEARTBEAT_SECONDS = 20.0
+MAX_FRAME_BYTES = 4 * 1024 * 1024
+SHUTDOWN_TIMEOUT = 5.0
+
+AGENT = web.AppKey("agent", Agent)
+SOCKETS = web.AppKey("sockets", set[web.WebSocketResponse])
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    """Run the agent until SIGINT or SIGTERM; the ``acp-router agent`` command.
+
+    Raises:
+        ConfigError: the store folder is unusable.
+        OSError: the address cannot be bound.
+    """
+    store = SessionStore.open(Path(args.store))
+    settings = AgentSettings(
+        agent_id=args.agent_id or socket.gethostname(),
+        idle_timeout=args.idle_timeout,
+        page_size=args.page_size,
+    )
+    host, port = args.listen
+    asyncio.run(serve(Agent(settings, store), host, port))
+    return 0
+
+
+def create_app(agent: Agent) -> web.Application:
+    app = web.Application()
+    app[AGENT] = agent
+    app[SOCKETS] = set()
+    app.router.add_get(PATH, _acp)
+    app.on_shutdown.append(_close_sockets)
+    return app
+
+
+async def serve(agent: Agent, host: str, port: int) -> None:
+    """Serve until a stop signal; announce the bound address on stdout once listening."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    runner = web.AppRunner(create_app(agent), shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        _announce(agent.settings.agent_id, host, _bound_port(runner))
+        await stop.wait()
+        logger.info("stopping")
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+        await runner.cleanup()
+
+
+def _bound_port(runner: web.AppRunner) -> int:
+    port: int = runner.addresses[0][1]
+    return port
+
+
+def _announce(agent_id: str, host: str, port: int) -> None:
+    """The one stdout line tests and the demo parse to find the agent."""
+    shown_host = f"[{host}]" if ":" in host else host
+    sys.stdout.write(f"agent {agent_id} listening on ws://{shown_host}:{port}{PATH}\n")
+    sys.stdout.flush()
+
+
+async def _acp(request: web.Request) -> web.StreamResponse:
+    ws = web.WebSocketResponse(heartbeat=HEARTBEAT_SECONDS, max_msg_size=MAX_FRAME_BYTES)
+    await ws.prepare(request)
+    sockets = request.app[SOCKETS]
+    sockets.add(ws)
+    try:
+        await _serve_socket(request.app[AGENT], ws)
+    finally:
+        sockets.discard(ws)
+    return ws
+
+
+async def _serve_socket(agent: Agent, ws: web.WebSocketResponse) -> None:
+    connection = agent.open_connection(ws)
+    logger.debug("connection %d opened", connection.id)
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            try:
+                await _read_frames(ws, connection, tasks)
+            finally:
+                agent.close_connection(connection)
+    except Exception:  # the connection's boundary: log, close with 1011
+        logger.exception("connection %d failed", connection.id)
+        await ws.close(code=WSCloseCode.INTERNAL_ERROR, message=b"internal error")
+    logger.debug("connection %d closed", connection.id)
+
+
+async def _read_frames(
+    ws: web.WebSocketResponse, connection: Connection, tasks: asyncio.TaskGroup
+) -> None:
+    async for frame in ws:
+        if frame.type is WSMsgType.TEXT:
+            await connection.receive(frame.data, tasks)
+        elif frame.type is WSMsgType.BINARY:
+            logger.debug("connection %d: ignoring a binary frame", connection.id)
+
+
+async def _close_sockets(app: web.Application) -> None:
+    """On shutdown: end every turn (so handlers can return) and close every socket."""
+    app[AGENT].shutdown()
+    sockets: set[web.WebSocketResponse] = app[SOCKETS]
+    closing = [
+        ws.close(code=WSCloseCode.GOING_AWAY, message=b"agent shutting down") for ws in sockets
+    ]
+    await asyncio.gather(*closing)

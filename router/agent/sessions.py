@@ -1,0 +1,185 @@
+"""The sessions this agent process has in memory, their attached connections and turns.
+
+A session stays in memory while a connection is attached or a turn runs; once neither
+holds, an idle timer starts, and when it fires the session is evicted (it stays in the
+store, so it is then ``inactive``). Lookups never touch the timer: ``session/status``
+must have no side effects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from typing import NewType
+
+from router.errors import InternalError, InvalidParams
+from router.jsonrpc import Response
+
+logger = logging.getLogger(__name__)
+
+ConnectionId = NewType("ConnectionId", int)
+
+#: Most sessions one agent process holds in memory at once.
+MAX_LIVE_SESSIONS = 10_000
+
+
+class Turn:
+    """One running ``session/prompt`` turn, cancelled cooperatively.
+
+    ``cancel()`` makes :meth:`pause` return early and :meth:`wait_reply` return None, so
+    the turn can end with ``stopReason: cancelled`` instead of being torn down.
+    """
+
+    def __init__(self, connection_id: ConnectionId) -> None:
+        self.connection_id = connection_id
+        self.finished = asyncio.Event()
+        self._cancelled = asyncio.Event()
+        self._replies: set[asyncio.Future[Response | None]] = set()
+
+    @property
+    def is_cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        for reply in self._replies:
+            if not reply.done():
+                reply.set_result(None)
+
+    async def pause(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True when the turn was cancelled meanwhile."""
+        try:
+            async with asyncio.timeout(seconds):
+                await self._cancelled.wait()
+        except TimeoutError:
+            return False
+        return True
+
+    async def wait_reply(
+        self, reply: asyncio.Future[Response | None], seconds: float
+    ) -> Response | None:
+        """The client's reply, or None when the turn is cancelled or ``seconds`` pass."""
+        if self.is_cancelled:
+            return None
+        self._replies.add(reply)
+        try:
+            async with asyncio.timeout(seconds):
+                return await reply
+        except TimeoutError:
+            return None
+        finally:
+            self._replies.discard(reply)
+
+
+class LiveSession:
+    """A session in memory. ``needs_title`` is true until its first text prompt."""
+
+    def __init__(self, session_id: str, cwd: str, *, needs_title: bool) -> None:
+        self.session_id = session_id
+        self.cwd = cwd
+        self.needs_title = needs_title
+        self.connections: set[ConnectionId] = set()
+        self.turn: Turn | None = None
+        self.idle_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def is_idle(self) -> bool:
+        return not self.connections and self.turn is None
+
+
+class SessionTable:
+    """Sessions in memory by id, with idle eviction after ``idle_timeout`` seconds."""
+
+    def __init__(self, idle_timeout: float, max_sessions: int = MAX_LIVE_SESSIONS) -> None:
+        self._idle_timeout = idle_timeout
+        self._max_sessions = max_sessions
+        self._sessions: dict[str, LiveSession] = {}
+        self._open_connections: set[ConnectionId] = set()
+
+    def get(self, session_id: str) -> LiveSession | None:
+        """The session if it is in memory. No side effects."""
+        return self._sessions.get(session_id)
+
+    def attached(self, session_id: str, connection_id: ConnectionId) -> LiveSession | None:
+        """The session if it is in memory and attached to ``connection_id``."""
+        session = self._sessions.get(session_id)
+        return session if session is not None and connection_id in session.connections else None
+
+    def __iter__(self) -> Iterator[LiveSession]:
+        return iter(list(self._sessions.values()))
+
+    def add(self, session_id: str, cwd: str, *, needs_title: bool) -> LiveSession:
+        """Put a session in memory (it starts idle until attached)."""
+        if len(self._sessions) >= self._max_sessions:
+            raise InternalError(f"this agent already holds {self._max_sessions} sessions")
+        session = LiveSession(session_id, cwd, needs_title=needs_title)
+        self._sessions[session_id] = session
+        return session
+
+    def connection_opened(self, connection_id: ConnectionId) -> None:
+        self._open_connections.add(connection_id)
+
+    def connection_closed(self, connection_id: ConnectionId) -> None:
+        """Detach a closed connection from every session it was attached to."""
+        self._open_connections.discard(connection_id)
+        for session in self:
+            if connection_id in session.connections:
+                session.connections.discard(connection_id)
+                self._start_idle_timer_if_idle(session)
+
+    def attach(self, session: LiveSession, connection_id: ConnectionId) -> None:
+        """Attach an open connection (a closed one is not attached: nobody would detach it)."""
+        if connection_id in self._open_connections:
+            session.connections.add(connection_id)
+            _stop_idle_timer(session)
+        else:
+            self._start_idle_timer_if_idle(session)
+
+    def remove(self, session_id: str) -> LiveSession | None:
+        """Drop a session from memory (it becomes ``inactive``); its turn is left running."""
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            _stop_idle_timer(session)
+        return session
+
+    def begin_turn(self, session: LiveSession, connection_id: ConnectionId) -> Turn:
+        if session.turn is not None:
+            raise InvalidParams(
+                f"session {session.session_id} already has a prompt turn running:"
+                " wait for it to end or send session/cancel"
+            )
+        session.turn = Turn(connection_id)
+        _stop_idle_timer(session)
+        return session.turn
+
+    def end_turn(self, session: LiveSession, turn: Turn) -> None:
+        if session.turn is turn:
+            session.turn = None
+        turn.finished.set()
+        self._start_idle_timer_if_idle(session)
+
+    def cancel_turns(self) -> None:
+        """Ask every running turn to end (on shutdown)."""
+        for session in self:
+            if session.turn is not None:
+                session.turn.cancel()
+
+    def _start_idle_timer_if_idle(self, session: LiveSession) -> None:
+        if self._sessions.get(session.session_id) is not session or not session.is_idle:
+            return
+        _stop_idle_timer(session)
+        loop = asyncio.get_running_loop()
+        session.idle_timer = loop.call_later(self._idle_timeout, self._evict, session)
+
+    def _evict(self, session: LiveSession) -> None:
+        session.idle_timer = None
+        if self._sessions.get(session.session_id) is session and session.is_idle:
+            del self._sessions[session.session_id]
+            logger.info("session %s evicted after idle timeout", session.session_id)
+
+
+def _stop_idle_timer(session: LiveSession) -> None:
+    if session.idle_timer is not None:
+        session.idle_timer.cancel()
+        session.idle_timer = None
