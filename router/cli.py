@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from router import __version__
-from router.errors import AcpRouterError
+from router.errors import AcpRouterError, ConfigError
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -65,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="sessions per session/list page (default 50)",
     )
+    demo = commands.add_parser("demo", help="run reference agents and the router in front of them")
+    demo.add_argument("--agents", type=int, default=3, metavar="N", help="how many agents (3)")
+    demo.add_argument("--port", type=int, default=8765, metavar="P", help="router port (8765)")
+
     serve = commands.add_parser("serve", help="run the router")
     serve.add_argument("--config", required=True, metavar="FILE", help="TOML configuration")
 
@@ -91,6 +95,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.command == "demo":
+        import asyncio
+
+        from router.demo import run_demo
+
+        if not 1 <= args.agents <= 64:
+            raise ConfigError("--agents: expected 1 to 64")
+        asyncio.run(run_demo(args.agents, args.port))
+        return 0
     if args.command == "serve":
         import asyncio
 

@@ -87,9 +87,7 @@ class ControlLink:
                 await self._session()
                 delay = self._settings.reconnect_initial_ms / 1000
             except (aiohttp.ClientError, OSError, TimeoutError, ProtocolError) as exc:
-                logger.info(
-                    "backend %s control link failed: %s", self.id, _describe(exc)
-                )
+                logger.info("backend %s control link failed: %s", self.id, _describe(exc))
                 delay = min(delay * 2, self._settings.reconnect_max_ms / 1000)
             finally:
                 self._set_down()

@@ -38,10 +38,13 @@ class Outbox:
         await self._queue.put(text)
 
     async def drain(self, write: Callable[[str], Awaitable[None]]) -> None:
-        """Write frames forever (until cancelled or ``write`` fails)."""
+        """Write frames until cancelled, or until the peer is gone."""
         while True:
             text = await self._queue.get()
-            await write(text)
+            try:
+                await write(text)
+            except ConnectionResetError:
+                return
 
 
 def replayed_initialize(client_initialize: Request) -> str:

@@ -9,7 +9,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 from aiohttp import web
@@ -49,7 +49,9 @@ def create_app(settings: Settings, metrics: Metrics | None = None) -> web.Applic
 
 
 async def _pool_context(app: web.Application) -> AsyncIterator[None]:
-    async with aiohttp.ClientSession() as http:
+    # limit=0: every client connection holds its own backend links; aiohttp's default
+    # connector would cap all of them together at 100 sockets.
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
         app[HTTP] = http
         pool = Pool(app[SETTINGS], app[METRICS], http)
         app[POOL] = pool
@@ -114,17 +116,19 @@ async def _readyz(request: web.Request) -> web.Response:
     return web.Response(text=f"ready: {len(ready)} backend(s) up\n")
 
 
-async def serve(settings: Settings, *, announce: bool = True) -> None:
-    """Run the router until SIGINT or SIGTERM."""
+def _announce(url: str) -> None:
+    print(f"acp-router listening on {url}", flush=True)  # noqa: T201
+
+
+async def serve(settings: Settings, on_listening: Callable[[str], None] = _announce) -> None:
+    """Run the router until SIGINT or SIGTERM; ``on_listening`` gets the bound ws:// URL."""
     runner = web.AppRunner(create_app(settings), handle_signals=False)
     await runner.setup()
     try:
         host, port = settings.router.address
         site = web.TCPSite(runner, host, port)
         await site.start()
-        if announce:
-            bound = _bound_port(site, port)
-            print(f"acp-router listening on ws://{host}:{bound}/acp", flush=True)  # noqa: T201
+        on_listening(f"ws://{host}:{_bound_port(site, port)}/acp")
         await _until_signalled()
     finally:
         await runner.cleanup()

@@ -1,0 +1,86 @@
+"""``acp-router demo``: the embedded default fleet.
+
+Starts N reference agents on free loopback ports, sharing one temporary session
+store, and the router in front of them; prints how to try it; Ctrl-C (or SIGTERM)
+stops everything and removes the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from router.config import Settings, settings_from
+from router.errors import AcpRouterError
+from router.web import serve
+
+_URL = re.compile(rb"listening on (ws://\S+)")
+STARTUP_SECONDS = 20.0
+
+
+@contextlib.asynccontextmanager
+async def agent_process(store: Path, agent_id: str, log_level: str) -> AsyncIterator[str]:
+    """Run one reference agent; yields its ``ws://`` URL."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "router", "--log-level", log_level,
+        "agent", "--listen", "127.0.0.1:0", "--store", str(store), "--id", agent_id,
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        async with asyncio.timeout(STARTUP_SECONDS):
+            line = await process.stdout.readline()
+        match = _URL.search(line)
+        if match is None:
+            raise AcpRouterError(f"agent {agent_id} did not start (it said {line!r})")
+        yield match.group(1).decode()
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        await process.wait()
+
+
+def demo_settings(port: int, agent_urls: dict[str, str]) -> Settings:
+    return settings_from(
+        {
+            "router": {"listen": f"127.0.0.1:{port}"},
+            "backends": [{"id": i, "url": url} for i, url in agent_urls.items()],
+            "probe": {"timeout_ms": 500},
+        },
+        source="demo",
+    )
+
+
+async def run_demo(agents: int, port: int, log_level: str = "WARNING") -> None:
+    with tempfile.TemporaryDirectory(prefix="acp-router-demo-") as store:
+        async with contextlib.AsyncExitStack() as stack:
+            ids = [f"agent-{n}" for n in range(1, agents + 1)]
+            urls = await asyncio.gather(
+                *(stack.enter_async_context(agent_process(Path(store), i, log_level)) for i in ids)
+            )
+            agent_urls = dict(zip(ids, urls, strict=True))
+            await serve(
+                demo_settings(port, agent_urls),
+                lambda front: _print_banner(front, agent_urls, store),
+            )
+
+
+def _print_banner(front: str, agents: dict[str, str], store: str) -> None:
+    metrics = front.replace("ws://", "http://").removesuffix("/acp") + "/metrics"
+    lines = [
+        f"acp-router demo: {len(agents)} reference agents behind {front}",
+        *(f"  {agent_id:<10} {url}" for agent_id, url in agents.items()),
+        f"  session store  {store}",
+        f"  metrics        {metrics}",
+        "",
+        f"Try it:  {sys.executable} -m websockets {front}",
+        '  then paste:  {"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}',
+        '               {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/tmp","mcpServers":[]}}',
+        "Press Ctrl-C to stop.",
+    ]
+    print("\n".join(lines), flush=True)

@@ -1,0 +1,165 @@
+"""Test fixtures for the router: the router itself on a real loopback port, fleets of
+real reference-agent processes, and a scripted ACP backend for behaviours a
+well-behaved agent never shows (silence, split brain).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import websockets
+from aiohttp import web
+
+from router.config import Settings, settings_from
+from router.metrics import Metrics
+from router.pool import Pool
+from router.web import POOL, create_app
+from tests.support import WAIT, AgentProcess, start_agent
+
+
+@dataclass
+class RouterUnderTest:
+    url: str
+    app: web.Application
+    metrics: Metrics
+
+    @property
+    def pool(self) -> Pool:
+        return self.app[POOL]
+
+    @property
+    def base(self) -> str:
+        return self.url.removesuffix("/acp").replace("ws://", "http://")
+
+    def metric(self, name: str, **labels: str) -> float:
+        return self.metrics.registry.get_sample_value(name, labels) or 0.0
+
+    async def wait_backends(self, count: int) -> None:
+        """Wait until exactly ``count`` backends are up."""
+        async with asyncio.timeout(WAIT):
+            while len(self.pool.ready()) != count:
+                await self.pool.ready_changed.wait()
+
+
+def router_settings(backends: Sequence[tuple[str, str]], **sections: dict[str, Any]) -> Settings:
+    data: dict[str, Any] = {
+        "router": {"listen": "127.0.0.1:0"},
+        "backends": [{"id": i, "url": url} for i, url in backends],
+        "control": {"reconnect_initial_ms": 20, "reconnect_max_ms": 200},
+    }
+    for name, values in sections.items():
+        data[name] = {**data.get(name, {}), **values}
+    return settings_from(data, source="test")
+
+
+@contextlib.asynccontextmanager
+async def start_router(
+    backends: Sequence[tuple[str, str]], *, wait_for: int | None = None, **sections: dict[str, Any]
+) -> AsyncIterator[RouterUnderTest]:
+    """Run the router in this process on 127.0.0.1:0, waiting until its backends are up."""
+    metrics = Metrics()
+    app = create_app(router_settings(backends, **sections), metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        server = site._server
+        assert isinstance(server, asyncio.Server)
+        port = server.sockets[0].getsockname()[1]
+        router = RouterUnderTest(f"ws://127.0.0.1:{port}/acp", app, metrics)
+        await router.wait_backends(len(backends) if wait_for is None else wait_for)
+        yield router
+    finally:
+        await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def start_fleet(store: Path, count: int, *extra: str) -> AsyncIterator[list[AgentProcess]]:
+    """``count`` reference agents (agent-1 ...) sharing ``store``."""
+    async with contextlib.AsyncExitStack() as stack:
+        agents = await asyncio.gather(
+            *(
+                stack.enter_async_context(start_agent(store, f"agent-{n}", *extra))
+                for n in range(1, count + 1)
+            )
+        )
+        yield list(agents)
+
+
+def backends_of(agents: Sequence[AgentProcess]) -> list[tuple[str, str]]:
+    return [(agent.agent_id, agent.url) for agent in agents]
+
+
+# -- a scripted backend ---------------------------------------------------------------------------
+
+StatusAnswer = Callable[[str], Awaitable[dict[str, Any] | None]]
+
+
+async def never_answer(session_id: str) -> dict[str, Any] | None:
+    await asyncio.Event().wait()  # silent: the router's probe must time out
+    return None
+
+
+@dataclass
+class ScriptedBackend:
+    """A WebSocket ACP backend whose ``session/status`` answers come from ``status``.
+
+    It advertises the status capability, answers ``initialize`` and
+    ``session/resume`` (``{}``), and records every request it gets.
+    """
+
+    backend_id: str
+    status: StatusAnswer
+    url: str = ""
+    received: list[dict[str, Any]] = field(default_factory=list)
+
+    async def _serve(self, ws: websockets.ServerConnection) -> None:
+        answers: set[asyncio.Task[None]] = set()
+        try:
+            async for frame in ws:
+                message = json.loads(frame)
+                self.received.append(message)
+                answer = asyncio.create_task(self._answer(ws, message))
+                answers.add(answer)
+                answer.add_done_callback(answers.discard)
+        finally:  # a silent backend never finishes answering: stop when the client goes
+            for answer in answers:
+                answer.cancel()
+            await asyncio.gather(*answers, return_exceptions=True)
+
+    async def _answer(self, ws: websockets.ServerConnection, message: dict[str, Any]) -> None:
+        method, params = message.get("method"), message.get("params") or {}
+        if method == "initialize":
+            result: dict[str, Any] | None = {
+                "protocolVersion": 1,
+                "agentCapabilities": {
+                    "loadSession": True,
+                    "sessionCapabilities": {"resume": {}, "status": {}, "list": {}},
+                },
+            }
+        elif method == "session/status":
+            result = await self.status(params["sessionId"])
+        elif method == "session/list":
+            result = {"sessions": []}
+        else:
+            result = {}
+        if result is not None and "id" in message:
+            reply = {"jsonrpc": "2.0", "id": message["id"], "result": result}
+            with contextlib.suppress(websockets.ConnectionClosed):
+                await ws.send(json.dumps(reply))
+
+
+@contextlib.asynccontextmanager
+async def start_scripted(backend_id: str, status: StatusAnswer) -> AsyncIterator[ScriptedBackend]:
+    backend = ScriptedBackend(backend_id, status)
+    async with websockets.serve(backend._serve, "127.0.0.1", 0) as server:
+        port = next(iter(server.sockets)).getsockname()[1]
+        backend.url = f"ws://127.0.0.1:{port}/acp"
+        yield backend

@@ -1,0 +1,372 @@
+"""The router end to end: real router on loopback, real reference-agent processes,
+a raw WebSocket client (the ``websockets`` library, not project code)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.fleet import (
+    backends_of,
+    never_answer,
+    start_fleet,
+    start_router,
+    start_scripted,
+)
+from tests.support import WAIT, AcpClient, JsonObject, start_agent
+
+CWD = "/work/project"
+
+
+def chunk_texts(messages: list[JsonObject], session_id: str) -> list[str]:
+    return [
+        m["params"]["update"]["content"]["text"]
+        for m in messages
+        if m.get("method") == "session/update"
+        and m["params"]["sessionId"] == session_id
+        and m["params"]["update"].get("sessionUpdate") == "agent_message_chunk"
+    ]
+
+
+def speaker(text: str) -> str:
+    """The agent id an echo chunk names: ``[agent-2] hello`` -> ``agent-2``."""
+    assert text.startswith("["), text
+    return text[1 : text.index("]")]
+
+
+async def answered_by(client: AcpClient, session_id: str, text: str = "hello") -> str:
+    """Prompt ``session_id`` and return the id of the agent that answered."""
+    client.drain_incoming()
+    response = await client.prompt(session_id, text)
+    assert response.get("result") == {"stopReason": "end_turn"}, response
+    texts = chunk_texts(client.drain_incoming(), session_id)
+    assert texts, "the prompt produced no chunk"
+    assert len({speaker(t) for t in texts}) == 1
+    return speaker(texts[0])
+
+
+async def resume(client: AcpClient, session_id: str) -> JsonObject:
+    return await client.request("session/resume", {"sessionId": session_id, "cwd": CWD})
+
+
+async def direct_statuses(agents_urls: dict[str, str], session_id: str) -> dict[str, str]:
+    """Ask every agent directly (not through the router) for the session's status."""
+    statuses: dict[str, str] = {}
+    for agent_id, url in agents_urls.items():
+        async with AcpClient.connect(url) as direct:
+            answer = await direct.status(session_id)
+            statuses[agent_id] = answer["result"]["status"] if "result" in answer else "unknown"
+    return statuses
+
+
+# -- routing to where the session is -----------------------------------------------------------
+
+
+async def test_resume_from_another_connection_lands_on_the_active_instance(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path, 3) as agents, start_router(backends_of(agents)) as router:
+        owners: dict[str, str] = {}
+        async with AcpClient.connect(router.url) as first:
+            await first.initialize()
+            # Keep creating until one session lives where the hash default would NOT put
+            # it: only the probe can find that one.
+            while len(owners) < 3 or all(
+                router.pool.ranking.rank(s)[0] == o for s, o in owners.items()
+            ):
+                assert len(owners) < 30
+                session_id = await first.new_session(CWD)
+                owners[session_id] = await answered_by(first, session_id)
+        assert len(set(owners.values())) == 3, "new sessions are spread over the pool"
+
+        async with AcpClient.connect(router.url) as second:
+            await second.initialize()
+            for session_id, owner in owners.items():
+                assert (await resume(second, session_id)).get("result") == {}
+                assert await answered_by(second, session_id, "again") == owner
+
+        urls = {a.agent_id: a.url for a in agents}
+        for session_id, owner in owners.items():
+            statuses = await direct_statuses(urls, session_id)
+            assert [a for a, s in statuses.items() if s == "active"] == [owner]
+        assert router.metric("acp_router_locate_total", outcome="active") == len(owners)
+
+
+async def test_burst_of_resumes_of_an_inactive_session_lands_on_one_instance(
+    tmp_path: Path,
+) -> None:
+    async with start_fleet(tmp_path, 3) as agents, start_router(backends_of(agents)) as router:
+        async with AcpClient.connect(router.url) as creator:
+            await creator.initialize()
+            session_id = await creator.new_session(CWD)
+            await answered_by(creator, session_id)
+            closed = await creator.request("session/close", {"sessionId": session_id})
+            assert closed.get("result") == {}
+        urls = {a.agent_id: a.url for a in agents}
+        assert set((await direct_statuses(urls, session_id)).values()) == {"inactive"}
+
+        async def resume_and_prompt() -> str:
+            async with AcpClient.connect(router.url) as client:
+                await client.initialize()
+                assert (await resume(client, session_id)).get("result") == {}
+                return await answered_by(client, session_id)
+
+        owners = await asyncio.gather(*(resume_and_prompt() for _ in range(12)))
+        assert len(set(owners)) == 1, owners
+        assert owners[0] == router.pool.order(session_id)[0], "the best-ranked knower"
+        statuses = await direct_statuses(urls, session_id)
+        assert [a for a, s in statuses.items() if s == "active"] == [owners[0]]
+
+
+async def test_unknown_session_ids_get_32002(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path, 2) as agents, start_router(backends_of(agents)) as router:
+        async with AcpClient.connect(router.url) as client:
+            await client.initialize()
+            status = await client.status("sess_nobody")
+            assert status["error"]["code"] == -32002
+            assert status["error"]["data"]["sessionId"] == "sess_nobody"
+
+            resumed = await resume(client, "sess_nobody")
+            assert resumed["error"]["code"] == -32002
+            assert resumed["error"]["data"]["sessionId"] == "sess_nobody"
+
+            prompt = await client.prompt("sess_nobody", "hi")
+            assert prompt["error"]["code"] == -32010
+            assert prompt["error"]["data"]["sessionId"] == "sess_nobody"
+        # the forwarded resume failed, the locate was retried once, and failed again
+        not_found = sum(
+            router.metric("acp_router_resume_total", backend=a.agent_id, result="not_found")
+            for a in agents
+        )
+        assert not_found == 2
+        assert router.metric("acp_router_locate_total", outcome="default") == 2
+
+
+async def test_several_sessions_on_several_backends_over_one_connection(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path, 3) as agents, start_router(backends_of(agents)) as router:
+        async with AcpClient.connect(router.url) as client:
+            await client.initialize()
+            sessions = [await client.new_session(CWD) for _ in range(3)]
+            responses = await asyncio.gather(*(client.prompt(s, f"to {s}") for s in sessions))
+            assert all(r.get("result") == {"stopReason": "end_turn"} for r in responses)
+            messages = client.drain_incoming()
+            speakers = {s: {speaker(t) for t in chunk_texts(messages, s)} for s in sessions}
+            assert all(len(names) == 1 for names in speakers.values()), speakers
+            assert {next(iter(n)) for n in speakers.values()} == {a.agent_id for a in agents}
+            for s in sessions:
+                assert chunk_texts(messages, s)[0].endswith(f"to {s}")
+            for agent in agents:
+                assert router.metric("acp_router_attached_sessions", backend=agent.agent_id) == 1
+
+
+async def test_agent_requests_with_the_same_id_from_two_backends(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path, 2) as agents, start_router(backends_of(agents)) as router:
+        async with AcpClient.connect(router.url) as client:
+            await client.initialize()
+            first, second = await client.new_session(CWD), await client.new_session(CWD)
+            turns = [
+                asyncio.create_task(client.prompt(s, "/permission please")) for s in (first, second)
+            ]
+            asks: dict[str, JsonObject] = {}
+            async with asyncio.timeout(WAIT):
+                while len(asks) < 2:
+                    message = await client.next_incoming()
+                    if message.get("method") == "session/request_permission":
+                        asks[message["params"]["sessionId"]] = message
+            assert asks[first]["id"] != asks[second]["id"]
+            await client.respond(
+                asks[first]["id"], {"outcome": {"outcome": "selected", "optionId": "allow"}}
+            )
+            await client.respond(
+                asks[second]["id"], {"outcome": {"outcome": "selected", "optionId": "reject"}}
+            )
+            results = await asyncio.gather(*turns)
+            assert all(r.get("result") == {"stopReason": "end_turn"} for r in results)
+            messages = client.drain_incoming()
+            assert chunk_texts(messages, first)[-1].endswith("permission: allow")
+            assert chunk_texts(messages, second)[-1].endswith("permission: reject")
+            assert {speaker(chunk_texts(messages, s)[-1]) for s in (first, second)} == {
+                "agent-1",
+                "agent-2",
+            }
+
+
+# -- failures --------------------------------------------------------------------------------------
+
+
+async def test_a_dead_instance_fails_its_requests_at_once_and_leaves_the_pool(
+    tmp_path: Path,
+) -> None:
+    async with start_fleet(tmp_path, 2) as agents, start_router(backends_of(agents)) as router:
+        async with AcpClient.connect(router.url) as client:
+            await client.initialize()
+            session_id = await client.new_session(CWD)
+            assert await answered_by(client, session_id) == "agent-1"
+            slow = asyncio.create_task(client.prompt(session_id, "/slow 60"))
+            await client.next_incoming()  # the slow turn is streaming
+            agents[0].cli.process.kill()  # dies mid-turn, answering nothing
+            failed = await slow
+            assert failed["error"]["code"] == -32013
+            assert failed["error"]["data"]["retryable"] is True
+            await router.wait_backends(1)
+            assert router.metric("acp_router_backend_up", backend="agent-1") == 0
+
+            # the store is shared: the session resumes on the survivor
+            assert (await resume(client, session_id)).get("result") == {}
+            assert await answered_by(client, session_id) == "agent-2"
+            fresh = await client.new_session(CWD)
+            assert await answered_by(client, fresh) == "agent-2"
+
+
+async def test_a_silent_instance_makes_the_locate_fail_closed(tmp_path: Path) -> None:
+    async with (
+        start_agent(tmp_path, "agent-1") as agent,
+        start_scripted("silent", never_answer) as silent,
+    ):
+        async with AcpClient.connect(agent.url) as direct:
+            await direct.initialize()
+            parked = await direct.new_session(CWD)
+            kept = await direct.new_session(CWD)
+            assert (await direct.request("session/close", {"sessionId": parked})).get(
+                "result"
+            ) == {}
+        backends = [("agent-1", agent.url), ("silent", silent.url)]
+        async with start_router(backends, probe={"timeout_ms": 200}) as router:
+            async with AcpClient.connect(router.url) as client:
+                await client.initialize()
+                refused = await resume(client, parked)
+                assert refused["error"]["code"] == -32012
+                assert refused["error"]["data"]["retryable"] is True
+                assert refused["error"]["data"]["backends"] == ["silent"]
+                # an active answer wins even while another backend is silent
+                assert (await resume(client, kept)).get("result") == {}
+                assert await answered_by(client, kept) == "agent-1"
+            assert router.metric("acp_router_locate_total", outcome="unknown_failed") == 1
+            assert router.metric("acp_router_probes_total", backend="silent", result="unknown") == 2
+        async with start_router(
+            backends, probe={"timeout_ms": 200}, router={"unknown_policy": "place_anyway"}
+        ) as router:
+            async with AcpClient.connect(router.url) as client:
+                await client.initialize()
+                assert (await resume(client, parked)).get("result") == {}
+                assert await answered_by(client, parked) == "agent-1"
+
+
+async def test_two_active_backends_count_as_split_brain(tmp_path: Path) -> None:
+    async def always_active(session_id: str) -> dict[str, Any]:
+        return {"status": "active"}
+
+    async with (
+        start_agent(tmp_path, "agent-1") as agent,
+        start_scripted("twin", always_active) as twin,
+    ):
+        async with AcpClient.connect(agent.url) as direct:
+            await direct.initialize()
+            session_id = await direct.new_session(CWD)
+            backends = [("agent-1", agent.url), ("twin", twin.url)]
+            async with start_router(backends) as router:
+                async with AcpClient.connect(router.url) as client:
+                    await client.initialize()
+                    assert (await resume(client, session_id)).get("result") == {}
+                expected = router.pool.order(session_id)[0]
+                resumed_on_twin = any(m.get("method") == "session/resume" for m in twin.received)
+                assert resumed_on_twin == (expected == "twin")
+                assert router.metric("acp_router_split_brain_detected_total") == 1
+
+
+async def test_bad_frames_get_clear_errors(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path, 1) as agents, start_router(backends_of(agents)) as router:
+        async with AcpClient.connect(router.url) as client:
+            early = await client.request("session/new", {"cwd": CWD, "mcpServers": []})
+            assert early["error"]["code"] == -32600
+            parse_error = await client.send_raw("{not json", expect_id=None)
+            assert parse_error["error"]["code"] == -32700
+            batch = await client.send_raw("[]", expect_id=None)
+            assert batch["error"]["code"] == -32600
+            await client.initialize()
+            unknown = await client.request("_vendor/thing", {})
+            assert unknown["error"]["code"] == -32601
+            no_session = await client.request("session/prompt", {"prompt": []})
+            assert no_session["error"]["code"] == -32602
+            zero = await client.request("session/status", {"sessionId": "x"}, request_id=0)
+            assert zero["id"] == 0
+            assert zero["error"]["code"] == -32002
+            text_id = await client.request("session/status", {"sessionId": "x"}, request_id="abc")
+            assert text_id["id"] == "abc"
+
+
+async def test_list_merges_the_pool_behind_one_cursor(tmp_path: Path) -> None:
+    async with (
+        start_fleet(tmp_path, 2, "--page-size", "2") as agents,
+        start_router(backends_of(agents)) as router,
+    ):
+        async with AcpClient.connect(router.url) as client:
+            await client.initialize()
+            created = {await client.new_session(CWD) for _ in range(5)}
+            await client.new_session("/elsewhere")
+            seen: list[str] = []
+            cursor: str | None = None
+            for _ in range(10):
+                params: JsonObject = {"cwd": CWD}
+                if cursor is not None:
+                    params["cursor"] = cursor
+                page = (await client.request("session/list", params))["result"]
+                seen.extend(info["sessionId"] for info in page["sessions"])
+                cursor = page.get("nextCursor")
+                if cursor is None:
+                    break
+            assert set(seen) == created
+            bad = await client.request("session/list", {"cursor": "garbage!"})
+            assert bad["error"]["code"] == -32602
+
+
+async def test_operator_endpoints(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path, 1) as agents, start_router(backends_of(agents)) as router:
+        async with AcpClient.connect(router.url) as client:
+            await client.initialize()
+            session_id = await client.new_session(CWD)
+            await answered_by(client, session_id)
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{router.base}/metrics") as response:
+                assert response.status == 200
+                body = await response.text()
+            async with http.get(f"{router.base}/healthz") as response:
+                assert response.status == 200
+            async with http.get(f"{router.base}/readyz") as response:
+                assert response.status == 200
+        for name in (
+            "acp_router_connections_total",
+            "acp_router_active_connections",
+            "acp_router_locate_total",
+            "acp_router_probes_total",
+            "acp_router_resume_total",
+            "acp_router_backend_up",
+            "acp_router_messages_total",
+            "acp_router_message_bytes_total",
+            "acp_router_split_brain_detected_total",
+        ):
+            assert name in body, name
+        assert 'acp_router_messages_total{direction="client_to_backend"}' in body
+        assert 'acp_router_backend_up{backend="agent-1"} 1.0' in body
+
+    async with start_router([("gone", "ws://127.0.0.1:9/acp")], wait_for=0) as router:
+        async with aiohttp.ClientSession() as http, http.get(f"{router.base}/readyz") as response:
+            assert response.status == 503
+
+
+@pytest.mark.parametrize("protocol_version", [1, 2, 0])
+async def test_initialize_is_answered_by_the_router(tmp_path: Path, protocol_version: int) -> None:
+    async with start_fleet(tmp_path, 1) as agents, start_router(backends_of(agents)) as router:
+        async with AcpClient.connect(router.url) as client:
+            answer = await client.request("initialize", {"protocolVersion": protocol_version})
+            result = answer["result"]
+            assert result["protocolVersion"] == 1
+            caps = result["agentCapabilities"]
+            assert caps["loadSession"] is True
+            assert {"status", "list", "resume", "close"} <= set(caps["sessionCapabilities"])
+            session_id = await client.new_session(CWD)
+            assert await answered_by(client, session_id) == "agent-1"
+            json.dumps(result)  # plain JSON
