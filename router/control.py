@@ -22,6 +22,7 @@ import aiohttp
 from router import __version__, acp
 from router.config import BackendSection, ControlSection
 from router.errors import BackendLinkLost, InvalidRequest, MethodNotFound, ProtocolError
+from router.frames import messages
 from router.jsonrpc import (
     Notification,
     Params,
@@ -29,7 +30,6 @@ from router.jsonrpc import (
     Response,
     encode_error,
     encode_request,
-    parse,
 )
 
 logger = logging.getLogger(__name__)
@@ -115,14 +115,7 @@ class ControlLink:
                 self._ws = None
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        async for frame in ws:
-            if frame.type is not aiohttp.WSMsgType.TEXT:
-                continue
-            try:
-                message = parse(frame.data)
-            except ProtocolError:
-                logger.warning("backend %s sent an unparsable frame on the control link", self.id)
-                continue
+        async for message in messages(ws, self.id):
             if isinstance(message, Response):
                 future = (
                     self._pending.pop(message.id, None) if isinstance(message.id, int) else None

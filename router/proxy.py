@@ -206,7 +206,7 @@ class ClientConnection:
             await link.run(
                 self.routes.initialize,
                 self.routes.authenticate,
-                lambda text: self._backend_frame(link.backend, text),
+                lambda message: self._do(self.routes.receive_backend(link.backend, message)),
             )
         except BackendLinkLost as exc:
             reason = str((exc.data or {}).get("reason", exc.message))
@@ -217,11 +217,3 @@ class ClientConnection:
         for reply in self.routes.backend_lost(link.backend):
             self.metrics.client_errors.labels(str(BackendLinkLost.code)).inc()
             await self.outbox.put(reply.text)
-
-    async def _backend_frame(self, backend: str, text: str) -> None:
-        try:
-            message = parse(text)
-        except ProtocolError:
-            logger.warning("backend %s sent a frame that is not JSON-RPC; dropped", backend)
-            return
-        await self._do(self.routes.receive_backend(backend, message))

@@ -19,8 +19,9 @@ import aiohttp
 import orjson
 
 from router import acp
-from router.errors import BackendLinkLost, ProtocolError
-from router.jsonrpc import Request, Response, encode_request, parse
+from router.errors import BackendLinkLost
+from router.frames import messages
+from router.jsonrpc import Message, Request, Response, encode_request
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class UpstreamLink:
         self,
         initialize: Request,
         authenticate: Request | None,
-        on_frame: Callable[[str], Awaitable[None]],
+        on_message: Callable[[Message], Awaitable[None]],
     ) -> None:
         """Open the link, then pump frames both ways until either side closes.
 
@@ -97,9 +98,8 @@ class UpstreamLink:
                     await self._handshake(ws, initialize, authenticate)
                 writer = asyncio.create_task(self._outbox.drain(ws.send_str), name="link-writer")
                 try:
-                    async for frame in ws:
-                        if frame.type is aiohttp.WSMsgType.TEXT:
-                            await on_frame(frame.data)
+                    async for message in messages(ws, self.backend):
+                        await on_message(message)
                 finally:
                     writer.cancel()
                     await asyncio.gather(writer, return_exceptions=True)
@@ -120,13 +120,7 @@ class UpstreamLink:
             await self._expect_ok(ws, HANDSHAKE_AUTHENTICATE)
 
     async def _expect_ok(self, ws: aiohttp.ClientWebSocketResponse, request_id: str) -> None:
-        async for frame in ws:
-            if frame.type is not aiohttp.WSMsgType.TEXT:
-                continue
-            try:
-                message = parse(frame.data)
-            except ProtocolError:
-                continue
+        async for message in messages(ws, self.backend):
             if isinstance(message, Response) and message.id == request_id:
                 if message.error is not None:
                     raise BackendLinkLost(
