@@ -1,0 +1,417 @@
+"""router.jsonrpc: envelope classification, encoders, and splicing ids into original text."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from router.errors import InvalidRequest, ParseError, ProtocolError, SessionNotFound
+from router.jsonrpc import (
+    ErrorObject,
+    Notification,
+    Request,
+    Response,
+    encode_error,
+    encode_notification,
+    encode_protocol_error,
+    encode_request,
+    encode_result,
+    is_request_id,
+    parse,
+    replace_id,
+)
+
+# -- classification --------------------------------------------------------------------------------
+
+
+def test_request() -> None:
+    text = '{"jsonrpc":"2.0","id":7,"method":"session/prompt","params":{"sessionId":"s"}}'
+    message = parse(text)
+    assert message == Request(7, "session/prompt", {"sessionId": "s"}, text)
+    assert isinstance(message, Request)
+    assert message.param("sessionId") == "s"
+    assert message.param("missing") is None
+
+
+def test_id_zero_is_a_valid_id() -> None:
+    request = parse('{"jsonrpc":"2.0","id":0,"method":"m"}')
+    assert isinstance(request, Request)
+    assert request.id == 0
+    response = parse('{"jsonrpc":"2.0","id":0,"result":null}')
+    assert isinstance(response, Response)
+    assert response.id == 0
+    assert response.ok
+
+
+@pytest.mark.parametrize("raw_id", ['"abc"', '"0"', '""', '"7"'])
+def test_string_ids_are_kept_as_strings(raw_id: str) -> None:
+    request = parse(f'{{"jsonrpc":"2.0","id":{raw_id},"method":"m"}}')
+    assert isinstance(request, Request)
+    assert request.id == json.loads(raw_id)
+    assert isinstance(request.id, str)
+
+
+@pytest.mark.parametrize("raw_id", ["true", "false", "1.5", "1.0", "null", "[1]", '{"a":1}'])
+def test_request_ids_other_than_int_or_string_are_rejected(raw_id: str) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        parse(f'{{"jsonrpc":"2.0","id":{raw_id},"method":"m"}}')
+    assert caught.value.code == -32600
+    assert caught.value.request_id is None
+
+
+def test_notification_has_no_id() -> None:
+    text = '{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s"}}'
+    assert parse(text) == Notification("session/cancel", {"sessionId": "s"}, text)
+
+
+def test_list_params_are_kept_but_have_no_named_params() -> None:
+    message = parse('{"jsonrpc":"2.0","method":"m","params":[1,2]}')
+    assert isinstance(message, Notification)
+    assert message.params == [1, 2]
+    assert message.param("sessionId") is None
+
+
+def test_result_response() -> None:
+    text = '{"jsonrpc":"2.0","id":"x","result":{"sessionId":"s"}}'
+    response = parse(text)
+    assert response == Response("x", {"sessionId": "s"}, None, text)
+    assert isinstance(response, Response)
+    assert response.ok
+
+
+def test_null_result_is_still_a_result() -> None:
+    response = parse('{"jsonrpc":"2.0","id":1,"result":null}')
+    assert isinstance(response, Response)
+    assert response.ok
+    assert response.result is None
+
+
+def test_error_response() -> None:
+    text = (
+        '{"jsonrpc":"2.0","id":3,"error":{"code":-32002,"message":"nf","data":{"sessionId":"s"}}}'
+    )
+    response = parse(text)
+    assert isinstance(response, Response)
+    assert not response.ok
+    assert response.error == ErrorObject(-32002, "nf", {"sessionId": "s"})
+    assert response.id == 3
+
+
+def test_error_response_with_null_id() -> None:
+    response = parse('{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}')
+    assert isinstance(response, Response)
+    assert response.id is None
+    assert response.error == ErrorObject(-32700, "Parse error", None)
+
+
+@pytest.mark.parametrize("text", ["[]", '[{"jsonrpc":"2.0","id":1,"method":"m"}]'])
+def test_batches_are_invalid_requests(text: str) -> None:
+    with pytest.raises(InvalidRequest):
+        parse(text)
+
+
+@pytest.mark.parametrize("text", ["1", '"x"', "null", "true", "1.5"])
+def test_non_objects_are_invalid_requests(text: str) -> None:
+    with pytest.raises(InvalidRequest):
+        parse(text)
+
+
+@pytest.mark.parametrize(
+    ("version", "raw_id", "expected_id"),
+    [
+        ('"1.0"', "7", 7),
+        ("2.0", '"a"', "a"),
+        (None, "0", 0),
+        ('"2.0 "', "true", None),
+        ('"2"', "null", None),
+    ],
+)
+def test_bad_jsonrpc_version_is_an_invalid_request_naming_the_id(
+    version: str | None, raw_id: str, expected_id: int | str | None
+) -> None:
+    member = "" if version is None else f'"jsonrpc":{version},'
+    with pytest.raises(InvalidRequest) as caught:
+        parse(f'{{{member}"id":{raw_id},"method":"m"}}')
+    assert caught.value.request_id == expected_id
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"jsonrpc":"2.0","id":5,"method":7}',
+        '{"jsonrpc":"2.0","id":5,"method":"m","params":"x"}',
+        '{"jsonrpc":"2.0","id":5,"method":"m","params":3}',
+        '{"jsonrpc":"2.0","id":5,"result":1,"error":{"code":1,"message":"m"}}',
+        '{"jsonrpc":"2.0","id":5}',
+    ],
+)
+def test_malformed_calls_and_responses_name_their_id(text: str) -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        parse(text)
+    assert caught.value.request_id == 5
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"jsonrpc":"2.0","result":1}',
+        '{"jsonrpc":"2.0","id":true,"result":1}',
+        '{"jsonrpc":"2.0","id":1,"error":"boom"}',
+        '{"jsonrpc":"2.0","id":1,"error":{"code":"x","message":"m"}}',
+        '{"jsonrpc":"2.0","id":1,"error":{"code":true,"message":"m"}}',
+        '{"jsonrpc":"2.0","id":1,"error":{"code":1.5,"message":"m"}}',
+        '{"jsonrpc":"2.0","id":1,"error":{"code":1}}',
+        '{"jsonrpc":"2.0"}',
+    ],
+)
+def test_malformed_responses_are_invalid(text: str) -> None:
+    with pytest.raises(InvalidRequest):
+        parse(text)
+
+
+@pytest.mark.parametrize(
+    "frame",
+    ["", "{", '{"jsonrpc":"2.0",}', "{'a': 1}", "NaN", '{"a":1e999}', "[" * 2000, b"\xff{}"],
+)
+def test_malformed_json_is_a_parse_error(frame: str | bytes) -> None:
+    with pytest.raises(ParseError) as caught:
+        parse(frame)
+    assert caught.value.code == -32700
+    assert caught.value.request_id is None
+
+
+def test_bytes_frames_parse_like_text() -> None:
+    text = '{"jsonrpc":"2.0","id":1,"method":"m","params":{"x":"é"}}'
+    assert parse(text.encode()) == parse(text)
+
+
+def test_integers_beyond_64_bits_are_not_ids() -> None:
+    # orjson reads them as floats, and a float is not an id: never echoed back unencodable.
+    with pytest.raises(InvalidRequest):
+        parse('{"jsonrpc":"2.0","id":18446744073709551616,"method":"m"}')
+
+
+def test_is_request_id() -> None:
+    assert is_request_id(0)
+    assert is_request_id("")
+    assert not is_request_id(True)
+    assert not is_request_id(None)
+    assert not is_request_id(1.0)
+
+
+# -- encoders --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("request_id", [0, 1, -5, "", "x\"y'\\"])
+def test_encode_request_round_trips(request_id: int | str) -> None:
+    text = encode_request(request_id, "session/new", {"cwd": "/", "mcpServers": []})
+    assert parse(text) == Request(request_id, "session/new", {"cwd": "/", "mcpServers": []}, text)
+    bare = encode_request(request_id, "m")
+    assert "params" not in orjson.loads(bare)
+    assert parse(bare) == Request(request_id, "m", None, bare)
+
+
+def test_encode_notification_round_trips() -> None:
+    text = encode_notification("session/update", {"sessionId": "s", "update": {}})
+    assert parse(text) == Notification("session/update", {"sessionId": "s", "update": {}}, text)
+    bare = encode_notification("m")
+    assert parse(bare) == Notification("m", None, bare)
+
+
+@pytest.mark.parametrize("result", [None, 0, {}, {"status": "active"}, [1, "x"]])
+def test_encode_result_round_trips(result: Any) -> None:
+    text = encode_result(0, result)
+    assert parse(text) == Response(0, result, None, text)
+
+
+def test_encode_error_round_trips() -> None:
+    text = encode_error("r", SessionNotFound("s1"))
+    assert parse(text) == Response(
+        "r", None, ErrorObject(-32002, "Resource not found", {"sessionId": "s1"}), text
+    )
+
+
+def test_encode_protocol_error_has_null_id_for_parse_errors() -> None:
+    with pytest.raises(ParseError) as caught:
+        parse("{nope")
+    reply = orjson.loads(encode_protocol_error(caught.value))
+    assert reply["id"] is None
+    assert reply["error"]["code"] == -32700
+
+
+def test_encode_protocol_error_names_a_readable_id() -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        parse('{"jsonrpc":"1.0","id":0,"method":"m"}')
+    reply = orjson.loads(encode_protocol_error(caught.value))
+    assert reply["id"] == 0
+    assert reply["error"]["code"] == -32600
+
+
+# -- replace_id ------------------------------------------------------------------------------------
+
+
+def test_replace_id_touches_only_the_top_level_id() -> None:
+    text = '{ "params" : {"id": 1, "s": "\\"id\\": 1"},\n "id" : 1 , "method":"m", "x":[{"id":1}]}'
+    assert replace_id(text, 42) == text.replace('"id" : 1 ,', '"id" : 42 ,')
+
+
+def test_replace_id_with_an_escaped_key() -> None:
+    text = '{"jsonrpc":"2.0","\\u0069d":"a","method":"m"}'
+    replaced = replace_id(text, 0)
+    assert replaced == '{"jsonrpc":"2.0","\\u0069d":0,"method":"m"}'
+    assert parse(replaced) == Request(0, "m", None, replaced)
+
+
+def test_replace_id_replaces_every_duplicate() -> None:
+    text = '{"id":1,"jsonrpc":"2.0","id":2,"result":null}'
+    assert replace_id(text, "z") == '{"id":"z","jsonrpc":"2.0","id":"z","result":null}'
+
+
+def test_replace_id_with_an_id_last_and_no_spaces() -> None:
+    text = '{"jsonrpc":"2.0","result":{"a":[1,{"b":"}"}]},"id":"q\\"}"}'
+    assert replace_id(text, 3) == '{"jsonrpc":"2.0","result":{"a":[1,{"b":"}"}]},"id":3}'
+
+
+# -- properties ------------------------------------------------------------------------------------
+
+_TRICKY = st.sampled_from(
+    [
+        "id",
+        '"id"',
+        '"id": 1',
+        '\\"id\\": 2',
+        "\\",
+        '"',
+        "}",
+        "{",
+        "[",
+        "]",
+        ",",
+        ':"id":',
+        "é\u2028",
+    ]
+)
+_TEXT = _TRICKY | st.text(max_size=8)
+_KEYS = st.sampled_from(["id", "ID", 'i"d', "_meta", "idx", "jsonrpc", "result"]) | st.text(
+    max_size=4
+)
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _TEXT
+)
+_JSON: st.SearchStrategy[Any] = st.recursive(
+    _SCALARS,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(_KEYS, children, max_size=4),
+    max_leaves=6,
+)
+_IDS: st.SearchStrategy[int | str] = st.integers(min_value=-(2**63), max_value=2**63 - 1) | _TEXT
+_ENVELOPE_KEYS = ("jsonrpc", "id", "method", "params", "result", "error")
+
+
+@st.composite
+def _message(draw: st.DrawFn) -> dict[str, Any]:
+    """A valid JSON-RPC message that has an id, with extra members and nested "id"s."""
+    kind = draw(st.sampled_from(["request", "result", "error"]))
+    obj: dict[str, Any] = {"jsonrpc": "2.0", "id": draw(_IDS)}
+    if kind == "request":
+        obj["method"] = draw(_TEXT)
+        params = draw(
+            st.none() | st.lists(_JSON, max_size=2) | st.dictionaries(_KEYS, _JSON, max_size=3)
+        )
+        if params is not None:
+            obj["params"] = params
+    elif kind == "result":
+        obj["result"] = draw(_JSON)
+    else:
+        error: dict[str, Any] = {"code": draw(st.integers(-40000, 40000)), "message": draw(_TEXT)}
+        if draw(st.booleans()):
+            error["data"] = draw(_JSON)
+        obj["error"] = error
+    extra = draw(
+        st.dictionaries(_KEYS.filter(lambda k: k not in _ENVELOPE_KEYS), _JSON, max_size=2)
+    )
+    return obj | extra
+
+
+@st.composite
+def _formatted(draw: st.DrawFn, obj: dict[str, Any]) -> tuple[str, bool]:
+    """``obj`` as JSON text in a random layout, and whether non-ASCII was escaped."""
+    keys = draw(st.permutations(list(obj)))
+    ensure_ascii = draw(st.booleans())
+    text = json.dumps(
+        {key: obj[key] for key in keys},
+        indent=draw(st.sampled_from([None, 0, 2, "\t"])),
+        separators=draw(st.sampled_from([None, (",", ":"), (", ", ": "), (" ,\n ", " :\t")])),
+        ensure_ascii=ensure_ascii,
+    )
+    padding = st.sampled_from(["", " ", "\n", "\t\r\n "])
+    return draw(padding) + text + draw(padding), ensure_ascii
+
+
+_ENVELOPE_VALUES = st.dictionaries(
+    st.sampled_from(_ENVELOPE_KEYS), _SCALARS | st.just("2.0") | _JSON, max_size=5
+)
+_ANY_JSON: st.SearchStrategy[Any] = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+def _check_total(frame: str | bytes) -> None:
+    try:
+        message = parse(frame)
+    except ProtocolError:
+        return
+    assert isinstance(message, Request | Notification | Response)
+    assert message.text == (frame if isinstance(frame, str) else frame.decode())
+    if isinstance(message, Request):
+        assert is_request_id(message.id)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text() | st.text(st.characters(min_codepoint=0xD7F0, max_codepoint=0xE010)))
+def test_parse_is_total_on_any_text(text: str) -> None:
+    _check_total(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary())
+def test_parse_is_total_on_any_bytes(frame: bytes) -> None:
+    _check_total(frame)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ANY_JSON | _ENVELOPE_VALUES | _message(), st.booleans())
+def test_parse_is_total_on_json_ish_text(value: Any, ascii_only: bool) -> None:
+    _check_total(json.dumps(value, ensure_ascii=ascii_only))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), _message(), _IDS)
+def test_replace_id_changes_exactly_the_id(
+    data: st.DataObject, obj: dict[str, Any], new_id: int | str
+) -> None:
+    text, ensure_ascii = data.draw(_formatted(obj))
+    before = parse(text)
+    after = parse(replace_id(text, new_id))
+    assert type(after) is type(before)
+    assert after.id == new_id  # type: ignore[union-attr]
+    assert orjson.loads(after.text) == obj | {"id": new_id}
+
+    # Byte for byte, the only change is the id's own text.
+    old_value = json.dumps(obj["id"], ensure_ascii=ensure_ascii)
+    new_value = orjson.dumps(new_id).decode()
+    starts = [i for i in range(len(text)) if text.startswith(old_value, i)]
+    assert any(after.text == text[:i] + new_value + text[i + len(old_value) :] for i in starts), (
+        "replace_id changed text outside the id"
+    )
