@@ -1,0 +1,267 @@
+"""router.locate: choosing a backend from probe answers, the pool's status, the hint cache."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from router.acp import ProbeResult, classify_status
+from router.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
+from router.jsonrpc import ErrorObject, Response
+from router.locate import Located, LocationCache, Outcome, UnknownPolicy, decide, pool_status
+
+ACTIVE = ProbeResult.ACTIVE
+INACTIVE = ProbeResult.INACTIVE
+NOT_FOUND = ProbeResult.NOT_FOUND
+UNKNOWN = ProbeResult.UNKNOWN
+
+ORDER = ("a", "b", "c")
+
+
+def _decide(
+    answers: Mapping[str, ProbeResult],
+    policy: UnknownPolicy = UnknownPolicy.FAIL_CLOSED,
+    order: tuple[str, ...] = ORDER,
+) -> Located:
+    return decide(order, answers, policy, session_id="s1")
+
+
+# -- decide ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ORDER)
+def test_one_active_wins(where: str) -> None:
+    answers = dict.fromkeys(ORDER, NOT_FOUND) | {where: ACTIVE}
+    assert _decide(answers) == Located(where, Outcome.ACTIVE)
+
+
+def test_one_active_wins_over_inactive_and_unknown() -> None:
+    answers = {"a": UNKNOWN, "b": INACTIVE, "c": ACTIVE}
+    assert _decide(answers) == Located("c", Outcome.ACTIVE)
+
+
+def test_several_active_pick_the_best_ranked_and_report_split_brain() -> None:
+    answers = {"a": NOT_FOUND, "b": ACTIVE, "c": ACTIVE}
+    assert _decide(answers) == Located("b", Outcome.ACTIVE, ("b", "c"))
+    everywhere = dict.fromkeys(ORDER, ACTIVE)
+    assert _decide(everywhere) == Located("a", Outcome.ACTIVE, ORDER)
+
+
+def test_split_brain_follows_the_ranking_not_the_answer_order() -> None:
+    answers = {"c": ACTIVE, "a": ACTIVE}
+    located = decide(("c", "b", "a"), answers, session_id="s1")
+    assert located == Located("c", Outcome.ACTIVE, ("c", "a"))
+
+
+@pytest.mark.parametrize(
+    "answers",
+    [
+        {"a": UNKNOWN, "b": NOT_FOUND, "c": NOT_FOUND},
+        {"a": NOT_FOUND, "b": INACTIVE, "c": UNKNOWN},
+        dict.fromkeys(ORDER, UNKNOWN),
+    ],
+)
+def test_unknown_without_active_fails_closed(answers: dict[str, ProbeResult]) -> None:
+    with pytest.raises(LocateInconclusive) as caught:
+        _decide(answers)
+    error = caught.value.to_error()
+    assert error["code"] == -32012
+    assert error["data"]["sessionId"] == "s1"
+    assert error["data"]["retryable"] is True
+    assert error["data"]["backends"] == [b for b in ORDER if answers[b] is UNKNOWN]
+
+
+def test_unknown_under_place_anyway_goes_to_a_knower_first() -> None:
+    answers = {"a": UNKNOWN, "b": NOT_FOUND, "c": INACTIVE}
+    located = _decide(answers, UnknownPolicy.PLACE_ANYWAY)
+    assert located == Located("c", Outcome.INACTIVE)
+
+
+def test_unknown_under_place_anyway_falls_back_to_the_best_ranked() -> None:
+    answers = {"a": UNKNOWN, "b": NOT_FOUND, "c": NOT_FOUND}
+    assert _decide(answers, UnknownPolicy.PLACE_ANYWAY) == Located("a", Outcome.DEFAULT)
+
+
+def test_inactive_goes_to_the_best_ranked_knower() -> None:
+    answers = {"a": NOT_FOUND, "b": INACTIVE, "c": INACTIVE}
+    assert _decide(answers) == Located("b", Outcome.INACTIVE)
+    assert _decide({"c": INACTIVE}) == Located("c", Outcome.INACTIVE)
+
+
+def test_nothing_known_goes_to_the_first_in_order() -> None:
+    assert _decide(dict.fromkeys(ORDER, NOT_FOUND)) == Located("a", Outcome.DEFAULT)
+
+
+def test_backends_not_probed_count_as_not_knowing() -> None:
+    # a and c do not advertise session/status: never probed, never "unknown"
+    assert _decide({"b": NOT_FOUND}) == Located("a", Outcome.DEFAULT)
+    assert _decide({}) == Located("a", Outcome.DEFAULT)
+    assert _decide({"c": INACTIVE}) == Located("c", Outcome.INACTIVE)
+
+
+def test_answers_from_backends_outside_the_order_are_ignored() -> None:
+    # a backend that went down after answering is not in the order any more
+    answers = {"gone": ACTIVE, "other": UNKNOWN, "a": NOT_FOUND}
+    assert _decide(answers) == Located("a", Outcome.DEFAULT)
+
+
+def test_empty_order_is_no_backend_available() -> None:
+    with pytest.raises(NoBackendAvailable) as caught:
+        _decide({"a": ACTIVE}, order=())
+    error = caught.value.to_error()
+    assert error["code"] == -32011
+    assert error["data"] == {"sessionId": "s1", "retryable": True}
+
+
+# -- pool_status -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("answers", "expected"),
+    [
+        ({"a": ACTIVE}, "active"),
+        ({"a": NOT_FOUND, "b": ACTIVE, "c": UNKNOWN}, "active"),
+        ({"a": INACTIVE, "b": ACTIVE}, "active"),
+        ({"a": INACTIVE, "b": NOT_FOUND}, "inactive"),
+        ({"a": UNKNOWN, "b": INACTIVE}, "inactive"),
+    ],
+)
+def test_pool_status(answers: dict[str, ProbeResult], expected: str) -> None:
+    assert pool_status(answers, session_id="s1") == expected
+
+
+def test_pool_status_unknown_everywhere_is_not_found() -> None:
+    with pytest.raises(SessionNotFound) as caught:
+        pool_status({"a": NOT_FOUND, "b": NOT_FOUND}, session_id="s1")
+    assert caught.value.to_error() == {
+        "code": -32002,
+        "message": "Resource not found",
+        "data": {"sessionId": "s1"},
+    }
+
+
+def test_pool_status_with_a_silent_backend_is_retryable() -> None:
+    with pytest.raises(LocateInconclusive) as caught:
+        pool_status({"b": UNKNOWN, "a": NOT_FOUND, "c": UNKNOWN}, session_id="s1")
+    data = caught.value.to_error()["data"]
+    assert data == {"sessionId": "s1", "backends": ["b", "c"], "retryable": True}
+
+
+# -- reading session/status answers (router.acp) ---------------------------------------------------
+
+
+def _result(result: Any) -> Response:
+    return Response(1, result, None, "")
+
+
+def _error(code: int, data: Any = None) -> Response:
+    return Response(1, None, ErrorObject(code, "x", data), "")
+
+
+@pytest.mark.parametrize(
+    ("response", "expected"),
+    [
+        (_result({"status": "active"}), ACTIVE),
+        (_result({"status": "inactive"}), INACTIVE),
+        (_result({"status": "sleeping"}), INACTIVE),  # unrecognised: inactive (RFD)
+        (_result({"status": "Active"}), INACTIVE),
+        (_result({"status": None}), UNKNOWN),
+        (_result({}), UNKNOWN),
+        (_result(None), UNKNOWN),
+        (_error(-32002, {"sessionId": "s1"}), NOT_FOUND),
+        (_error(-32002, {"uri": "s1"}), NOT_FOUND),
+        (_error(-32002), NOT_FOUND),
+        (_error(-32002, {"other": 1}), NOT_FOUND),
+        (_error(-32002, {"sessionId": "s2"}), UNKNOWN),
+        (_error(-32601), UNKNOWN),
+        (_error(-32603, {"sessionId": "s1"}), UNKNOWN),
+    ],
+)
+def test_classify_status(response: Response, expected: ProbeResult) -> None:
+    assert classify_status(response, "s1") is expected
+
+
+# -- LocationCache ---------------------------------------------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_cache_remembers_until_the_ttl() -> None:
+    clock = FakeClock()
+    cache = LocationCache(maxsize=10, ttl=30.0, clock=clock)
+    cache.put("s1", "a")
+    assert cache.get("s1") == "a"
+    clock.now += 29.9
+    assert cache.get("s1") == "a"
+    clock.now += 0.1
+    assert cache.get("s1") is None
+    assert len(cache) == 0
+
+
+def test_cache_put_refreshes_the_ttl_and_the_backend() -> None:
+    clock = FakeClock()
+    cache = LocationCache(maxsize=10, ttl=30.0, clock=clock)
+    cache.put("s1", "a")
+    clock.now += 20
+    cache.put("s1", "b")
+    clock.now += 20
+    assert cache.get("s1") == "b"
+
+
+def test_cache_is_bounded() -> None:
+    cache = LocationCache(maxsize=3, ttl=30.0, clock=FakeClock())
+    for n in range(10):
+        cache.put(f"s{n}", "a")
+        assert len(cache) <= 3
+    assert len(cache) == 3
+    assert [cache.get(f"s{n}") for n in range(10)] == [None] * 7 + ["a"] * 3
+
+
+def test_cache_evicts_the_least_recently_used() -> None:
+    cache = LocationCache(maxsize=2, ttl=30.0, clock=FakeClock())
+    cache.put("s1", "a")
+    cache.put("s2", "b")
+    assert cache.get("s1") == "a"
+    cache.put("s3", "c")
+    assert cache.get("s1") == "a"
+    assert cache.get("s2") is None
+
+
+def test_cache_invalidate() -> None:
+    cache = LocationCache(maxsize=10, ttl=30.0, clock=FakeClock())
+    cache.put("s1", "a")
+    cache.put("s2", "a")
+    cache.invalidate("s1")
+    cache.invalidate("never-there")
+    assert cache.get("s1") is None
+    assert cache.get("s2") == "a"
+
+
+def test_cache_forget_backend() -> None:
+    cache = LocationCache(maxsize=10, ttl=30.0, clock=FakeClock())
+    for n in range(6):
+        cache.put(f"s{n}", "ab"[n % 2])
+    cache.forget_backend("a")
+    assert [cache.get(f"s{n}") for n in range(6)] == [None, "b"] * 3
+    cache.forget_backend("nobody")
+    assert len(cache) == 3
+
+
+@pytest.mark.parametrize("elapsed", [29.0, 30.0, 31.0])
+def test_cache_forget_backend_around_expiry(elapsed: float) -> None:
+    clock = FakeClock()
+    cache = LocationCache(maxsize=10, ttl=30.0, clock=clock)
+    cache.put("s1", "a")
+    cache.put("s2", "b")
+    clock.now += elapsed
+    cache.forget_backend("a")
+    assert cache.get("s1") is None
+    assert cache.get("s2") == ("b" if elapsed < 30 else None)
