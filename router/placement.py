@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 _M64 = (1 << 64) - 1
+#: the largest float below 1: (x + 0.5) / 2**64 rounds up to 1.0 for the top ~1000 hashes
+_BELOW_ONE = math.nextafter(1.0, 0.0)
 
 
 def _hash64(text: str) -> int:
@@ -37,7 +39,7 @@ def _mix(x: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """A backend as placement sees it: a stable id and a weight > 0."""
+    """A backend as placement sees it: a stable id and a finite weight > 0."""
 
     id: str
     weight: float = 1.0
@@ -54,8 +56,8 @@ class Ranking:
         self._nodes = tuple(nodes)
         if len({node.id for node in self._nodes}) != len(self._nodes):
             raise ValueError("node ids must be unique")
-        if any(not node.weight > 0 for node in self._nodes):
-            raise ValueError("node weights must be positive")
+        if any(not 0 < node.weight < math.inf for node in self._nodes):
+            raise ValueError("node weights must be positive and finite")
         self._seeds = tuple((node.id, node.seed, node.weight) for node in self._nodes)
 
     @property
@@ -76,5 +78,5 @@ class Ranking:
 
 def _score(key_hash: int, seed: int, weight: float) -> float:
     # Weighted HRW, log form (Schindelhauer & Schomaker): -w / ln(U), U in (0, 1).
-    u = (_mix(key_hash ^ seed) + 0.5) / 2.0**64
+    u = min((_mix(key_hash ^ seed) + 0.5) / 2.0**64, _BELOW_ONE)
     return -weight / math.log(u)

@@ -1,0 +1,182 @@
+"""router.placement: weighted rendezvous ranking."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import pytest
+
+from router import placement
+from router.placement import Node, Ranking
+
+KEYS = [f"sess-{n}" for n in range(4000)]
+WEIGHTS = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0}
+
+
+def _nodes(weights: dict[str, float]) -> list[Node]:
+    return [Node(node_id, weight) for node_id, weight in weights.items()]
+
+
+def _owners(ranking: Ranking, keys: list[str]) -> dict[str, str]:
+    return {key: ranking.rank(key)[0] for key in keys}
+
+
+def test_rank_lists_every_node_once() -> None:
+    ranking = Ranking(_nodes(WEIGHTS))
+    for key in KEYS[:50]:
+        assert sorted(ranking.rank(key)) == sorted(WEIGHTS)
+
+
+def test_ranking_is_the_same_across_instances_and_node_orders() -> None:
+    nodes = _nodes(WEIGHTS)
+    first = Ranking(nodes)
+    again = Ranking(nodes)
+    shuffled = Ranking(reversed(nodes))
+    rotated = Ranking(nodes[2:] + nodes[:2])
+    for key in KEYS[:500]:
+        expected = first.rank(key)
+        assert again.rank(key) == expected
+        assert shuffled.rank(key) == expected
+        assert rotated.rank(key) == expected
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("sess-0", ["b", "c", "d", "a"]),
+        ("sess-1", ["d", "c", "b", "a"]),
+        ("0198f0c2-7e1b-7c3e-9a51-3b1f2f0f4a1d", ["b", "d", "a", "c"]),
+    ],
+)
+def test_ranking_is_pinned_across_processes_and_releases(key: str, expected: list[str]) -> None:
+    # hash() is salted per process; replicas must agree, so the ranking is pinned here.
+    assert Ranking(_nodes(WEIGHTS)).rank(key) == expected
+    assert placement._hash64("sess-0") == 5385251522094302368
+
+
+def test_weights_are_respected() -> None:
+    ranking = Ranking(_nodes(WEIGHTS))
+    keys = [f"key-{n}" for n in range(20_000)]
+    counts = Counter(ranking.rank(key)[0] for key in keys)
+    total = sum(WEIGHTS.values())
+    for node_id, weight in WEIGHTS.items():
+        assert counts[node_id] / len(keys) == pytest.approx(weight / total, abs=0.02)
+
+
+def test_equal_weights_spread_evenly() -> None:
+    ranking = Ranking(Node(f"n{i}") for i in range(5))
+    counts = Counter(ranking.rank(key)[0] for key in KEYS)
+    for node_id in (f"n{i}" for i in range(5)):
+        assert counts[node_id] / len(KEYS) == pytest.approx(0.2, abs=0.03)
+
+
+def test_removing_a_node_moves_only_its_keys() -> None:
+    before = _owners(Ranking(_nodes(WEIGHTS)), KEYS)
+    after = _owners(Ranking(_nodes({k: w for k, w in WEIGHTS.items() if k != "c"})), KEYS)
+    moved = {key for key in KEYS if before[key] != after[key]}
+    assert moved == {key for key in KEYS if before[key] == "c"}
+    assert moved  # c owned something
+
+
+def test_adding_a_node_moves_keys_only_to_it() -> None:
+    before = _owners(Ranking(_nodes(WEIGHTS)), KEYS)
+    after = _owners(Ranking(_nodes(WEIGHTS | {"e": 2.0})), KEYS)
+    moved = [key for key in KEYS if before[key] != after[key]]
+    assert moved
+    assert all(after[key] == "e" for key in moved)
+    assert {key for key in KEYS if after[key] == "e"} == set(moved)
+
+
+@pytest.mark.parametrize("new_weight", [0.5, 8.0])
+def test_changing_one_weight_moves_keys_only_to_or_from_that_node(new_weight: float) -> None:
+    before = _owners(Ranking(_nodes(WEIGHTS)), KEYS)
+    after = _owners(Ranking(_nodes(WEIGHTS | {"b": new_weight})), KEYS)
+    moved = [key for key in KEYS if before[key] != after[key]]
+    assert moved
+    for key in moved:
+        assert "b" in (before[key], after[key])
+    if new_weight < WEIGHTS["b"]:
+        assert all(before[key] == "b" for key in moved)
+    else:
+        assert all(after[key] == "b" for key in moved)
+
+
+def test_the_order_of_the_others_does_not_depend_on_a_missing_node() -> None:
+    full = Ranking(_nodes(WEIGHTS))
+    without_a = Ranking(_nodes({k: w for k, w in WEIGHTS.items() if k != "a"}))
+    for key in KEYS[:300]:
+        assert [n for n in full.rank(key) if n != "a"] == without_a.rank(key)
+
+
+def test_pick_skips_ineligible_nodes() -> None:
+    ranking = Ranking(_nodes(WEIGHTS))
+    for key in KEYS[:300]:
+        order = ranking.rank(key)
+        assert ranking.pick(key, order) == order[0]
+        assert ranking.pick(key, order[1:]) == order[1]
+        assert ranking.pick(key, frozenset(order[2:])) == order[2]
+        assert ranking.pick(key, [order[3], order[1]]) == order[1]
+        assert ranking.pick(key, []) is None
+        assert ranking.pick(key, ["not-a-node"]) is None
+
+
+def test_empty_ranking() -> None:
+    ranking = Ranking([])
+    assert ranking.rank("s") == []
+    assert ranking.pick("s", ["a"]) is None
+
+
+def test_nodes_are_kept_in_the_given_order() -> None:
+    nodes = _nodes(WEIGHTS)
+    assert Ranking(nodes).nodes == tuple(nodes)
+
+
+def test_duplicate_ids_are_rejected() -> None:
+    with pytest.raises(ValueError, match="unique"):
+        Ranking([Node("a"), Node("b"), Node("a", 2.0)])
+
+
+@pytest.mark.parametrize("weight", [0.0, -1.0, math.nan, math.inf])
+def test_weights_must_be_positive_and_finite(weight: float) -> None:
+    with pytest.raises(ValueError, match="weight"):
+        Ranking([Node("a"), Node("b", weight)])
+
+
+def _unmix(value: int) -> int:
+    """The inverse of placement._mix (splitmix64's finaliser is a bijection)."""
+
+    def unshift(x: int, shift: int) -> int:
+        result = x
+        for _ in range(64 // shift + 1):
+            result = x ^ (result >> shift)
+        return result & placement._M64
+
+    modulus = 1 << 64
+    value = unshift(value, 31)
+    value = (value * pow(0x94D049BB133111EB, -1, modulus)) % modulus
+    value = unshift(value, 27)
+    value = (value * pow(0xBF58476D1CE4E5B9, -1, modulus)) % modulus
+    value = unshift(value, 31)
+    return (value * pow(0x9E3779B97F4A7C15, -1, modulus)) % modulus
+
+
+@pytest.mark.parametrize("mixed", [0, 1, 2**63, placement._M64 - 2000, placement._M64 - 5])
+def test_scores_are_finite_over_the_whole_hash_range(mixed: int) -> None:
+    # The top ~1000 hash values used to round U up to exactly 1.0: ln(1) = 0, and the
+    # score divided by zero (for those sessions, on every replica, forever).
+    seed = placement._hash64("node")
+    key_hash = _unmix(mixed) ^ seed
+    assert placement._mix(key_hash ^ seed) == mixed
+    score = placement._score(key_hash, seed, 1.0)
+    assert math.isfinite(score)
+    assert score > 0
+
+
+def test_scores_grow_with_the_mixed_hash() -> None:
+    seed = placement._hash64("node")
+    scores = [
+        placement._score(_unmix(mixed) ^ seed, seed, 1.0)
+        for mixed in (0, 2**32, 2**62, 2**63, placement._M64 - 2**20, placement._M64)
+    ]
+    assert scores == sorted(scores)
