@@ -66,7 +66,7 @@ class ListPage:
             result = results.get(backend)
             if not isinstance(result, dict):
                 continue
-            for info in result.get("sessions") or []:
+            for info in _list(result.get("sessions")):
                 session_id = info.get("sessionId") if isinstance(info, dict) else None
                 if isinstance(session_id, str) and session_id not in seen:
                     seen.add(session_id)
@@ -78,6 +78,10 @@ class ListPage:
         if following:
             merged["nextCursor"] = _encode_cursor(following)
         return merged
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _encode_cursor(pending: Mapping[str, str]) -> str:
@@ -112,7 +116,7 @@ def merge_capabilities(results: Sequence[Any]) -> dict[str, Any]:
     ``sessionCapabilities.status`` is always there (the router answers it from the
     pool), and so is ``list`` whenever any backend lists.
     """
-    agents = [r.get("agentCapabilities") or {} for r in results if isinstance(r, dict)]
+    agents = [_object(r.get("agentCapabilities")) for r in results if isinstance(r, dict)]
     auth_methods: list[Any] = next(
         (
             r["authMethods"]
@@ -127,7 +131,7 @@ def merge_capabilities(results: Sequence[Any]) -> dict[str, Any]:
         for name in _common(set(caps) for caps in session_sets)
         if all(isinstance(caps.get(name), dict) for caps in session_sets)
     }
-    if any("list" in caps for caps in session_sets):
+    if any(isinstance(caps.get("list"), dict) for caps in session_sets):
         session_caps["list"] = {}
     session_caps["status"] = {}
     capabilities: dict[str, Any] = {
@@ -144,13 +148,17 @@ def merge_capabilities(results: Sequence[Any]) -> dict[str, Any]:
     }
 
 
+def _object(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _common(sets: Iterable[set[str]]) -> set[str]:
     sets = list(sets)
     return set.intersection(*sets) if sets else set()
 
 
 def _common_flags(objects: Iterable[Any]) -> dict[str, bool]:
-    dicts = [o if isinstance(o, dict) else {} for o in objects]
+    dicts = [_object(o) for o in objects]
     names = _common(set(d) for d in dicts)
     return (
         {name: all(d.get(name) is True for d in dicts) for name in sorted(names)} if dicts else {}
