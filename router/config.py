@@ -2,7 +2,8 @@
 
 A bad file fails at start with one :class:`~router.errors.ConfigError` line that
 names the key (``backends.1.url: ...``). Unknown keys are errors too, so a typo
-never silently falls back to a default.
+never silently falls back to a default, and values are not coerced: TOML has types,
+so ``timeout_ms = "500"`` or ``weight = true`` is a mistake, not a number.
 """
 
 from __future__ import annotations
@@ -10,23 +11,31 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 from typing import Annotated, Literal
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from router.errors import ConfigError
 from router.locate import UnknownPolicy
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
 
 def _split_listen(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise ValueError(f"expected HOST:PORT, got {value!r}")
     return host.strip("[]"), int(port)
+
+
+def _has_valid_port(url: SplitResult) -> bool:
+    try:
+        _ = url.port  # ValueError unless absent or 0..65535
+    except ValueError:
+        return False
+    return True
 
 
 class RouterSection(_Section):
@@ -66,7 +75,7 @@ class BackendSection(_Section):
     @classmethod
     def _url(cls, value: str) -> str:
         parts = urlsplit(value)
-        if parts.scheme not in ("ws", "wss") or not parts.hostname:
+        if parts.scheme not in ("ws", "wss") or not parts.hostname or not _has_valid_port(parts):
             raise ValueError(f"expected a ws:// or wss:// URL, got {value!r}")
         return value
 
@@ -97,13 +106,14 @@ class Settings(_Section):
     control: ControlSection = ControlSection()
     cache: CacheSection = CacheSection()
 
-    @model_validator(mode="after")
-    def _unique_ids(self) -> Settings:
-        ids = [backend.id for backend in self.backends]
+    @field_validator("backends")
+    @classmethod
+    def _unique_ids(cls, backends: list[BackendSection]) -> list[BackendSection]:
+        ids = [backend.id for backend in backends]
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
         if duplicates:
             raise ValueError(f"backend ids must be unique, repeated: {', '.join(duplicates)}")
-        return self
+        return backends
 
 
 def load_settings(path: str | Path) -> Settings:
@@ -113,7 +123,7 @@ def load_settings(path: str | Path) -> Settings:
             data = tomllib.load(file)
     except OSError as exc:
         raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"config {path} is not valid TOML: {exc}") from None
     return settings_from(data, source=str(path))
 
