@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -263,9 +263,7 @@ class AcpClient:
     async def close(self) -> None:
         await self.ws.close()
         if self._reader is not None:
-            self._reader.cancel()
-            with suppress(asyncio.CancelledError):
-                await self._reader
+            await self._reader  # it ends with the socket: nothing to cancel
 
     async def request(
         self,
@@ -307,6 +305,11 @@ class AcpClient:
         """Answer an agent->client request."""
         await self.ws.send(json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}))
 
+    async def respond_error(self, request_id: RequestId, code: int, message: str) -> None:
+        """Answer an agent->client request with a JSON-RPC error."""
+        error = {"code": code, "message": message}
+        await self.ws.send(json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}))
+
     async def next_incoming(self, timeout: float = WAIT) -> JsonObject:
         """The next notification or agent->client request."""
         async with asyncio.timeout(timeout):
@@ -346,9 +349,10 @@ class AcpClient:
                 self._dispatch(json.loads(frame))
         except ConnectionClosed:
             pass
-        for reply in self._awaited.values():
-            if not reply.done():
-                reply.set_exception(ConnectionError("the connection closed before a reply"))
+        finally:
+            for reply in self._awaited.values():
+                if not reply.done():
+                    reply.set_exception(ConnectionError("the connection closed before a reply"))
 
     def _dispatch(self, message: JsonObject) -> None:
         if "method" in message:

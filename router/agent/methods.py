@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from router.agent.store import Message, SessionStore, Speaker, StoredSession
 from router.agent.turns import TurnScope, parse_command, run_turn
 from router.errors import InvalidParams, MethodNotFound, SessionNotFound
 from router.jsonrpc import Notification, Request
+
+logger = logging.getLogger(__name__)
 
 #: How long ``session/close`` waits for a cancelled turn to end before answering.
 CLOSE_GRACE = 5.0
@@ -118,6 +121,7 @@ class Agent:
             self.sessions.remove(session_id)
             raise
         self.sessions.attach(session, connection.id)
+        logger.info("session %s created in %s", session_id, cwd)
         return {"sessionId": session_id}
 
     async def load_session(self, connection: Connection, p: dict[str, Any]) -> Any:
@@ -127,6 +131,7 @@ class Agent:
         stored = self._stored(session_id)
         session = self.sessions.get(session_id) or self._bring_in(stored)
         self.sessions.attach(session, connection.id)
+        logger.info("session %s loaded (%d messages to replay)", session_id, len(stored.history))
         for message in stored.history:
             await connection.notify(acp.SESSION_UPDATE, _replayed(session_id, message))
         return {}
@@ -137,6 +142,7 @@ class Agent:
         params.mcp_servers(p, required=False)
         session = self.sessions.get(session_id) or self._bring_in(self._stored(session_id))
         self.sessions.attach(session, connection.id)
+        logger.info("session %s resumed", session_id)
         return {}
 
     async def list_sessions(self, connection: Connection, p: dict[str, Any]) -> Any:
@@ -157,6 +163,7 @@ class Agent:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(CLOSE_GRACE):
                     await session.turn.finished.wait()
+        logger.info("session %s closed", session_id)
         return {}
 
     async def session_status(self, connection: Connection, p: dict[str, Any]) -> Any:

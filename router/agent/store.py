@@ -190,7 +190,8 @@ def _write_line(fd: int, record: dict[str, Any], *, after_torn_line: bool = Fals
     """Append ``record`` as one line with a single ``write``.
 
     After a torn last line (a crash mid-write) the record starts on a fresh line, so it
-    is not glued to the torn one and lost with it.
+    is not glued to the torn one and lost with it. Another process's write in progress
+    can look torn too; that only costs a blank line, which readers skip.
     """
     data = orjson.dumps(record) + b"\n"
     if after_torn_line:

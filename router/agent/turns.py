@@ -1,7 +1,7 @@
 """One ``session/prompt`` turn: echo the text, or run a test command.
 
-Every agent message names the instance (``[<id>] ...``) so routing is visible, and is
-recorded in the store as it is sent. Commands, read from the first text block:
+Every agent message names the instance (``[<id>] ...``) so routing is visible, goes to
+the connection that sent the prompt, and is recorded in the store as it is sent. Commands, read from the first text block:
 
 * ``/slow N``: a chunk every ~0.1 s for N seconds; ``session/cancel`` ends it early.
 * ``/permission``: ask the client ``session/request_permission`` and report the answer.
