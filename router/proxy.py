@@ -21,7 +21,7 @@ from aiohttp import web
 
 from router import acp
 from router.errors import BackendLinkLost, JsonRpcError, ProtocolError
-from router.jsonrpc import Request, RequestId, encode_protocol_error, parse
+from router.jsonrpc import Request, RequestId, Response, encode_protocol_error, parse
 from router.metrics import TO_BACKEND, TO_CLIENT, Metrics
 from router.pool import Pool
 from router.routing import (
@@ -40,6 +40,12 @@ from router.routing import (
 from router.upstream import Outbox, UpstreamLink
 
 logger = logging.getLogger(__name__)
+
+
+def _resume_result(response: Response) -> str:
+    if response.error is None:
+        return "ok"
+    return "not_found" if response.error.code == acp.RESOURCE_NOT_FOUND else "error"
 
 
 class ClientConnection:
@@ -103,8 +109,8 @@ class ClientConnection:
             case Send(backend, text):
                 await self._send(backend, text)
             case Deliver(text, settled, response):
-                if settled is not None:
-                    self._count_settled(settled, response is not None and response.ok, response)
+                if settled is not None and response is not None:
+                    self._settled(settled, response)
                 self.metrics.count_frame(TO_CLIENT, text)
                 await self.outbox.put(text)
             case Handle(task, request, session_id):
@@ -171,17 +177,20 @@ class ClientConnection:
         if request.id in self.routes.calls:  # still wanted
             await self._do(self.routes.forward(request.id, located.backend))
 
-    def _count_settled(self, call: PendingCall, ok: bool, response: Any) -> None:
-        if call.request.method in acp.ATTACHING and call.backend is not None:
-            error = getattr(response, "error", None)
-            result = (
-                "ok"
-                if ok
-                else ("not_found" if error and error.code == acp.RESOURCE_NOT_FOUND else "error")
-            )
-            self.metrics.resumes.labels(call.backend, result).inc()
-            if ok and call.session_id is not None:
-                self.pool.cache.put(call.session_id, call.backend)
+    def _settled(self, call: PendingCall, response: Response) -> None:
+        """Count a forwarded resume's result, and remember where sessions now live."""
+        backend = call.backend
+        if backend is None:
+            return
+        method = call.request.method
+        if method in acp.ATTACHING:
+            self.metrics.resumes.labels(backend, _resume_result(response)).inc()
+            if response.ok and call.session_id is not None:
+                self.pool.cache.put(call.session_id, backend)
+        elif method == acp.SESSION_NEW and isinstance(response.result, dict):
+            new_id = response.result.get("sessionId")
+            if isinstance(new_id, str):
+                self.pool.cache.put(new_id, backend)
 
     # -- backend links -------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ a raw WebSocket client (the ``websockets`` library, not project code)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,33 @@ async def test_resume_from_another_connection_lands_on_the_active_instance(tmp_p
             statuses = await direct_statuses(urls, session_id)
             assert [a for a, s in statuses.items() if s == "active"] == [owner]
         assert router.metric("acp_router_locate_total", outcome="active") == len(owners)
+        # the router remembered where it placed each session: one probe per resume
+        hits = router.metric("acp_router_locate_cache_requests_total", result="hit")
+        assert hits == len(owners)
+        assert router.metric("acp_router_probe_fanout_size_count") == len(owners)
+        assert router.metric("acp_router_probe_fanout_size_sum") == len(owners)
+
+
+async def test_a_stale_hint_is_probed_then_the_pool_fanned_out(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path, 3) as agents, start_router(backends_of(agents)) as router:
+        async with AcpClient.connect(router.url) as client:
+            await client.initialize()
+            session_id = await client.new_session(CWD)
+            first_owner = await answered_by(client, session_id)
+            assert (await client.request("session/close", {"sessionId": session_id}))[
+                "result"
+            ] == {}
+        # behind the router's back, another instance takes the session over
+        other = next(a for a in agents if a.agent_id != first_owner)
+        async with AcpClient.connect(other.url) as direct:
+            await direct.initialize()
+            assert (await resume(direct, session_id)).get("result") == {}
+            async with AcpClient.connect(router.url) as client:
+                await client.initialize()
+                assert (await resume(client, session_id)).get("result") == {}
+                assert await answered_by(client, session_id) == other.agent_id
+        assert router.metric("acp_router_locate_cache_requests_total", result="stale") == 1
+        assert router.metric("acp_router_probe_fanout_size_sum") == 3
 
 
 async def test_burst_of_resumes_of_an_inactive_session_lands_on_one_instance(
@@ -119,6 +147,35 @@ async def test_burst_of_resumes_of_an_inactive_session_lands_on_one_instance(
         assert owners[0] == router.pool.order(session_id)[0], "the best-ranked knower"
         statuses = await direct_statuses(urls, session_id)
         assert [a for a, s in statuses.items() if s == "active"] == [owners[0]]
+
+
+async def test_concurrent_resumes_of_one_session_share_one_locate(tmp_path: Path) -> None:
+    gate = asyncio.Event()
+
+    async def inactive_when_released(session_id: str) -> dict[str, Any]:
+        await gate.wait()
+        return {"status": "inactive"}
+
+    async with (
+        start_scripted("gated", inactive_when_released) as backend,
+        start_router([("gated", backend.url)]) as router,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        clients = [
+            await stack.enter_async_context(AcpClient.connect(router.url)) for _ in range(10)
+        ]
+        for client in clients:
+            await client.initialize()
+        resumes = [asyncio.create_task(resume(client, "sess_shared")) for client in clients]
+        # A reply the router makes at once, sent after each resume on the same socket:
+        # when it is back, the router has taken that resume up.
+        for client in clients:
+            await client.initialize()
+        gate.set()
+        assert all(r.get("result") == {} for r in await asyncio.gather(*resumes))
+        probes = [m for m in backend.received if m.get("method") == "session/status"]
+        assert len(probes) == 1
+        assert sum(m.get("method") == "session/resume" for m in backend.received) == 10
 
 
 async def test_unknown_session_ids_get_32002(tmp_path: Path) -> None:
