@@ -117,6 +117,7 @@ class ScriptedBackend:
 
     backend_id: str
     status: StatusAnswer
+    advertise_status: bool = True
     url: str = ""
     received: list[dict[str, Any]] = field(default_factory=list)
 
@@ -137,12 +138,12 @@ class ScriptedBackend:
     async def _answer(self, ws: websockets.ServerConnection, message: dict[str, Any]) -> None:
         method, params = message.get("method"), message.get("params") or {}
         if method == "initialize":
+            session_caps: dict[str, Any] = {"resume": {}, "list": {}}
+            if self.advertise_status:
+                session_caps["status"] = {}
             result: dict[str, Any] | None = {
                 "protocolVersion": 1,
-                "agentCapabilities": {
-                    "loadSession": True,
-                    "sessionCapabilities": {"resume": {}, "status": {}, "list": {}},
-                },
+                "agentCapabilities": {"loadSession": True, "sessionCapabilities": session_caps},
             }
         elif method == "session/status":
             result = await self.status(params["sessionId"])
@@ -157,8 +158,10 @@ class ScriptedBackend:
 
 
 @contextlib.asynccontextmanager
-async def start_scripted(backend_id: str, status: StatusAnswer) -> AsyncIterator[ScriptedBackend]:
-    backend = ScriptedBackend(backend_id, status)
+async def start_scripted(
+    backend_id: str, status: StatusAnswer, *, advertise_status: bool = True
+) -> AsyncIterator[ScriptedBackend]:
+    backend = ScriptedBackend(backend_id, status, advertise_status)
     async with websockets.serve(backend._serve, "127.0.0.1", 0) as server:
         port = next(iter(server.sockets)).getsockname()[1]
         backend.url = f"ws://127.0.0.1:{port}/acp"

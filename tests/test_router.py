@@ -312,6 +312,49 @@ async def test_a_silent_instance_makes_the_locate_fail_closed(tmp_path: Path) ->
                 assert await answered_by(client, parked) == "agent-1"
 
 
+async def test_backends_without_the_status_capability_are_never_probed(tmp_path: Path) -> None:
+    async with (
+        start_agent(tmp_path, "agent-1") as agent,
+        start_scripted("mute", never_answer, advertise_status=False) as mute,
+    ):
+        backends = [("agent-1", agent.url), ("mute", mute.url)]
+        async with start_router(backends) as router, AcpClient.connect(router.url) as client:
+            await client.initialize()
+            resumed = await resume(client, "sess_fresh")
+            expected = router.pool.order("sess_fresh")[0]
+            if expected == "mute":  # the default: the mute backend takes the resume
+                assert resumed.get("result") == {}
+            else:  # the agent was asked and does not know it
+                assert resumed["error"]["code"] == -32002
+            status = await client.status("sess_fresh")
+            assert status["error"]["code"] == -32002
+        assert not any(m.get("method") == "session/status" for m in mute.received)
+        assert router.metric("acp_router_locate_total", outcome="default") >= 1
+
+
+async def test_a_backend_that_comes_back_rejoins_the_pool(tmp_path: Path) -> None:
+    async with start_agent(tmp_path, "agent-1") as first:
+        port = first.url.split(":")[2].split("/")[0]
+        async with start_router([("agent-1", first.url)]) as router:
+            await first.stop()
+            await router.wait_backends(0)
+            async with AcpClient.connect(router.url) as client:
+                await client.initialize()
+                refused = await client.request("session/new", {"cwd": CWD, "mcpServers": []})
+                assert refused["error"]["code"] == -32011
+            async with start_agent(tmp_path, "agent-1", "--listen", f"127.0.0.1:{port}") as again:
+                assert again.url == first.url
+                await router.wait_backends(1)
+                async with AcpClient.connect(router.url) as client:
+                    await client.initialize()
+                    session_id = await client.new_session(CWD)
+                    assert await answered_by(client, session_id) == "agent-1"
+            assert (
+                router.metric("acp_router_backend_state_changes_total", backend="agent-1", to="up")
+                == 2
+            )
+
+
 async def test_two_active_backends_count_as_split_brain(tmp_path: Path) -> None:
     async def always_active(session_id: str) -> dict[str, Any]:
         return {"status": "active"}
