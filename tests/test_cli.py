@@ -1,0 +1,202 @@
+"""The ``acp-router`` command line as real subprocesses: ``serve``, ``status`` and ``demo``.
+
+(``agent``'s own start-up failures, a port in use included, are in ``test_agent.py``.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import socket
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.fleet import start_fleet
+from tests.support import (
+    WAIT,
+    AcpClient,
+    AgentProcess,
+    CliProcess,
+    CompletedRun,
+    run_cli,
+    run_cli_to_exit,
+    text_chunks,
+)
+
+CWD = "/work/project"
+BACKEND = '[[backends]]\nid = "agent-1"\nurl = "ws://127.0.0.1:9001/acp"\n'
+
+
+def write_config(path: Path, router: str, agents: list[AgentProcess]) -> Path:
+    backends = "".join(
+        f'[[backends]]\nid = "{agent.agent_id}"\nurl = "{agent.url}"\n' for agent in agents
+    )
+    path.write_text(f"[router]\n{router}\n{backends}")
+    return path
+
+
+def one_line_failure(run: CompletedRun) -> str:
+    """The single stderr line of a command that failed to start."""
+    assert run.returncode != 0, run
+    assert run.stdout == ""
+    assert "Traceback" not in run.stderr, run.stderr
+    (line,) = run.stderr.splitlines()
+    return line
+
+
+async def wait_backends_up(cli: CliProcess, agents: list[AgentProcess]) -> None:
+    for agent in agents:
+        await cli.wait_for_log(f"backend {agent.agent_id} is up")
+
+
+async def prompted_by(client: AcpClient, session_id: str) -> str:
+    """Prompt ``session_id`` over ``client``; the id of the agent that answered."""
+    client.drain_incoming()
+    response = await client.prompt(session_id, "hello")
+    assert response.get("result") == {"stopReason": "end_turn"}, response
+    (chunk,) = text_chunks(client.drain_incoming())
+    kind, text = chunk
+    match = re.fullmatch(r"\[(agent-\d+)\] hello", text)
+    assert kind == "agent_message_chunk"
+    assert match is not None, text
+    return match.group(1)
+
+
+async def refuses_connections(url: str) -> bool:
+    parts = urlsplit(url)
+    assert parts.hostname is not None
+    assert parts.port is not None
+    try:
+        async with asyncio.timeout(WAIT):
+            _, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    except ConnectionRefusedError:
+        return True
+    writer.close()
+    await writer.wait_closed()
+    return False
+
+
+# -- serve: failing to start -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        pytest.param(
+            f'[router]\nlisen = "127.0.0.1:0"\n{BACKEND}', "router.lisen", id="unknown-key"
+        ),
+        pytest.param(
+            '[[backends]]\nid = "agent-1"\nurl = "http://127.0.0.1:9001/acp"\n',
+            "backends.0.url",
+            id="bad-backend-url",
+        ),
+        pytest.param('[router]\nlisten = "127.0.0.1:0"\n', "backends", id="no-backends"),
+        pytest.param(f'[router\nlisten = "127.0.0.1:0"\n{BACKEND}', "TOML", id="invalid-toml"),
+    ],
+)
+async def test_serve_with_a_bad_config_fails_with_one_line(
+    tmp_path: Path, text: str, names: str
+) -> None:
+    config = tmp_path / "router.toml"
+    config.write_text(text)
+    line = one_line_failure(await run_cli_to_exit("serve", "--config", str(config)))
+    assert str(config) in line
+    assert names in line
+
+
+async def test_serve_with_a_missing_config_fails_with_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "nowhere.toml"
+    line = one_line_failure(await run_cli_to_exit("serve", "--config", str(missing)))
+    assert str(missing) in line
+    assert "No such file" in line
+
+
+async def test_serve_on_a_port_in_use_fails_with_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "router.toml"
+        config.write_text(f'[router]\nlisten = "127.0.0.1:{port}"\n{BACKEND}')
+        line = one_line_failure(await run_cli_to_exit("serve", "--config", str(config)))
+    assert "address already in use" in line.lower()
+
+
+# -- serve and status --------------------------------------------------------------------------
+
+
+async def test_serve_routes_and_status_answers(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path / "store", 2) as agents:
+        config = write_config(tmp_path / "router.toml", 'listen = "127.0.0.1:0"', agents)
+        async with run_cli("serve", "--config", str(config)) as serve:
+            match = re.fullmatch(
+                r"acp-router listening on (ws://127\.0\.0\.1:(\d+)/acp)", serve.first_line
+            )
+            assert match is not None, serve.first_line
+            assert int(match.group(2)) != 0
+            router_url = match.group(1)
+            await wait_backends_up(serve, agents)
+
+            async with AcpClient.connect(router_url) as client:
+                await client.initialize()
+                session_id = await client.new_session(CWD)
+                owner = await prompted_by(client, session_id)
+                by_id = {agent.agent_id: agent for agent in agents}
+                (other,) = (agent for agent in agents if agent.agent_id != owner)
+
+                for url in (router_url, by_id[owner].url):
+                    run = await run_cli_to_exit("status", url, session_id)
+                    assert (run.returncode, run.stdout) == (0, f"{session_id}: active\n"), run
+                # the other instance shares the store: it knows the session, not active there
+                run = await run_cli_to_exit("status", other.url, session_id)
+                assert (run.returncode, run.stdout) == (3, f"{session_id}: inactive\n"), run
+
+                for url in (router_url, other.url):
+                    run = await run_cli_to_exit("status", url, "sess_nobody")
+                    assert (run.returncode, run.stdout) == (4, "sess_nobody: unknown\n"), run
+
+            assert await serve.stop() == 0
+        assert "Traceback" not in serve.stderr.text, serve.stderr.text
+
+
+# -- demo --------------------------------------------------------------------------------------
+
+
+async def test_demo_serves_and_stops_cleanly_on_ctrl_c() -> None:
+    async with run_cli("demo", "--port", "0", "--agents", "2") as demo:
+        match = re.fullmatch(
+            r"acp-router demo: 2 reference agents behind (ws://127\.0\.0\.1:\d+/acp)",
+            demo.first_line,
+        )
+        assert match is not None, demo.first_line
+        front = match.group(1)
+        await demo.stdout.wait_for("Press Ctrl-C to stop.")
+        banner = demo.stdout.text
+        agent_urls = dict(re.findall(r"^\s+(agent-\d+)\s+(ws://\S+)$", banner, re.MULTILINE))
+        assert sorted(agent_urls) == ["agent-1", "agent-2"], banner
+        store_line = re.search(r"^\s+session store\s+(\S+)$", banner, re.MULTILINE)
+        assert store_line is not None, banner
+        store = Path(store_line.group(1))
+        assert await asyncio.to_thread(store.is_dir)
+        for agent_id in agent_urls:
+            await demo.wait_for_log(f"backend {agent_id} is up")
+
+        async with AcpClient.connect(front) as client:
+            await client.initialize()
+            session_id = await client.new_session(CWD)
+            assert await prompted_by(client, session_id) in agent_urls
+
+            demo.process.send_signal(signal.SIGINT)
+            async with asyncio.timeout(WAIT):
+                returncode = await demo.process.wait()
+                await client.ws.wait_closed()
+            assert client.ws.close_code == 1001  # "going away"
+        assert returncode == 0
+        assert await demo.stop() == 0  # already exited: finishes reading its output
+    assert "Traceback" not in demo.stderr.text, demo.stderr.text
+    for url in (front, *agent_urls.values()):
+        assert await refuses_connections(url), f"{url} still accepts connections"
+    assert not await asyncio.to_thread(store.exists), "the temporary session store is removed"

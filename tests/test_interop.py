@@ -1,0 +1,259 @@
+"""Interop with the official ACP Python SDK (``agent-client-protocol``, import name ``acp``).
+
+The SDK is a real, independent client here: its own WebSocket transport
+(``acp.ws.create_websocket_stream``), its own JSON-RPC connection and its own pydantic
+models talk to the router in front of a fleet of reference agents, and to one agent
+directly. Only two things here look at raw JSON: an SDK observer that watches what the
+SDK sent and received, and the final ``session/status`` check, a method SDK 0.12.1 does
+not have. The SDK emits no warnings on these paths, so no warning filter is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, cast
+
+import acp
+import pytest
+from acp.client.connection import ClientSideConnection
+from acp.connection import StreamDirection, StreamEvent
+from acp.schema import (
+    AgentMessageChunk,
+    AllowedOutcome,
+    AudioContentBlock,
+    EmbeddedResourceContentBlock,
+    ImageContentBlock,
+    PermissionOption,
+    RequestPermissionResponse,
+    ResourceContentBlock,
+    TextContentBlock,
+    UserMessageChunk,
+)
+from acp.ws import create_websocket_stream
+
+from tests.fleet import backends_of, start_fleet, start_router
+from tests.support import WAIT, AcpClient, JsonObject, start_agent
+
+CWD = "/work/project"
+
+#: what ``ClientSideConnection.prompt`` takes (a list, so it must be spelled out whole)
+PromptBlocks = list[
+    TextContentBlock
+    | ImageContentBlock
+    | AudioContentBlock
+    | ResourceContentBlock
+    | EmbeddedResourceContentBlock
+]
+
+
+class RecordingClient:
+    """An SDK client: records text chunks per session, allows every permission ask.
+
+    It implements only the two methods this suite needs. The SDK resolves handlers by
+    name and answers ``-32601`` for the ones a client lacks, so this does not subclass the
+    ``acp.Client`` protocol (whose other methods would become silent ``None`` stubs).
+    """
+
+    def __init__(self) -> None:
+        #: ``(sessionUpdate kind, text)`` of every text chunk, per session id
+        self.chunks: defaultdict[str, list[tuple[str, str]]] = defaultdict(list)
+        #: session ids of the permission requests answered, in order
+        self.permission_asks: list[str] = []
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        if isinstance(update, AgentMessageChunk | UserMessageChunk) and isinstance(
+            update.content, TextContentBlock
+        ):
+            self.chunks[session_id].append((update.session_update, update.content.text))
+
+    async def request_permission(
+        self, session_id: str, tool_call: Any, options: list[PermissionOption], **kwargs: Any
+    ) -> RequestPermissionResponse:
+        self.permission_asks.append(session_id)
+        allow = next(option for option in options if option.kind == "allow_once")
+        return RequestPermissionResponse(
+            outcome=AllowedOutcome(outcome="selected", option_id=allow.option_id)
+        )
+
+    def take(self, session_id: str) -> list[tuple[str, str]]:
+        """The chunks recorded for ``session_id`` so far; forgets them."""
+        return self.chunks.pop(session_id, [])
+
+
+class Wire:
+    """Every raw JSON-RPC message the SDK sent and received, in order (an SDK observer)."""
+
+    def __init__(self) -> None:
+        self.outgoing: list[JsonObject] = []
+        self.incoming: list[JsonObject] = []
+
+    def __call__(self, event: StreamEvent) -> None:
+        sent = event.direction is StreamDirection.OUTGOING
+        (self.outgoing if sent else self.incoming).append(event.message)
+
+    def reply_index(self, method: str) -> int:
+        """Where, among the received messages, the reply to the SDK's ``method`` request is."""
+        request_id = next(m["id"] for m in self.outgoing if m.get("method") == method)
+        return next(
+            i
+            for i, m in enumerate(self.incoming)
+            if "method" not in m and m.get("id") == request_id
+        )
+
+    def result_of(self, method: str) -> JsonObject:
+        result: JsonObject = self.incoming[self.reply_index(method)]["result"]
+        return result
+
+
+@asynccontextmanager
+async def sdk_connection(
+    url: str, client: RecordingClient, wire: Wire | None = None
+) -> AsyncIterator[ClientSideConnection]:
+    """An SDK client connection over the SDK's own WebSocket transport."""
+    async with asyncio.timeout(WAIT):
+        transport = await create_websocket_stream(url)
+    observers = [] if wire is None else [wire]
+    conn = acp.connect_to_agent(cast(acp.Client, client), transport, observers=observers)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+def prompt_of(text: str) -> PromptBlocks:
+    return [acp.text_block(text)]
+
+
+def speaker(text: str) -> str:
+    """The agent id an echo chunk names: ``[agent-2] hello`` -> ``agent-2``."""
+    assert text.startswith("["), text
+    return text[1 : text.index("]")]
+
+
+async def answered_by(
+    conn: ClientSideConnection, client: RecordingClient, session_id: str, text: str
+) -> str:
+    """Prompt through the SDK; the id of the agent that answered."""
+    client.take(session_id)
+    async with asyncio.timeout(WAIT):
+        response = await conn.prompt(session_id=session_id, prompt=prompt_of(text))
+    assert response.stop_reason == "end_turn"
+    # the SDK's prompt() waits until the session_update handlers for the turn have run
+    chunks = client.take(session_id)
+    assert len(chunks) == 1, chunks
+    kind, said = chunks[0]
+    assert kind == "agent_message_chunk"
+    assert said == f"[{speaker(said)}] {text}"
+    return speaker(said)
+
+
+# -- through the router ------------------------------------------------------------------------
+
+
+async def test_the_sdk_client_through_the_router(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path, 3) as agents, start_router(backends_of(agents)) as router:
+        agent_ids = {agent.agent_id for agent in agents}
+        first, wire = RecordingClient(), Wire()
+        async with sdk_connection(router.url, first, wire) as conn:
+            async with asyncio.timeout(WAIT):
+                init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            assert init.protocol_version == acp.PROTOCOL_VERSION
+            caps = init.agent_capabilities
+            assert caps is not None
+            assert caps.load_session is True
+            session_caps = caps.session_capabilities
+            assert session_caps is not None
+            assert session_caps.resume is not None
+            assert session_caps.list is not None
+            assert session_caps.close is not None
+            # SDK 0.12.1's schema (v1.19.0) has no `status` capability and its models drop
+            # unknown fields, so check the router's advertisement on the raw reply the SDK got.
+            raw_caps = wire.result_of("initialize")["agentCapabilities"]["sessionCapabilities"]
+            assert {"status", "resume", "list", "close"} <= raw_caps.keys()
+            assert all(raw_caps[name] == {} for name in ("status", "resume", "list", "close"))
+
+            # Keep the first session that lives where the hash default would NOT put it:
+            # only the router's status probe can find that one for the second connection.
+            for _ in range(30):
+                async with asyncio.timeout(WAIT):
+                    session_id = (await conn.new_session(cwd=CWD, mcp_servers=[])).session_id
+                owner = await answered_by(conn, first, session_id, "hello")
+                assert owner in agent_ids
+                if router.pool.order(session_id)[0] != owner:
+                    break
+            else:
+                pytest.fail("every new session landed on its hash default")
+
+        second = RecordingClient()
+        async with sdk_connection(router.url, second) as conn:
+            async with asyncio.timeout(WAIT):
+                await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+                await conn.resume_session(session_id=session_id, cwd=CWD)
+            assert second.take(session_id) == [], "resume does not replay the history"
+            assert await answered_by(conn, second, session_id, "again") == owner
+            assert router.metric("acp_router_locate_total", outcome="active") == 1
+
+            async with asyncio.timeout(WAIT):
+                listed = await conn.list_sessions(cwd=CWD)
+            assert session_id in {info.session_id for info in listed.sessions}
+            assert all(info.cwd == CWD for info in listed.sessions)
+
+            # agent -> router -> SDK client's request_permission -> router -> agent
+            async with asyncio.timeout(WAIT):
+                asked = await conn.prompt(session_id=session_id, prompt=prompt_of("/permission"))
+            assert asked.stop_reason == "end_turn"
+            assert second.permission_asks == [session_id]
+            assert second.take(session_id) == [
+                ("agent_message_chunk", f"[{owner}] permission: allow")
+            ]
+
+            async with asyncio.timeout(WAIT):
+                await conn.close_session(session_id=session_id)
+
+        # SDK 0.12.1 has no session/status: ask with the raw client that the close landed
+        async with AcpClient.connect(router.url) as raw:
+            await raw.initialize()
+            assert (await raw.status(session_id)).get("result") == {"status": "inactive"}
+
+
+# -- straight to one reference agent ---------------------------------------------------------
+
+
+async def test_the_sdk_client_against_one_agent(tmp_path: Path) -> None:
+    async with start_agent(tmp_path, "agent-1") as agent:
+        first = RecordingClient()
+        async with sdk_connection(agent.url, first) as conn:
+            async with asyncio.timeout(WAIT):
+                init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+            assert init.agent_capabilities is not None
+            assert init.agent_capabilities.load_session is True
+            assert init.agent_info is not None
+            assert init.agent_info.name == "acp-router-reference-agent"
+            async with asyncio.timeout(WAIT):
+                session_id = (await conn.new_session(cwd=CWD, mcp_servers=[])).session_id
+            assert await answered_by(conn, first, session_id, "one") == "agent-1"
+            assert await answered_by(conn, first, session_id, "two") == "agent-1"
+
+        second, wire = RecordingClient(), Wire()
+        async with sdk_connection(agent.url, second, wire) as conn:
+            async with asyncio.timeout(WAIT):
+                await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+                await conn.load_session(session_id=session_id, cwd=CWD, mcp_servers=[])
+            # on the wire: the whole history as session/update, then the load reply
+            load_reply = wire.reply_index("session/load")
+            updates = [
+                i for i, m in enumerate(wire.incoming) if m.get("method") == "session/update"
+            ]
+            assert len(updates) == 4
+            assert max(updates) < load_reply
+            assert second.take(session_id) == [
+                ("user_message_chunk", "one"),
+                ("agent_message_chunk", "[agent-1] one"),
+                ("user_message_chunk", "two"),
+                ("agent_message_chunk", "[agent-1] two"),
+            ]
+            assert await answered_by(conn, second, session_id, "three") == "agent-1"
