@@ -178,50 +178,47 @@ def encode_protocol_error(error: ProtocolError) -> str:
 
 # -- splicing ids into original text -------------------------------------------------------------
 
-# One JSON string, or one bracket: enough to walk a valid JSON text without decoding it.
-_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]]', re.DOTALL)
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# A JSON string, "unrolled" so the regex engine eats runs of plain characters at once;
+# and one token (a string or a bracket): enough to walk valid JSON without decoding it.
+_STRING_BODY = r'"[^"\\]*(?:\\.[^"\\]*)*"'
+_STRING = re.compile(_STRING_BODY, re.DOTALL)
+_TOKEN = re.compile(_STRING_BODY + r"|[{}\[\]]", re.DOTALL)
 _SCALAR_END = re.compile(r"[\s,}\]]")
 _SPACE = re.compile(r"\s*")
 
 
 def replace_id(text: str, new_id: RequestId) -> str:
-    """Return ``text`` with the value of its top-level ``"id"`` member(s) replaced.
+    """Return ``text`` with the value of its top-level ``"id"`` member replaced.
 
     ``text`` must be a JSON object that :func:`parse` accepted. Everything else in the
-    frame (spacing, key order, ``_meta``, unknown fields) stays exactly as it was.
+    frame (spacing, key order, ``_meta``, unknown fields) stays exactly as it was. The
+    walk stops at the first top-level ``"id"``, which senders put near the front, so the
+    cost does not grow with the payload; a frame repeating the key (RFC 8259 leaves
+    its meaning undefined) only has its first one replaced.
     """
-    encoded = orjson.dumps(new_id).decode()
-    out: list[str] = []
-    last = 0
-    for start, end in _top_level_values(text, "id"):
-        out.append(text[last:start])
-        out.append(encoded)
-        last = end
-    out.append(text[last:])
-    return "".join(out)
+    span = _top_level_value(text, "id")
+    if span is None:
+        return text
+    start, end = span
+    return f"{text[:start]}{orjson.dumps(new_id).decode()}{text[end:]}"
 
 
-def _top_level_values(text: str, key: str) -> list[tuple[int, int]]:
-    spans: list[tuple[int, int]] = []
+def _top_level_value(text: str, key: str) -> tuple[int, int] | None:
     i = _skip_space(text, 0) + 1  # past "{"
     while True:
         i = _skip_space(text, i)
         if text[i] == "}":
-            return spans
+            return None
         if text[i] == ",":
             i = _skip_space(text, i + 1)
         key_match = _STRING.match(text, i)
         assert key_match is not None, "replace_id() needs a frame parse() accepted"
-        name = orjson.loads(key_match.group())
         i = _skip_space(text, key_match.end()) + 1  # past ":"
         start = _skip_space(text, i)
         end = _value_end(text, start)
-        if name == key:
-            spans.append((start, end))
+        if orjson.loads(key_match.group()) == key:
+            return start, end
         i = end
-
-
 def _skip_space(text: str, i: int) -> int:
     match = _SPACE.match(text, i)
     return match.end() if match else i

@@ -59,6 +59,8 @@ class Ranking:
         if any(not 0 < node.weight < math.inf for node in self._nodes):
             raise ValueError("node weights must be positive and finite")
         self._seeds = tuple((node.id, node.seed, node.weight) for node in self._nodes)
+        # With equal weights, -w/ln(U) orders nodes exactly as U does: skip the floats.
+        self._uniform = len({node.weight for node in self._nodes}) <= 1
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -67,7 +69,10 @@ class Ranking:
     def rank(self, key: str) -> list[str]:
         """All node ids, best first, for ``key``."""
         key_hash = _hash64(key)
-        scored = sorted(self._seeds, key=lambda s: _score(key_hash, s[1], s[2]), reverse=True)
+        if self._uniform:
+            scored = sorted(self._seeds, key=lambda s: _mix(key_hash ^ s[1]), reverse=True)
+        else:
+            scored = sorted(self._seeds, key=lambda s: _score(key_hash, s[1], s[2]), reverse=True)
         return [node_id for node_id, _, _ in scored]
 
     def pick(self, key: str, eligible: Sequence[str] | frozenset[str]) -> str | None:
