@@ -171,10 +171,9 @@ class Pool:
             self.metrics.locate_duration.labels(outcome).observe(time.perf_counter() - started)
 
     async def _probe_and_decide(self, session_id: str) -> Located:
-        order = self.order(session_id)
         answers: dict[str, ProbeResult] = {}
         hint = self.cache.get(session_id)
-        if hint is not None and hint in order:
+        if hint is not None and self.links[hint].up:
             answers = await self.probe_many([hint], session_id)
             if answers.get(hint) is ProbeResult.ACTIVE:
                 self.metrics.locate_cache.labels("hit").inc()
@@ -183,8 +182,8 @@ class Pool:
             self.metrics.locate_cache.labels("stale").inc()
         else:
             self.metrics.locate_cache.labels("miss").inc()
-        rest = [b for b in order if b not in answers]
-        answers |= await self.probe_many(rest, session_id)
+        order = self.order(session_id)  # ranked only when the pool is asked
+        answers |= await self.probe_many([b for b in order if b not in answers], session_id)
         self.metrics.fanout.observe(len(answers))
         located = decide(order, answers, self.settings.router.policy, session_id=session_id)
         if located.split_brain:
