@@ -41,6 +41,7 @@ from router.jsonrpc import (
     encode_error,
     encode_notification,
     encode_result,
+    is_request_id,
     replace_id,
 )
 
@@ -219,7 +220,8 @@ class ClientRoutes:
 
     def _client_notification(self, note: Notification) -> Action:
         if note.method == acp.CANCEL_REQUEST:
-            call = self.calls.get(note.param("requestId"))
+            named = _named_request(note)
+            call = self.calls.get(named) if named is not None else None
             if call is None or call.backend is None:
                 return Drop("$/cancel_request names no request forwarded to a backend")
             return Send(call.backend, note.text)
@@ -342,7 +344,7 @@ class ClientRoutes:
         return Deliver(replace_id(request.text, router_id))
 
     def _agent_cancel(self, backend: str, note: Notification) -> Action:
-        wanted = (backend, note.param("requestId"))
+        wanted = (backend, _named_request(note))
         router_id = next((rid for rid, entry in self._agent_calls.items() if entry == wanted), None)
         if router_id is None:
             return Drop("$/cancel_request for no agent request awaiting the client")
@@ -365,3 +367,9 @@ class ClientRoutes:
     def unanswered(self) -> list[RequestId]:
         """Ids of client requests still awaiting an answer."""
         return list(self.calls)
+
+
+def _named_request(note: Notification) -> RequestId | None:
+    """The id a ``$/cancel_request`` names, when it is one (not a list, ``true`` or ``1.0``)."""
+    named = note.param("requestId")
+    return named if is_request_id(named) else None

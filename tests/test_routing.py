@@ -1,0 +1,811 @@
+"""router.routing: one client connection's routing state, driven with parsed frames.
+
+The shell (router.proxy) is played here by hand: a ``Handle`` is answered with
+``answer``/``fail`` or sent on with ``forward``, and a ``Relocate`` is put back with
+``retry``, as the shell does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from router.errors import LocateInconclusive, NoBackendAvailable
+from router.jsonrpc import Request, RequestId, parse
+from router.routing import (
+    Action,
+    ClientRoutes,
+    Deliver,
+    Drop,
+    Handle,
+    Limits,
+    Relocate,
+    Reply,
+    Send,
+    Task,
+)
+
+# -- frames ----------------------------------------------------------------------------------------
+
+
+def request(request_id: RequestId, method: str, params: Any = None) -> str:
+    obj: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        obj["params"] = params
+    return json.dumps(obj)
+
+
+def notification(method: str, params: Any) -> str:
+    return json.dumps({"jsonrpc": "2.0", "method": method, "params": params})
+
+
+def result(request_id: RequestId, value: Any) -> str:
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "result": value})
+
+
+def error(request_id: RequestId | None, code: int, data: Any = None) -> str:
+    err: dict[str, Any] = {"code": code, "message": "nope"}
+    if data is not None:
+        err["data"] = data
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "error": err})
+
+
+def as_request(text: str) -> Request:
+    message = parse(text)
+    assert isinstance(message, Request)
+    return message
+
+
+def new_params() -> dict[str, Any]:
+    return {"cwd": "/work", "mcpServers": []}
+
+
+def sid(session_id: str, **more: Any) -> dict[str, Any]:
+    return {"sessionId": session_id, **more}
+
+
+# -- driving ---------------------------------------------------------------------------------------
+
+
+class Client:
+    """A ClientRoutes with its attach callback recorded."""
+
+    def __init__(self, limits: Limits | None = None, *, initialized: bool = True) -> None:
+        self.attach_log: list[tuple[str, int]] = []
+        self.routes = ClientRoutes(
+            limits or Limits(), on_attach=lambda b, d: self.attach_log.append((b, d))
+        )
+        if initialized:
+            action = self.send(request("init", "initialize", {"protocolVersion": 1}))
+            assert isinstance(action, Handle)
+            self.routes.initialize = action.request
+            self.routes.answer("init", {"protocolVersion": 1})
+
+    def send(self, text: str) -> Action:
+        return self.routes.receive_client(parse(text))
+
+    def backend(self, backend: str, text: str) -> Action:
+        return self.routes.receive_backend(backend, parse(text))
+
+    def new_session(self, request_id: RequestId, backend: str, session_id: str) -> None:
+        action = self.send(request(request_id, "session/new", new_params()))
+        assert isinstance(action, Handle)
+        assert action.task is Task.PLACE
+        self.routes.forward(request_id, backend)
+        delivered = self.backend(backend, result(request_id, sid(session_id)))
+        assert isinstance(delivered, Deliver)
+        assert self.routes.sessions[session_id] == backend
+
+
+def reply(action: Action) -> dict[str, Any]:
+    assert isinstance(action, Reply), action
+    decoded: dict[str, Any] = orjson.loads(action.text)
+    return decoded
+
+
+def error_reply(action: Action, request_id: RequestId, code: int) -> dict[str, Any]:
+    decoded = reply(action)
+    assert decoded["id"] == request_id
+    assert decoded["error"]["code"] == code, decoded
+    data: dict[str, Any] = decoded["error"].get("data") or {}
+    return data
+
+
+# -- initialize --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "method", ["session/new", "session/prompt", "session/list", "authenticate", "_x/y"]
+)
+def test_requests_before_initialize_are_invalid(method: str) -> None:
+    client = Client(initialized=False)
+    action = client.send(request(4, method, sid("s1")))
+    error_reply(action, 4, -32600)
+    assert client.routes.unanswered() == []
+
+
+def test_initialize_is_handled_by_the_router() -> None:
+    client = Client(initialized=False)
+    text = request(0, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+    action = client.send(text)
+    assert isinstance(action, Handle)
+    assert action.task is Task.INITIALIZE
+    assert action.request.text == text
+    assert client.routes.unanswered() == [0]
+    answered = client.routes.answer(0, {"protocolVersion": 1})
+    assert reply(answered) == {"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": 1}}
+    assert client.routes.unanswered() == []
+
+
+def test_authenticate_is_handled_by_the_router() -> None:
+    action = Client().send(request(1, "authenticate", {"methodId": "token"}))
+    assert isinstance(action, Handle)
+    assert action.task is Task.AUTHENTICATE
+
+
+# -- sessions ----------------------------------------------------------------------------------
+
+
+def test_session_new_is_placed_then_forwarded_verbatim_and_attached() -> None:
+    client = Client()
+    text = '{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/w","mcpServers":[],"_meta":{"x":1}},"extra":[]}'
+    action = client.send(text)
+    assert action == Handle(Task.PLACE, as_request(text))
+    assert client.routes.forward(1, "b") == Send("b", text)
+    assert client.attach_log == []
+
+    response = result(1, sid("s1", modes=None))
+    delivered = client.backend("b", response)
+    assert isinstance(delivered, Deliver)
+    assert delivered.text == response
+    assert delivered.settled is not None
+    assert delivered.settled.request.id == 1
+    assert client.routes.sessions == {"s1": "b"}
+    assert client.attach_log == [("b", 1)]
+    assert client.routes.unanswered() == []
+
+
+def test_failed_session_new_attaches_nothing() -> None:
+    client = Client()
+    client.send(request(1, "session/new", new_params()))
+    client.routes.forward(1, "a")
+    assert isinstance(client.backend("a", error(1, -32603)), Deliver)
+    assert isinstance(client.send(request(2, "session/new", new_params())), Handle)
+    client.routes.forward(2, "a")
+    assert isinstance(client.backend("a", result(2, {"noSessionId": True})), Deliver)
+    assert client.routes.sessions == {}
+    assert client.attach_log == []
+
+
+def test_prompt_goes_to_the_attached_backend_verbatim() -> None:
+    client = Client()
+    client.new_session(1, "b", "s1")
+    text = (
+        '{ "jsonrpc" : "2.0", "id": 2, "method": "session/prompt",\n'
+        '  "params": {"sessionId": "s1", "prompt": [{"type": "text", "text": "h\\u00e9 \\"id\\": 9"}],'
+        ' "_meta": {"trace": [1, 2]}}, "unknown": {"id": 3} }'
+    )
+    assert client.send(text) == Send("b", text)
+    assert client.routes.calls[2].backend == "b"
+    delivered = client.backend("b", result(2, {"stopReason": "end_turn"}))
+    assert isinstance(delivered, Deliver)
+    assert client.routes.unanswered() == []
+
+
+def test_a_response_from_another_backend_settles_nothing() -> None:
+    client = Client()
+    client.new_session(1, "b", "s1")
+    client.send(request(2, "session/prompt", sid("s1")))
+    assert isinstance(client.backend("a", result(2, {})), Drop)
+    assert isinstance(client.backend("b", result(99, {})), Drop)
+    assert isinstance(client.backend("b", error(None, -32700)), Drop)
+    assert client.routes.unanswered() == [2]
+    assert isinstance(client.backend("b", result(2, {})), Deliver)
+    assert isinstance(client.backend("b", result(2, {})), Drop)  # a second answer is dropped
+
+
+def test_prompt_for_an_unattached_session_is_refused() -> None:
+    client = Client()
+    client.new_session(1, "a", "s1")
+    data = error_reply(client.send(request(2, "session/prompt", sid("elsewhere"))), 2, -32010)
+    assert data == {"sessionId": "elsewhere", "retryable": False}
+    assert client.routes.unanswered() == []
+
+
+@pytest.mark.parametrize("params", [None, {}, {"sessionId": 5}, [1]])
+def test_session_methods_need_a_session_id(params: Any) -> None:
+    action = Client().send(request(3, "session/prompt", params))
+    error_reply(action, 3, -32602)
+
+
+@pytest.mark.parametrize("method", ["session/resume", "session/load"])
+def test_resume_of_an_unattached_session_is_located_then_attached(method: str) -> None:
+    client = Client()
+    text = request(5, method, sid("s9", cwd="/w", mcpServers=[]))
+    action = client.send(text)
+    assert action == Handle(Task.LOCATE, as_request(text), "s9")
+    assert client.routes.forward(5, "c") == Send("c", text)
+    assert isinstance(client.backend("c", result(5, {})), Deliver)
+    assert client.routes.sessions == {"s9": "c"}
+    assert client.attach_log == [("c", 1)]
+
+
+def test_resume_of_an_attached_session_goes_straight_to_its_backend() -> None:
+    client = Client()
+    client.new_session(1, "a", "s1")
+    text = request(2, "session/resume", sid("s1"))
+    assert client.send(text) == Send("a", text)
+    assert isinstance(client.backend("a", result(2, {})), Deliver)
+    assert client.attach_log == [("a", 1)]  # attached once, not twice
+
+
+def test_resume_not_found_relocates_once_then_delivers_the_error() -> None:
+    client = Client()
+    text = request(5, "session/resume", sid("s9"))
+    client.send(text)
+    client.routes.forward(5, "a")
+    first = error(5, -32002, sid("s9"))
+    relocate = client.backend("a", first)
+    assert isinstance(relocate, Relocate)
+    assert relocate.call.request.text == text
+    assert relocate.call.backend == "a"
+    assert relocate.response.error is not None
+    assert client.routes.unanswered() == []  # the shell puts it back
+
+    client.routes.retry(relocate.call)
+    assert client.routes.calls[5].retried
+    assert client.routes.calls[5].backend is None
+    assert client.routes.forward(5, "b") == Send("b", text)
+    second = error(5, -32002, sid("s9"))
+    delivered = client.backend("b", second)
+    assert isinstance(delivered, Deliver)
+    assert delivered.text == second
+    assert client.routes.unanswered() == []
+    assert client.routes.sessions == {}
+
+
+def test_resume_other_errors_are_delivered_without_relocating() -> None:
+    client = Client()
+    client.send(request(5, "session/load", sid("s9")))
+    client.routes.forward(5, "a")
+    assert isinstance(client.backend("a", error(5, -32603)), Deliver)
+    assert client.routes.sessions == {}
+
+
+def test_resume_attaches_a_session_that_moved_and_detaches_it_from_the_old_backend() -> None:
+    client = Client()
+    client.new_session(1, "a", "s1")
+    client.send(request(2, "session/resume", sid("s1")))
+    relocate = client.backend("a", error(2, -32002))
+    assert isinstance(relocate, Relocate)
+    client.routes.retry(relocate.call)
+    client.routes.forward(2, "b")
+    client.backend("b", result(2, {}))
+    assert client.routes.sessions == {"s1": "b"}
+    assert client.attach_log == [("a", 1), ("a", -1), ("b", 1)]
+
+
+def test_close_of_an_unattached_session_is_located_but_not_attached() -> None:
+    client = Client()
+    text = request(6, "session/close", sid("s7"))
+    action = client.send(text)
+    assert action == Handle(Task.LOCATE_DETACHED, as_request(text), "s7")
+    assert client.routes.forward(6, "a") == Send("a", text)
+    assert isinstance(client.backend("a", result(6, {})), Deliver)
+    assert client.routes.sessions == {}
+    assert client.attach_log == []
+
+
+def test_close_of_an_attached_session_detaches_it_on_success() -> None:
+    client = Client()
+    client.new_session(1, "a", "s1")
+    client.send(request(2, "session/close", sid("s1")))
+    assert isinstance(client.backend("a", error(2, -32603)), Deliver)
+    assert client.routes.sessions == {"s1": "a"}  # failed: still attached
+    text = request(3, "session/close", sid("s1"))
+    assert client.send(text) == Send("a", text)
+    assert isinstance(client.backend("a", result(3, {})), Deliver)
+    assert client.routes.sessions == {}
+    assert client.attach_log == [("a", 1), ("a", -1)]
+
+
+def test_status_and_list_are_handled_by_the_router() -> None:
+    client = Client()
+    status = client.send(request(1, "session/status", sid("s1")))
+    assert isinstance(status, Handle)
+    assert (status.task, status.session_id) == (Task.STATUS, "s1")
+    listing = client.send(request(2, "session/list", {}))
+    assert isinstance(listing, Handle)
+    assert listing.task is Task.LIST
+    assert reply(client.routes.answer(1, {"status": "active"}))["result"] == {"status": "active"}
+    error_reply(client.routes.fail(2, NoBackendAvailable()), 2, -32011)
+    assert client.routes.unanswered() == []
+
+
+def test_methods_without_a_session_go_to_the_last_backend_used() -> None:
+    client = Client()
+    error_reply(client.send(request(1, "_vendor/thing", {})), 1, -32601)
+    client.new_session(2, "b", "s1")
+    text = request(3, "_vendor/thing", {"x": 1})
+    assert client.send(text) == Send("b", text)
+    note = notification("_vendor/ping", {})
+    assert client.send(note) == Send("b", note)
+
+
+def test_notifications_with_no_backend_are_dropped() -> None:
+    assert isinstance(Client().send(notification("_vendor/ping", {})), Drop)
+
+
+# -- ids ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("request_id", [0, "0", "a", -1])
+def test_duplicate_in_flight_ids_are_refused(request_id: RequestId) -> None:
+    client = Client()
+    client.new_session(100, "a", "s1")
+    first = request(request_id, "session/prompt", sid("s1"))
+    assert client.send(first) == Send("a", first)
+    again = client.send(request(request_id, "session/prompt", sid("s1")))
+    error_reply(again, request_id, -32600)
+    assert client.routes.calls[request_id].request.text == first
+    assert isinstance(client.backend("a", result(request_id, {})), Deliver)
+    # settled: the id may be used again
+    assert isinstance(client.send(request(request_id, "session/prompt", sid("s1"))), Send)
+
+
+def test_int_and_string_ids_are_different_ids() -> None:
+    client = Client()
+    client.new_session(100, "a", "s1")
+    assert isinstance(client.send(request(1, "session/prompt", sid("s1"))), Send)
+    assert isinstance(client.send(request("1", "session/prompt", sid("s1"))), Send)
+    delivered = client.backend("a", result("1", {}))
+    assert isinstance(delivered, Deliver)
+    assert client.routes.unanswered() == [1]
+
+
+def test_agent_requests_get_router_ids_and_replies_go_back_with_the_original_id() -> None:
+    client = Client()
+    texts = {
+        backend: (
+            '{"jsonrpc": "2.0", "id": 1, "method": "session/request_permission",'
+            f' "params": {{"sessionId": "s-{backend}", "options": [], "_meta": {{"id": 1}}}}}}'
+        )
+        for backend in ("a", "b")
+    }
+    router_ids: dict[str, int] = {}
+    for backend, text in texts.items():
+        action = client.backend(backend, text)
+        assert isinstance(action, Deliver)
+        assert action.settled is None
+        delivered = parse(action.text)
+        assert isinstance(delivered, Request)
+        assert isinstance(delivered.id, int)
+        assert action.text == text.replace('"id": 1,', f'"id": {delivered.id},', 1)
+        router_ids[backend] = delivered.id
+    assert router_ids["a"] != router_ids["b"]
+
+    for backend in ("b", "a"):
+        answer = (
+            f'{{"jsonrpc":"2.0", "result":{{"outcome":{{"outcome":"selected","optionId":"id"}}}},'
+            f'"id":{router_ids[backend]}, "_meta":{{"id":"x"}}}}'
+        )
+        sent = client.send(answer)
+        assert sent == Send(backend, answer.replace(f'"id":{router_ids[backend]},', '"id":1,'))
+    # each reply is used once
+    assert isinstance(client.send(result(router_ids["a"], {})), Drop)
+
+
+def test_agent_request_string_ids_come_back_as_strings() -> None:
+    client = Client()
+    action = client.backend("a", request("perm-0", "fs/read_text_file", {"path": "/x"}))
+    assert isinstance(action, Deliver)
+    router_id = orjson.loads(action.text)["id"]
+    sent = client.send(error(router_id, -32800))
+    assert isinstance(sent, Send)
+    assert orjson.loads(sent.text)["id"] == "perm-0"
+
+
+def test_client_replies_to_no_agent_request_are_dropped() -> None:
+    client = Client()
+    assert isinstance(client.send(result(0, {})), Drop)
+    assert isinstance(client.send(result("0", {})), Drop)
+    assert isinstance(client.send(error(None, -32700)), Drop)
+
+
+def test_agent_requests_beyond_the_limit_are_refused_to_the_backend() -> None:
+    client = Client(Limits(max_agent_requests=1))
+    assert isinstance(client.backend("a", request(1, "fs/read_text_file", {})), Deliver)
+    refused = client.backend("b", request(7, "fs/read_text_file", {}))
+    assert isinstance(refused, Send)
+    assert refused.backend == "b"
+    assert orjson.loads(refused.text)["id"] == 7
+    assert orjson.loads(refused.text)["error"]["code"] == -32014
+
+
+# -- cancellation ------------------------------------------------------------------------------
+
+
+def test_client_cancel_request_goes_to_the_backend_holding_the_request() -> None:
+    client = Client()
+    client.new_session(1, "a", "s1")
+    client.send(request("p", "session/prompt", sid("s1")))
+    cancel = notification("$/cancel_request", {"requestId": "p"})
+    assert client.send(cancel) == Send("a", cancel)
+
+
+@pytest.mark.parametrize("named", ["nope", "1", None, [1], {"id": 1}, True, 1.0])
+def test_client_cancel_request_for_nothing_forwarded_is_dropped(named: Any) -> None:
+    client = Client()
+    client.new_session(5, "a", "s1")
+    client.send(request(1, "session/prompt", sid("s1")))  # in flight on a, with id 1
+    client.send(request(2, "session/status", sid("s1")))  # handled by the router
+    for requested in (named, 2):
+        action = client.send(notification("$/cancel_request", {"requestId": requested}))
+        assert isinstance(action, Drop), requested
+    assert isinstance(client.send(notification("$/cancel_request", None)), Drop)
+
+
+def test_backend_cancel_request_is_rewritten_to_the_router_id() -> None:
+    client = Client()
+    client.backend("a", request(1, "session/request_permission", {}))
+    client.backend("b", request(1, "session/request_permission", {}))
+    delivered = client.backend(
+        "b", notification("$/cancel_request", {"requestId": 1, "_meta": {"why": "x"}})
+    )
+    assert isinstance(delivered, Deliver)
+    assert orjson.loads(delivered.text) == {
+        "jsonrpc": "2.0",
+        "method": "$/cancel_request",
+        "params": {"requestId": 1, "_meta": {"why": "x"}},
+    }
+    for named in (8, "1", True, 1.0, [1]):
+        stray = client.backend("b", notification("$/cancel_request", {"requestId": named}))
+        assert isinstance(stray, Drop), named
+
+
+def test_session_cancel_routes_by_session_id() -> None:
+    client = Client()
+    client.new_session(1, "b", "s1")
+    cancel = notification("session/cancel", sid("s1"))
+    assert client.send(cancel) == Send("b", cancel)
+    assert isinstance(client.send(notification("session/cancel", sid("s2"))), Drop)
+    assert isinstance(client.send(notification("session/cancel", {})), Drop)
+
+
+def test_backend_notifications_are_delivered_as_they_came() -> None:
+    text = (
+        '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"x","update":{}},"z":1}'
+    )
+    assert Client().backend("a", text) == Deliver(text)
+
+
+# -- losing a backend --------------------------------------------------------------------------
+
+
+def test_backend_lost_answers_its_calls_once_and_detaches_its_sessions() -> None:
+    client = Client()
+    client.new_session(1, "a", "s1")
+    client.new_session(2, "a", "s2")
+    client.new_session(3, "b", "s3")
+    client.send(request(10, "session/prompt", sid("s1")))
+    client.send(request(0, "session/prompt", sid("s2")))
+    client.send(request("x", "session/prompt", sid("s3")))
+    client.send(request(11, "session/resume", sid("s4")))  # still being located
+    client.backend("a", request(1, "fs/read_text_file", {}))
+    client.attach_log.clear()
+
+    replies = client.routes.backend_lost("a")
+    answered = sorted((reply(r)["id"] for r in replies), key=repr)
+    assert answered == [0, 10]
+    for r in replies:
+        assert reply(r)["error"]["code"] == -32013
+        assert reply(r)["error"]["data"] == {"backend": "a", "retryable": True}
+    assert sorted(client.attach_log) == [("a", -1), ("a", -1)]
+    assert client.routes.sessions == {"s3": "b"}
+    assert sorted(client.routes.unanswered(), key=repr) == ["x", 11]
+    assert client.routes.backend_lost("a") == []  # nothing twice
+    assert isinstance(client.backend("a", result(10, {})), Drop)
+    assert isinstance(client.send(result(0, {})), Drop)  # the agent request died with a
+    assert isinstance(client.backend("b", result("x", {})), Deliver)
+    error_reply(client.send(request(12, "session/prompt", sid("s1"))), 12, -32010)
+
+
+def test_backend_lost_forgets_it_as_the_last_backend() -> None:
+    client = Client()
+    client.new_session(1, "a", "s1")
+    client.routes.backend_lost("a")
+    error_reply(client.send(request(2, "_vendor/x", {})), 2, -32601)
+
+
+def test_close_detaches_everything() -> None:
+    client = Client()
+    client.new_session(1, "a", "s1")
+    client.new_session(2, "b", "s2")
+    client.routes.close()
+    assert client.routes.sessions == {}
+    assert sorted(client.attach_log) == [("a", -1), ("a", 1), ("b", -1), ("b", 1)]
+
+
+# -- limits ------------------------------------------------------------------------------------
+
+
+def test_in_flight_limit() -> None:
+    client = Client(Limits(max_in_flight=2))
+    client.new_session(1, "a", "s1")
+    assert isinstance(client.send(request(2, "session/prompt", sid("s1"))), Send)
+    assert isinstance(client.send(request(3, "session/status", sid("s1"))), Handle)
+    data = error_reply(client.send(request(4, "session/prompt", sid("s1"))), 4, -32014)
+    assert data["retryable"] is True
+    assert sorted(client.routes.unanswered()) == [2, 3]
+
+
+def test_session_limit() -> None:
+    client = Client(Limits(max_sessions=1))
+    client.new_session(1, "a", "s1")
+    error_reply(client.send(request(2, "session/new", new_params())), 2, -32015)
+    data = error_reply(client.send(request(3, "session/resume", sid("s2"))), 3, -32015)
+    assert data["sessionId"] == "s2"
+    assert isinstance(client.send(request(4, "session/resume", sid("s1"))), Send)
+    assert client.routes.unanswered() == [4]
+
+
+def test_session_limit_holds_when_creations_race() -> None:
+    client = Client(Limits(max_sessions=1))
+    for request_id in (1, 2):
+        assert isinstance(client.send(request(request_id, "session/new", new_params())), Handle)
+        client.routes.forward(request_id, "a")
+    for request_id, session_id in ((1, "s1"), (2, "s2")):
+        assert isinstance(client.backend("a", result(request_id, sid(session_id))), Deliver)
+    assert client.routes.sessions == {"s1": "a"}
+    assert client.attach_log == [("a", 1)]
+
+
+# -- every request gets exactly one answer -----------------------------------------------------
+
+BACKENDS = ("a", "b", "c")
+IDS: tuple[RequestId, ...] = (0, 1, 2, 3, 4, 5, 6, "0", "a")
+SESSIONS = ("s1", "s2", "s3")
+#: weighted towards the methods that place, locate, attach and detach
+METHODS = (
+    *("session/new",) * 3,
+    *("session/prompt",) * 3,
+    *("session/resume",) * 3,
+    "session/load",
+    *("session/close",) * 2,
+    "session/status",
+    "session/list",
+    "_vendor/x",
+    "initialize",
+)
+MAX_IN_FLIGHT = 5
+MAX_SESSIONS = 2
+MAX_AGENT_REQUESTS = 3
+
+
+class Model:
+    """The shell and the client around one ClientRoutes, keeping count of every answer.
+
+    Each client request is a *serial*; ``open`` maps the ids in flight to theirs, and
+    every answer the client can see is counted against the serial it answers. Each
+    step takes three numbers that choose what it acts on among what exists then.
+    """
+
+    def __init__(self) -> None:
+        self.attached: Counter[str] = Counter()
+        self.routes = ClientRoutes(
+            Limits(MAX_IN_FLIGHT, MAX_SESSIONS, MAX_AGENT_REQUESTS),
+            on_attach=lambda backend, delta: self.attached.update({backend: delta}),
+        )
+        init = self.routes.receive_client(parse(request("init", "initialize", {})))
+        assert isinstance(init, Handle)
+        self.routes.initialize = init.request
+        self.routes.answer("init", {})
+        self.serial = 0
+        self.open: dict[RequestId, int] = {}
+        self.answers: Counter[int] = Counter()
+        self.forwarded: set[int] = set()
+        self.handles: dict[RequestId, Handle] = {}
+        self.agent_calls: dict[int, tuple[str, RequestId]] = {}
+        self.relocated: set[int] = set()
+
+    def _answered(self, text: str) -> None:
+        request_id = orjson.loads(text)["id"]
+        serial = self.open.pop(request_id)
+        self.answers[serial] += 1
+        assert self.answers[serial] == 1, f"request {request_id!r} answered twice"
+
+    # -- the client ----------------------------------------------------------------------------
+
+    def client_request(self, x: int, y: int, z: int) -> None:
+        request_id, method, session = IDS[x % len(IDS)], METHODS[y % len(METHODS)], SESSIONS[z % 3]
+        self.serial += 1
+        text = request(request_id, method, new_params() | sid(session))
+        action = self.routes.receive_client(parse(text))
+        if isinstance(action, Reply):
+            decoded = orjson.loads(action.text)
+            assert decoded["id"] == request_id
+            if request_id in self.open:
+                assert decoded["error"]["code"] == -32600  # a refused duplicate
+            self.answers[self.serial] += 1
+            return
+        assert request_id not in self.open
+        self.open[request_id] = self.serial
+        if isinstance(action, Send):
+            assert action.text == text
+            assert self.routes.calls[request_id].backend == action.backend
+            self.forwarded.add(self.serial)
+        else:
+            assert isinstance(action, Handle)
+            self.handles[request_id] = action
+
+    def client_cancels(self, x: int, y: int, z: int) -> None:
+        if z % 2:
+            request_id = IDS[x % len(IDS)]
+            note = notification("$/cancel_request", {"requestId": request_id})
+            call = self.routes.calls.get(request_id)
+            backend = call.backend if call is not None else None
+        else:
+            session = SESSIONS[y % 3]
+            note = notification("session/cancel", sid(session))
+            backend = self.routes.sessions.get(session)
+        action = self.routes.receive_client(parse(note))
+        if backend is None:
+            assert isinstance(action, Drop)
+        else:
+            assert action == Send(backend, note)
+
+    def client_answers_an_agent(self, x: int, y: int, z: int) -> None:
+        if not self.agent_calls:
+            return
+        router_id = sorted(self.agent_calls)[x % len(self.agent_calls)]
+        backend, original = self.agent_calls.pop(router_id)
+        action = self.routes.receive_client(parse(result(router_id, {"ok": router_id})))
+        assert action == Send(backend, result(original, {"ok": router_id}))
+
+    # -- the shell -----------------------------------------------------------------------------
+
+    def shell_decides(self, x: int, y: int, z: int) -> None:
+        if not self.handles:
+            return
+        request_id = sorted(self.handles, key=repr)[x % len(self.handles)]
+        handle = self.handles.pop(request_id)
+        routed = handle.task in (Task.PLACE, Task.LOCATE, Task.LOCATE_DETACHED)
+        choices = [*BACKENDS, "fail"] if routed else ["answer", "fail"]
+        choice = choices[y % len(choices)]
+        if choice == "answer":
+            self._answered(self.routes.answer(request_id, {}).text)
+        elif choice == "fail":
+            failure = LocateInconclusive() if routed else NoBackendAvailable()
+            self._answered(self.routes.fail(request_id, failure).text)
+        else:
+            assert self.routes.forward(request_id, choice) == Send(choice, handle.request.text)
+            self.forwarded.add(self.open[request_id])
+
+    # -- backends ------------------------------------------------------------------------------
+
+    def backend_answers(self, x: int, y: int, z: int) -> None:
+        waiting = sorted((i for i, c in self.routes.calls.items() if c.backend), key=repr)
+        if not waiting:
+            return
+        request_id = waiting[x % len(waiting)]
+        call = self.routes.calls[request_id]
+        assert call.backend is not None
+        outcome = ("ok", "not_found", "error")[y % 3]
+        session = call.session_id
+        if outcome == "ok":
+            text = result(request_id, sid(SESSIONS[z % 3]))
+            if call.request.method == "session/new":
+                session = SESSIONS[z % 3]
+        else:
+            text = error(request_id, -32002 if outcome == "not_found" else -32603)
+        before = dict(self.routes.sessions)
+        action = self.routes.receive_backend(call.backend, parse(text))
+        self._check_attachment(call.request.method, outcome, call.backend, session, before)
+        if isinstance(action, Relocate):
+            assert outcome == "not_found"
+            assert call.request.method in ("session/resume", "session/load")
+            serial = self.open[request_id]
+            assert serial not in self.relocated, "relocated twice"
+            self.relocated.add(serial)
+            assert request_id not in self.routes.calls
+            self.routes.retry(action.call)
+            self.handles[request_id] = Handle(Task.LOCATE, call.request, call.session_id)
+            return
+        assert isinstance(action, Deliver)
+        assert action.text == text
+        assert action.settled == call
+        self._answered(action.text)
+
+    def _check_attachment(
+        self, method: str, outcome: str, backend: str, session: str | None, before: dict[str, str]
+    ) -> None:
+        after = self.routes.sessions
+        if outcome != "ok" or session is None:
+            assert after == before
+        elif method in ("session/new", "session/resume", "session/load"):
+            room = session in before or len(before) < MAX_SESSIONS
+            assert after == ((before | {session: backend}) if room else before)
+        elif method == "session/close" and before.get(session) == backend:
+            assert after == {s: b for s, b in before.items() if s != session}
+        else:
+            assert after == before
+
+    def backend_answers_nothing_in_flight(self, x: int, y: int, z: int) -> None:
+        backend, request_id = BACKENDS[x % 3], IDS[y % len(IDS)]
+        call = self.routes.calls.get(request_id)
+        if call is None or call.backend != backend:
+            action = self.routes.receive_backend(backend, parse(result(request_id, {})))
+            assert isinstance(action, Drop)
+
+    def agent_request(self, x: int, y: int, z: int) -> None:
+        backend, original = BACKENDS[x % 3], IDS[y % len(IDS)]
+        action = self.routes.receive_backend(backend, parse(request(original, "fs/x", {})))
+        if len(self.agent_calls) >= MAX_AGENT_REQUESTS:
+            assert isinstance(action, Send)
+            assert action.backend == backend
+            return
+        assert isinstance(action, Deliver)
+        router_id = orjson.loads(action.text)["id"]
+        assert router_id not in self.agent_calls
+        self.agent_calls[router_id] = (backend, original)
+
+    def backend_lost(self, x: int, y: int, z: int) -> None:
+        backend = BACKENDS[x % 3]
+        for lost in self.routes.backend_lost(backend):
+            assert orjson.loads(lost.text)["error"]["code"] == -32013
+            self._answered(lost.text)
+        self.agent_calls = {r: e for r, e in self.agent_calls.items() if e[0] != backend}
+        assert all(c.backend != backend for c in self.routes.calls.values())
+        assert backend not in self.routes.sessions.values()
+
+    # -- checks --------------------------------------------------------------------------------
+
+    def check(self) -> None:
+        assert set(self.routes.calls) == set(self.open)
+        for request_id, call in self.routes.calls.items():
+            assert (call.backend is None) == (request_id in self.handles)
+        assert set(self.answers.values()) <= {1}
+        assert +self.attached == Counter(self.routes.sessions.values())
+        assert all(count >= 0 for count in self.attached.values())
+        assert len(self.routes.sessions) <= MAX_SESSIONS
+
+    def finish(self) -> None:
+        # Every backend goes away: whatever was forwarded has its one answer now ...
+        for backend in range(len(BACKENDS)):
+            self.backend_lost(backend, 0, 0)
+        for serial in self.forwarded - set(self.open.values()):
+            assert self.answers[serial] == 1
+        assert set(self.open) == set(self.handles)  # ... and the rest waits on the shell.
+        for request_id in sorted(self.handles, key=repr):
+            self._answered(self.routes.fail(request_id, NoBackendAvailable()).text)
+        assert self.routes.unanswered() == []
+        assert sorted(self.answers) == list(range(1, self.serial + 1))
+        assert set(self.answers.values()) <= {1}
+
+
+STEPS = (
+    *(Model.client_request,) * 4,
+    *(Model.shell_decides,) * 3,
+    *(Model.backend_answers,) * 3,
+    Model.client_cancels,
+    Model.client_answers_an_agent,
+    Model.backend_answers_nothing_in_flight,
+    Model.agent_request,
+    Model.backend_lost,
+)
+_STEP = st.tuples(st.sampled_from(STEPS), st.integers(0, 2**24 - 1))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_STEP, min_size=30, max_size=90))
+def test_every_request_is_answered_exactly_once(steps: list[Any]) -> None:
+    model = Model()
+    for step, choice in steps:
+        step(model, choice & 0xFF, (choice >> 8) & 0xFF, choice >> 16)
+        model.check()
+    model.finish()
