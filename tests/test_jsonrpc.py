@@ -407,7 +407,8 @@ def test_replace_id_changes_exactly_the_id(
     before = parse(text)
     after = parse(replace_id(text, new_id))
     assert type(after) is type(before)
-    assert after.id == new_id  # type: ignore[union-attr]
+    assert isinstance(after, Request | Response)
+    assert after.id == new_id
     assert orjson.loads(after.text) == obj | {"id": new_id}
 
     # Byte for byte, the only change is the id's own text.

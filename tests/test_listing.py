@@ -19,7 +19,7 @@ def _info(session_id: str, **extra: Any) -> dict[str, Any]:
     return {"sessionId": session_id, "cwd": "/w", **extra}
 
 
-def _page(sessions: list[dict[str, Any]], next_cursor: str | None = None) -> dict[str, Any]:
+def _page(sessions: list[Any], next_cursor: str | None = None) -> dict[str, Any]:
     result: dict[str, Any] = {"sessions": sessions}
     if next_cursor is not None:
         result["nextCursor"] = next_cursor
@@ -109,7 +109,7 @@ def test_merge_skips_missing_and_malformed_answers() -> None:
     page = ListPage.from_params({}, POOL)
     merged = page.merge(
         {
-            "a": _page([{"no": "id"}, "x", _info("s1"), {"sessionId": 5}, None]),  # type: ignore[list-item]
+            "a": _page([{"no": "id"}, "x", _info("s1"), {"sessionId": 5}, None]),
             "b": "not a result",
             # c did not answer (or does not list)
             "stranger": _page([_info("s9")], "zz"),
