@@ -809,3 +809,59 @@ def test_every_request_is_answered_exactly_once(steps: list[Any]) -> None:
         step(model, choice & 0xFF, (choice >> 8) & 0xFF, choice >> 16)
         model.check()
     model.finish()
+
+
+# -- nothing a peer sends makes the core raise -----------------------------------------------------
+
+_ANY_VALUE: st.SearchStrategy[Any] = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-2, 3)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from(["s1", "a", ""]),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["sessionId", "requestId", "cwd", "_meta", "x"]), children, max_size=3
+        )
+    ),
+    max_leaves=4,
+)
+_ANY_PARAMS: st.SearchStrategy[Any] = (
+    st.none()
+    | st.lists(_ANY_VALUE, max_size=2)
+    | st.dictionaries(st.sampled_from(["sessionId", "requestId", "cwd"]), _ANY_VALUE, max_size=3)
+)
+_ANY_METHOD = st.sampled_from(
+    [*dict.fromkeys(METHODS), "session/cancel", "$/cancel_request", "session/update", "fs/x"]
+)
+_ANY_ID: st.SearchStrategy[RequestId] = st.integers(0, 3) | st.sampled_from(["a", "0"])
+_ANY_FRAME = st.one_of(
+    st.builds(request, _ANY_ID, _ANY_METHOD, _ANY_PARAMS),
+    st.builds(notification, _ANY_METHOD, _ANY_PARAMS),
+    st.builds(result, _ANY_ID, _ANY_VALUE),
+    st.builds(error, _ANY_ID, st.sampled_from([-32002, -32603]), _ANY_VALUE),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["client", "a", "b", "lost", "shell"]), _ANY_FRAME), max_size=12
+    )
+)
+def test_no_frame_makes_the_core_raise(steps: list[tuple[str, str]]) -> None:
+    routes = ClientRoutes(Limits(max_in_flight=3, max_sessions=2, max_agent_requests=2))
+    for who, text in steps:
+        message = parse(text)
+        if who == "client":
+            action = routes.receive_client(message)
+            if isinstance(action, Handle) and action.task is Task.INITIALIZE:
+                routes.initialize = action.request
+        elif who == "lost":
+            routes.backend_lost("a")
+        elif who == "shell":
+            for request_id in [i for i, call in routes.calls.items() if call.backend is None]:
+                routes.forward(request_id, "a")
+        else:
+            routes.receive_backend(who, message)
