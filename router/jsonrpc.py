@@ -219,6 +219,8 @@ def _top_level_value(text: str, key: str) -> tuple[int, int] | None:
         if orjson.loads(key_match.group()) == key:
             return start, end
         i = end
+
+
 def _skip_space(text: str, i: int) -> int:
     match = _SPACE.match(text, i)
     return match.end() if match else i
