@@ -398,7 +398,7 @@ def test_parse_is_total_on_json_ish_text(value: Any, ascii_only: bool) -> None:
     _check_total(json.dumps(value, ensure_ascii=ascii_only))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.data(), _message(), _IDS)
 def test_replace_id_changes_exactly_the_id(
     data: st.DataObject, obj: dict[str, Any], new_id: int | str

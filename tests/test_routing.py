@@ -844,7 +844,7 @@ _ANY_FRAME = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     st.lists(
         st.tuples(st.sampled_from(["client", "a", "b", "lost", "shell"]), _ANY_FRAME), max_size=12
