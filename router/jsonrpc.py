@@ -15,6 +15,7 @@ rest of it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,30 +186,40 @@ _STRING = re.compile(_STRING_BODY, re.DOTALL)
 _TOKEN = re.compile(_STRING_BODY + r"|[{}\[\]]", re.DOTALL)
 _SCALAR_END = re.compile(r"[\s,}\]]")
 _SPACE = re.compile(r"\s*")
+# Where another "id" key could start: the plain key, or any \u escape (which could spell
+# it). Two literal searches: an alternation in one pattern scans ten times slower.
+_ID_KEY = re.compile(r'"id"')
+_ESCAPE_U = re.compile(r"\\u")
 
 
 def replace_id(text: str, new_id: RequestId) -> str:
-    """Return ``text`` with the value of its top-level ``"id"`` member replaced.
+    """Return ``text`` with the value of its top-level ``"id"`` member(s) replaced.
 
     ``text`` must be a JSON object that :func:`parse` accepted. Everything else in the
-    frame (spacing, key order, ``_meta``, unknown fields) stays exactly as it was. The
-    walk stops at the first top-level ``"id"``, which senders put near the front, so the
-    cost does not grow with the payload; a frame repeating the key (RFC 8259 leaves
-    its meaning undefined) only has its first one replaced.
+    frame (spacing, key order, ``_meta``, unknown fields) stays exactly as it was.
+
+    Senders put ``"id"`` near the front, so the walk usually stops there and the cost
+    does not grow with the payload: it goes on only when the rest of the frame could
+    hold the key again (a plain ``"id"`` or an escape), so a frame repeating the key
+    cannot keep an id of its own past the router.
     """
-    span = _top_level_value(text, "id")
-    if span is None:
-        return text
-    start, end = span
-    return f"{text[:start]}{orjson.dumps(new_id).decode()}{text[end:]}"
+    encoded = orjson.dumps(new_id).decode()
+    out: list[str] = []
+    last = 0
+    for start, end in _top_level_ids(text):
+        out += (text[last:start], encoded)
+        last = end
+    out.append(text[last:])
+    return "".join(out)
 
 
-def _top_level_value(text: str, key: str) -> tuple[int, int] | None:
+def _top_level_ids(text: str) -> Iterator[tuple[int, int]]:
+    """Spans of the values of the object's top-level ``"id"`` members."""
     i = _skip_space(text, 0) + 1  # past "{"
     while True:
         i = _skip_space(text, i)
         if text[i] == "}":
-            return None
+            return
         if text[i] == ",":
             i = _skip_space(text, i + 1)
         key_match = _STRING.match(text, i)
@@ -216,9 +227,17 @@ def _top_level_value(text: str, key: str) -> tuple[int, int] | None:
         i = _skip_space(text, key_match.end()) + 1  # past ":"
         start = _skip_space(text, i)
         end = _value_end(text, start)
-        if orjson.loads(key_match.group()) == key:
-            return start, end
+        if orjson.loads(key_match.group()) == "id":
+            yield start, end
+            if not _may_repeat_id(text, end):
+                return
         i = end
+
+
+def _may_repeat_id(text: str, start: int) -> bool:
+    if _ID_KEY.search(text, start) is not None:
+        return True
+    return text.find("\\", start) >= 0 and _ESCAPE_U.search(text, start) is not None
 
 
 def _skip_space(text: str, i: int) -> int:

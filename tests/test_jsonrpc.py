@@ -266,11 +266,12 @@ def test_replace_id_with_an_escaped_key() -> None:
     assert parse(replaced) == Request(0, "m", None, replaced)
 
 
-def test_replace_id_stops_at_the_first_id() -> None:
-    # The walk ends at the first top-level "id" (cost independent of the payload after it);
-    # a repeated key, whose meaning RFC 8259 leaves undefined, keeps its value.
+def test_replace_id_replaces_every_duplicate() -> None:
+    # A peer repeating the key must not keep an id of its own past the router.
     text = '{"id":1,"jsonrpc":"2.0","id":2,"result":null}'
-    assert replace_id(text, "z") == '{"id":"z","jsonrpc":"2.0","id":2,"result":null}'
+    assert replace_id(text, "z") == '{"id":"z","jsonrpc":"2.0","id":"z","result":null}'
+    escaped = '{"id":1,"jsonrpc":"2.0","\\u0069d":2,"result":null}'
+    assert replace_id(escaped, 0) == '{"id":0,"jsonrpc":"2.0","\\u0069d":0,"result":null}'
 
 
 def test_replace_id_with_an_id_last_and_no_spaces() -> None:
