@@ -252,11 +252,13 @@ class ClientRoutes:
         return Send(backend, call.request.text)
 
     def answer(self, request_id: RequestId, result: Any) -> Reply:
+        """The router's own answer to a call in flight (KeyError if it was answered)."""
         del self.calls[request_id]
         return Reply(encode_result(request_id, result))
 
     def fail(self, request_id: RequestId, error: JsonRpcError) -> Reply:
-        self.calls.pop(request_id, None)
+        """The router's error answer to a call in flight (KeyError if it was answered)."""
+        del self.calls[request_id]
         return Reply(encode_error(request_id, error))
 
     def retry(self, call: PendingCall) -> None:
