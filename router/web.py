@@ -128,17 +128,10 @@ async def serve(settings: Settings, on_listening: Callable[[str], None] = _annou
         host, port = settings.router.address
         site = web.TCPSite(runner, host, port)
         await site.start()
-        on_listening(f"ws://{host}:{_bound_port(site, port)}/acp")
+        on_listening(f"ws://{host}:{runner.addresses[0][1]}/acp")
         await _until_signalled()
     finally:
         await runner.cleanup()
-
-
-def _bound_port(site: web.TCPSite, requested: int) -> int:
-    server = site._server  # aiohttp exposes no public accessor for the bound socket
-    if isinstance(server, asyncio.base_events.Server) and server.sockets:
-        return int(server.sockets[0].getsockname()[1])
-    return requested
 
 
 async def _until_signalled() -> None:
