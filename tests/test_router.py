@@ -457,6 +457,41 @@ async def test_operator_endpoints(tmp_path: Path) -> None:
             assert response.status == 503
 
 
+async def test_links_replay_the_clients_initialize_and_authenticate(tmp_path: Path) -> None:
+    async with (
+        start_scripted("scripted", never_answer) as backend,
+        start_router([("scripted", backend.url)]) as router,
+        AcpClient.connect(router.url) as client,
+    ):
+        caps = {"fs": {"readTextFile": True}, "terminal": True}
+        info = {"name": "an-editor", "version": "9"}
+        init = await client.request(
+            "initialize",
+            {
+                "protocolVersion": 2,
+                "clientCapabilities": caps,
+                "clientInfo": info,
+                "_meta": {"k": 1},
+            },
+        )
+        assert init["result"]["protocolVersion"] == 1
+        assert (await client.request("authenticate", {"methodId": "token"}))["result"] == {}
+        created = await client.request("session/new", {"cwd": CWD, "mcpServers": []})
+        assert created.get("result") == {}
+        on_link = [m for m in backend.received if m["method"] != "session/status"][
+            1:
+        ]  # after control
+        assert [m["method"] for m in on_link] == ["initialize", "authenticate", "session/new"]
+        replayed = on_link[0]["params"]
+        assert replayed == {
+            "protocolVersion": 1,
+            "clientCapabilities": caps,
+            "clientInfo": info,
+            "_meta": {"k": 1},
+        }
+        assert on_link[1]["params"] == {"methodId": "token"}
+
+
 @pytest.mark.parametrize("protocol_version", [1, 2, 0])
 async def test_initialize_is_answered_by_the_router(tmp_path: Path, protocol_version: int) -> None:
     async with start_fleet(tmp_path, 1) as agents, start_router(backends_of(agents)) as router:
