@@ -89,8 +89,10 @@ class ControlLink:
             except (aiohttp.ClientError, OSError, TimeoutError, ProtocolError) as exc:
                 logger.info("backend %s control link failed: %s", self.id, _describe(exc))
                 delay = min(delay * 2, self._settings.reconnect_max_ms / 1000)
-            finally:
-                self._set_down()
+            except asyncio.CancelledError:
+                self._set_down(stopping=True)
+                raise
+            self._set_down()
 
     async def _session(self) -> None:
         async with self._http.ws_connect(
@@ -149,12 +151,13 @@ class ControlLink:
         logger.info("backend %s is up (%s)", self.id, self.spec.url)
         self._on_change(self)
 
-    def _set_down(self) -> None:
+    def _set_down(self, *, stopping: bool = False) -> None:
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(BackendLinkLost(None, {"backend": self.id}))
         self._pending.clear()
         if self.up:
             self.up = False
-            logger.warning("backend %s is down", self.id)
+            if not stopping:  # the router is shutting down: nothing went wrong
+                logger.warning("backend %s is down", self.id)
             self._on_change(self)

@@ -30,6 +30,9 @@ async def agent_process(store: Path, agent_id: str, log_level: str) -> AsyncIter
         sys.executable, "-m", "router", "--log-level", log_level,
         "agent", "--listen", "127.0.0.1:0", "--store", str(store), "--id", agent_id,
         stdout=asyncio.subprocess.PIPE,
+        # Their own process group: Ctrl-C reaches only the demo, which stops the router
+        # first and then its agents, so nothing logs the fleet "going down" on the way out.
+        start_new_session=True,
     )  # fmt: skip
     try:
         assert process.stdout is not None
