@@ -48,7 +48,7 @@ class RouterSection(_Section):
     max_in_flight_per_connection: Annotated[int, Field(gt=0)] = 1024
     #: frames queued for one peer before its sender waits (backpressure)
     outbox_frames: Annotated[int, Field(gt=0)] = 256
-    #: how long opening a link to a backend (connect + initialize) may take
+    #: how long opening any link to a backend (connect, upgrade, initialize) may take
     connect_timeout_ms: Annotated[int, Field(gt=0)] = 5000
 
     @field_validator("listen")

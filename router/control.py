@@ -57,12 +57,14 @@ class ControlLink:
         on_change: Callable[[ControlLink], None],
         *,
         max_message_bytes: int,
+        connect_timeout: float,
     ) -> None:
         self.spec = spec
         self._settings = settings
         self._http = http
         self._on_change = on_change
         self._max_message_bytes = max_message_bytes
+        self._connect_timeout = connect_timeout
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._pending: dict[int, asyncio.Future[Response]] = {}
         self._next_id = 0
@@ -104,7 +106,9 @@ class ControlLink:
             self._ws = ws
             reader = asyncio.create_task(self._read(ws), name=f"control-read-{self.id}")
             try:
-                response = await self.call(acp.INITIALIZE, INITIALIZE_PARAMS, timeout=10.0)
+                response = await self.call(
+                    acp.INITIALIZE, INITIALIZE_PARAMS, timeout=self._connect_timeout
+                )
                 if response.error is not None or not isinstance(response.result, dict):
                     raise InvalidRequest(f"initialize failed: {response.text[:200]}")
                 self.capabilities = response.result

@@ -45,6 +45,7 @@ class Pool:
                 http,
                 self._link_changed,
                 max_message_bytes=settings.router.max_message_bytes,
+                connect_timeout=settings.router.connect_timeout_ms / 1000,
             )
             for b in settings.backends
         }

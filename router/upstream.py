@@ -88,7 +88,8 @@ class UpstreamLink:
         """Open the link, then pump frames both ways until either side closes.
 
         Returns when the backend closes; raises :class:`BackendLinkLost` when the link
-        cannot be opened or breaks.
+        cannot be opened or breaks. The HTTP session bounds the connect; the handshake is
+        bounded here.
         """
         try:
             async with self._http.ws_connect(

@@ -51,7 +51,11 @@ def create_app(settings: Settings, metrics: Metrics | None = None) -> web.Applic
 async def _pool_context(app: web.Application) -> AsyncIterator[None]:
     # limit=0: every client connection holds its own backend links; aiohttp's default
     # connector would cap all of them together at 100 sockets.
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+    connect = app[SETTINGS].router.connect_timeout_ms / 1000
+    timeout = aiohttp.ClientTimeout(total=None, connect=connect, sock_connect=connect)
+    async with aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0), timeout=timeout
+    ) as http:
         app[HTTP] = http
         pool = Pool(app[SETTINGS], app[METRICS], http)
         app[POOL] = pool
