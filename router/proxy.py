@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, assert_never
 
 import aiohttp
 from aiohttp import web
@@ -29,13 +29,13 @@ from router.routing import (
     ClientRoutes,
     Deliver,
     Drop,
+    Duty,
     Handle,
     Limits,
     PendingCall,
     Relocate,
     Reply,
     Send,
-    Task,
 )
 from router.upstream import Outbox, UpstreamLink
 
@@ -113,15 +113,23 @@ class ClientConnection:
                     self._settled(settled, response)
                 self.metrics.count_frame(TO_CLIENT, text)
                 await self.outbox.put(text)
-            case Handle(task, request, session_id):
-                await self._handle(task, request, session_id)
+            case Handle(duty, request, session_id):
+                await self._handle(duty, request, session_id)
             case Relocate(call, _):
-                self.metrics.resumes.labels(call.backend or "", "not_found").inc()
-                self.pool.forget(call.session_id or "")
-                self.routes.retry(call)
-                self._spawn(self._locate(call.request, call.session_id or ""), "relocate")
+                await self._relocate(call)
             case Drop(reason):
                 logger.debug("dropped a frame: %s", reason)
+            case _:
+                assert_never(action)
+
+    async def _relocate(self, call: PendingCall) -> None:
+        """The backend did not know the session after all: forget the hint, locate again."""
+        assert call.backend is not None  # it answered, so it was forwarded
+        assert call.session_id is not None  # resume and load name their session
+        self.metrics.resumes.labels(call.backend, "not_found").inc()
+        self.pool.forget(call.session_id)
+        self.routes.retry(call)
+        self._spawn(self._locate(call.request, call.session_id), "relocate")
 
     async def _send(self, backend: str, text: str) -> None:
         link = self.links.get(backend) or self._open_link(backend)
@@ -134,24 +142,24 @@ class ClientConnection:
 
     # -- requests the router answers or routes itself ------------------------------------------------
 
-    async def _handle(self, task: Task, request: Request, session_id: str | None) -> None:
-        if task is Task.INITIALIZE:
+    async def _handle(self, duty: Duty, request: Request, session_id: str | None) -> None:
+        if duty is Duty.INITIALIZE:
             self.routes.initialize = request
             await self.outbox.put(self.routes.answer(request.id, self.pool.capabilities()).text)
-        elif task is Task.AUTHENTICATE:
+        elif duty is Duty.AUTHENTICATE:
             self.routes.authenticate = request  # replayed on every link opened from now on
             await self.outbox.put(self.routes.answer(request.id, {}).text)
-        elif task is Task.PLACE:
+        elif duty is Duty.PLACE:
             try:
                 backend = self.pool.place_new()
             except JsonRpcError as exc:
                 await self._fail(request.id, exc)
                 return
             await self._do(self.routes.forward(request.id, backend))
-        elif task is Task.STATUS:
+        elif duty is Duty.STATUS:
             assert session_id is not None
             self._spawn(self._answer(request.id, self._status(session_id)), "status")
-        elif task is Task.LIST:
+        elif duty is Duty.LIST:
             self._spawn(self._answer(request.id, self.pool.list_sessions(request.params)), "list")
         else:  # LOCATE, LOCATE_DETACHED
             assert session_id is not None

@@ -57,7 +57,7 @@ class TooManySessions(RoutingError):
     default_message = "Too many sessions attached to this connection"
 
 
-class Task(enum.Enum):
+class Duty(enum.Enum):
     """Requests the router answers or routes itself."""
 
     INITIALIZE = "initialize"
@@ -103,9 +103,9 @@ class Deliver:
 
 @dataclass(frozen=True, slots=True)
 class Handle:
-    """The shell must carry out ``task`` for ``request``, then answer or forward it."""
+    """The shell must carry out ``duty`` for ``request``, then answer or forward it."""
 
-    task: Task
+    duty: Duty
     request: Request
     session_id: str | None = None
 
@@ -175,16 +175,16 @@ class ClientRoutes:
     def _classify(self, request: Request) -> tuple[PendingCall, Action]:
         method = request.method
         if method == acp.INITIALIZE:
-            return PendingCall(request, None), Handle(Task.INITIALIZE, request)
+            return PendingCall(request, None), Handle(Duty.INITIALIZE, request)
         if self.initialize is None:
             raise InvalidRequest(f"send initialize before {method}")
         if method == acp.AUTHENTICATE:
-            return PendingCall(request, None), Handle(Task.AUTHENTICATE, request)
+            return PendingCall(request, None), Handle(Duty.AUTHENTICATE, request)
         if method == acp.SESSION_NEW:
             self._check_room(None)
-            return PendingCall(request, None), Handle(Task.PLACE, request)
+            return PendingCall(request, None), Handle(Duty.PLACE, request)
         if method == acp.SESSION_LIST:
-            return PendingCall(request, None), Handle(Task.LIST, request)
+            return PendingCall(request, None), Handle(Duty.LIST, request)
         if method in acp.SESSION_SCOPED:
             return self._session_request(request)
         if self.last_backend is None:
@@ -196,16 +196,16 @@ class ClientRoutes:
         if session_id is None:
             raise InvalidParams(f"{request.method} needs params.sessionId as a string")
         if request.method == acp.SESSION_STATUS:
-            return PendingCall(request, session_id), Handle(Task.STATUS, request, session_id)
+            return PendingCall(request, session_id), Handle(Duty.STATUS, request, session_id)
         backend = self.sessions.get(session_id)
         if backend is not None:
             return self._forwarded(request, session_id, backend)
         if request.method in acp.ATTACHING:
             self._check_room(session_id)
-            return PendingCall(request, session_id), Handle(Task.LOCATE, request, session_id)
+            return PendingCall(request, session_id), Handle(Duty.LOCATE, request, session_id)
         if request.method == acp.SESSION_CLOSE:
             call = PendingCall(request, session_id)
-            return call, Handle(Task.LOCATE_DETACHED, request, session_id)
+            return call, Handle(Duty.LOCATE_DETACHED, request, session_id)
         raise SessionNotAttached(session_id)
 
     def _check_room(self, session_id: str | None) -> None:

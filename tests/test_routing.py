@@ -22,12 +22,12 @@ from router.routing import (
     ClientRoutes,
     Deliver,
     Drop,
+    Duty,
     Handle,
     Limits,
     Relocate,
     Reply,
     Send,
-    Task,
 )
 
 # -- frames ----------------------------------------------------------------------------------------
@@ -95,7 +95,7 @@ class Client:
     def new_session(self, request_id: RequestId, backend: str, session_id: str) -> None:
         action = self.send(request(request_id, "session/new", new_params()))
         assert isinstance(action, Handle)
-        assert action.task is Task.PLACE
+        assert action.duty is Duty.PLACE
         self.routes.forward(request_id, backend)
         delivered = self.backend(backend, result(request_id, sid(session_id)))
         assert isinstance(delivered, Deliver)
@@ -134,7 +134,7 @@ def test_initialize_is_handled_by_the_router() -> None:
     text = request(0, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
     action = client.send(text)
     assert isinstance(action, Handle)
-    assert action.task is Task.INITIALIZE
+    assert action.duty is Duty.INITIALIZE
     assert action.request.text == text
     assert client.routes.unanswered() == [0]
     answered = client.routes.answer(0, {"protocolVersion": 1})
@@ -145,7 +145,7 @@ def test_initialize_is_handled_by_the_router() -> None:
 def test_authenticate_is_handled_by_the_router() -> None:
     action = Client().send(request(1, "authenticate", {"methodId": "token"}))
     assert isinstance(action, Handle)
-    assert action.task is Task.AUTHENTICATE
+    assert action.duty is Duty.AUTHENTICATE
 
 
 # -- sessions ----------------------------------------------------------------------------------
@@ -155,7 +155,7 @@ def test_session_new_is_placed_then_forwarded_verbatim_and_attached() -> None:
     client = Client()
     text = '{"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/w","mcpServers":[],"_meta":{"x":1}},"extra":[]}'
     action = client.send(text)
-    assert action == Handle(Task.PLACE, as_request(text))
+    assert action == Handle(Duty.PLACE, as_request(text))
     assert client.routes.forward(1, "b") == Send("b", text)
     assert client.attach_log == []
 
@@ -228,7 +228,7 @@ def test_resume_of_an_unattached_session_is_located_then_attached(method: str) -
     client = Client()
     text = request(5, method, sid("s9", cwd="/w", mcpServers=[]))
     action = client.send(text)
-    assert action == Handle(Task.LOCATE, as_request(text), "s9")
+    assert action == Handle(Duty.LOCATE, as_request(text), "s9")
     assert client.routes.forward(5, "c") == Send("c", text)
     assert isinstance(client.backend("c", result(5, {})), Deliver)
     assert client.routes.sessions == {"s9": "c"}
@@ -294,7 +294,7 @@ def test_close_of_an_unattached_session_is_located_but_not_attached() -> None:
     client = Client()
     text = request(6, "session/close", sid("s7"))
     action = client.send(text)
-    assert action == Handle(Task.LOCATE_DETACHED, as_request(text), "s7")
+    assert action == Handle(Duty.LOCATE_DETACHED, as_request(text), "s7")
     assert client.routes.forward(6, "a") == Send("a", text)
     assert isinstance(client.backend("a", result(6, {})), Deliver)
     assert client.routes.sessions == {}
@@ -318,10 +318,10 @@ def test_status_and_list_are_handled_by_the_router() -> None:
     client = Client()
     status = client.send(request(1, "session/status", sid("s1")))
     assert isinstance(status, Handle)
-    assert (status.task, status.session_id) == (Task.STATUS, "s1")
+    assert (status.duty, status.session_id) == (Duty.STATUS, "s1")
     listing = client.send(request(2, "session/list", {}))
     assert isinstance(listing, Handle)
-    assert listing.task is Task.LIST
+    assert listing.duty is Duty.LIST
     assert reply(client.routes.answer(1, {"status": "active"}))["result"] == {"status": "active"}
     error_reply(client.routes.fail(2, NoBackendAvailable()), 2, -32011)
     assert client.routes.unanswered() == []
@@ -674,7 +674,7 @@ class Model:
             return
         request_id = sorted(self.handles, key=repr)[x % len(self.handles)]
         handle = self.handles.pop(request_id)
-        routed = handle.task in (Task.PLACE, Task.LOCATE, Task.LOCATE_DETACHED)
+        routed = handle.duty in (Duty.PLACE, Duty.LOCATE, Duty.LOCATE_DETACHED)
         choices = [*BACKENDS, "fail"] if routed else ["answer", "fail"]
         choice = choices[y % len(choices)]
         if choice == "answer":
@@ -714,7 +714,7 @@ class Model:
             self.relocated.add(serial)
             assert request_id not in self.routes.calls
             self.routes.retry(action.call)
-            self.handles[request_id] = Handle(Task.LOCATE, call.request, call.session_id)
+            self.handles[request_id] = Handle(Duty.LOCATE, call.request, call.session_id)
             return
         assert isinstance(action, Deliver)
         assert action.text == text
@@ -856,7 +856,7 @@ def test_no_frame_makes_the_core_raise(steps: list[tuple[str, str]]) -> None:
         message = parse(text)
         if who == "client":
             action = routes.receive_client(message)
-            if isinstance(action, Handle) and action.task is Task.INITIALIZE:
+            if isinstance(action, Handle) and action.duty is Duty.INITIALIZE:
                 routes.initialize = action.request
         elif who == "lost":
             routes.backend_lost("a")
