@@ -123,6 +123,29 @@ async def test_a_stale_hint_is_probed_then_the_pool_fanned_out(tmp_path: Path) -
         assert router.metric("acp_router_probe_fanout_size_sum") == 3
 
 
+async def test_load_through_the_router_replays_history_before_answering(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path, 2) as agents, start_router(backends_of(agents)) as router:
+        async with AcpClient.connect(router.url) as first:
+            await first.initialize()
+            session_id = await first.new_session(CWD)
+            owner = await answered_by(first, session_id, "remember this")
+        async with AcpClient.connect(router.url) as second:
+            await second.initialize()
+            loaded = await second.request(
+                "session/load", {"sessionId": session_id, "cwd": CWD, "mcpServers": []}
+            )
+            assert loaded.get("result") == {}
+            replayed = [
+                (m["params"]["update"]["sessionUpdate"], m["params"]["update"]["content"]["text"])
+                for m in second.drain_incoming()
+            ]
+            assert replayed == [
+                ("user_message_chunk", "remember this"),
+                ("agent_message_chunk", f"[{owner}] remember this"),
+            ]
+            assert await answered_by(second, session_id) == owner
+
+
 async def test_burst_of_resumes_of_an_inactive_session_lands_on_one_instance(
     tmp_path: Path,
 ) -> None:
