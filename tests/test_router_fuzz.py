@@ -78,7 +78,7 @@ class Script:
         elif choice == 5:
             self.request(self.rng.choice(["_vendor/x", "nope", "session/unknown", ""]), {})
         elif choice == 6:
-            bad = self.rng.choice([None, 5, "x", [], {"sessionId": 7}, {"sessionId": None}])
+            bad: Any = self.rng.choice([None, 5, "x", [], {"sessionId": 7}, {"sessionId": None}])
             self.request("session/prompt", bad)
         elif choice == 7:
             self.unreadable(self.rng.choice(["{", "nul", '{"a":', "\x00", "[1,", "", " "]))
