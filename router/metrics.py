@@ -132,6 +132,11 @@ class Metrics:
             ["direction"],
             registry=registry,
         )
+        # resolved once: labels() costs more than the increment on the per-frame path
+        self._per_direction = {
+            d: (self.messages.labels(d), self.message_bytes.labels(d))
+            for d in (TO_BACKEND, TO_CLIENT)
+        }
         self.client_errors = Counter(
             "acp_router_client_errors_total",
             "Errors the router answered itself, by JSON-RPC code",
@@ -148,8 +153,9 @@ class Metrics:
                 self.resumes.labels(backend, result)
 
     def count_frame(self, direction: str, text: str) -> None:
-        self.messages.labels(direction).inc()
-        self.message_bytes.labels(direction).inc(len(text.encode()))
+        frames, size = self._per_direction[direction]
+        frames.inc()
+        size.inc(len(text.encode()))
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
