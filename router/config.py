@@ -48,6 +48,9 @@ class RouterSection(_Section):
     max_in_flight_per_connection: Annotated[int, Field(gt=0)] = 1024
     #: frames queued for one peer before its sender waits (backpressure)
     outbox_frames: Annotated[int, Field(gt=0)] = 256
+    #: accept permessage-deflate from clients that offer it: less bandwidth to remote
+    #: editors, more router CPU per frame (links to backends are never compressed)
+    compression: bool = True
     #: how long opening any link to a backend (connect, upgrade, initialize) may take
     connect_timeout_ms: Annotated[int, Field(gt=0)] = 5000
 

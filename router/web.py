@@ -81,8 +81,12 @@ async def _acp(request: web.Request) -> web.StreamResponse:
     if len(sockets) >= app[SETTINGS].router.max_connections:
         metrics.connections.labels("rejected").inc()
         return web.Response(status=503, text="too many connections\n")
+    settings = app[SETTINGS].router
     ws = web.WebSocketResponse(
-        max_msg_size=app[SETTINGS].router.max_message_bytes, heartbeat=30.0, autoping=True
+        max_msg_size=settings.max_message_bytes,
+        heartbeat=30.0,
+        autoping=True,
+        compress=settings.compression,
     )
     if not ws.can_prepare(request).ok:
         metrics.connections.labels("not_websocket").inc()

@@ -515,6 +515,21 @@ async def test_links_replay_the_clients_initialize_and_authenticate(tmp_path: Pa
         assert on_link[1]["params"] == {"methodId": "token"}
 
 
+@pytest.mark.parametrize("compression", [True, False])
+async def test_client_compression_follows_the_config(tmp_path: Path, compression: bool) -> None:
+    async with (
+        start_fleet(tmp_path, 1) as agents,
+        start_router(backends_of(agents), router={"compression": compression}) as router,
+        AcpClient.connect(router.url) as client,  # the websockets client offers deflate
+    ):
+        assert client.ws.response is not None
+        extensions = client.ws.response.headers.get("Sec-WebSocket-Extensions", "")
+        assert ("permessage-deflate" in extensions) is compression
+        await client.initialize()
+        session_id = await client.new_session(CWD)
+        assert await answered_by(client, session_id) == "agent-1"
+
+
 @pytest.mark.parametrize("protocol_version", [1, 2, 0])
 async def test_initialize_is_answered_by_the_router(tmp_path: Path, protocol_version: int) -> None:
     async with start_fleet(tmp_path, 1) as agents, start_router(backends_of(agents)) as router:
