@@ -203,10 +203,10 @@ class Pool:
     # -- pool-wide requests ------------------------------------------------------------------------
 
     async def status(self, session_id: str) -> str:
-        answers = await self.probe_many(self.ready(), session_id)
-        if not self.ready():
+        ready = self.ready()
+        if not ready:
             raise NoBackendAvailable(None, {"sessionId": session_id})
-        return pool_status(answers, session_id=session_id)
+        return pool_status(await self.probe_many(ready, session_id), session_id=session_id)
 
     async def list_sessions(self, params: Any) -> dict[str, Any]:
         """``session/list`` over every backend that lists, merged behind one cursor."""
