@@ -26,6 +26,7 @@ SESSION_CLOSE: Final = "session/close"
 SESSION_PROMPT: Final = "session/prompt"
 SESSION_CANCEL: Final = "session/cancel"
 SESSION_STATUS: Final = "session/status"
+SESSION_FORK: Final = "session/fork"
 CANCEL_REQUEST: Final = "$/cancel_request"
 
 # agent -> client
@@ -46,12 +47,16 @@ SESSION_SCOPED: Final = frozenset(
         "session/set_mode",
         "session/set_config_option",
         "session/set_model",
-        "session/fork",
+        SESSION_FORK,
     }
 )
 
 #: Methods that attach a session to the connection that sends them.
 ATTACHING: Final = frozenset({SESSION_LOAD, SESSION_RESUME})
+
+#: Methods whose result names a session they created (``result.sessionId``), on the
+#: backend that answered.
+CREATING: Final = frozenset({SESSION_NEW, SESSION_FORK})
 
 #: ACP's "Resource not found"; the RFD's answer for an unknown session.
 RESOURCE_NOT_FOUND: Final = -32002

@@ -195,7 +195,7 @@ class ClientConnection:
             self.metrics.resumes.labels(backend, _resume_result(response)).inc()
             if response.ok and call.session_id is not None:
                 self.pool.cache.put(call.session_id, backend)
-        elif method == acp.SESSION_NEW and isinstance(response.result, dict):
+        elif method in acp.CREATING and isinstance(response.result, dict):
             new_id = response.result.get("sessionId")
             if isinstance(new_id, str):
                 self.pool.cache.put(new_id, backend)

@@ -317,7 +317,7 @@ class ClientRoutes:
     def _settle_ok(
         self, backend: str, method: str, session_id: str | None, response: Response
     ) -> None:
-        if method == acp.SESSION_NEW and isinstance(response.result, dict):
+        if method in acp.CREATING and isinstance(response.result, dict):
             new_id = response.result.get("sessionId")
             if isinstance(new_id, str):
                 self._attach_quietly(new_id, backend)

@@ -170,6 +170,17 @@ def test_session_new_is_placed_then_forwarded_verbatim_and_attached() -> None:
     assert client.routes.unanswered() == []
 
 
+def test_a_forked_session_is_attached_where_its_parent_lives() -> None:
+    client = Client()
+    client.new_session(1, "b", "parent")
+    text = request(2, "session/fork", sid("parent", cwd="/w"))
+    assert client.send(text) == Send("b", text)
+    assert isinstance(client.backend("b", result(2, sid("child"))), Deliver)
+    assert client.routes.sessions == {"parent": "b", "child": "b"}
+    prompt = request(3, "session/prompt", sid("child", prompt=[]))
+    assert client.send(prompt) == Send("b", prompt)
+
+
 def test_failed_session_new_attaches_nothing() -> None:
     client = Client()
     client.send(request(1, "session/new", new_params()))
