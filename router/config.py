@@ -48,6 +48,9 @@ class RouterSection(_Section):
     max_in_flight_per_connection: Annotated[int, Field(gt=0)] = 1024
     #: frames queued for one peer before its sender waits (backpressure)
     outbox_frames: Annotated[int, Field(gt=0)] = 256
+    #: on SIGTERM: refuse new clients and fail /readyz for this long before closing the
+    #: connected ones (1012, "reconnect elsewhere"); give load balancers time to notice
+    drain_seconds: Annotated[float, Field(ge=0)] = 0.0
     #: accept permessage-deflate from clients that offer it: less bandwidth to remote
     #: editors, more router CPU per frame (links to backends are never compressed)
     compression: bool = True

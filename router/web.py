@@ -28,10 +28,15 @@ HTTP = web.AppKey("http", aiohttp.ClientSession)
 
 
 class OpenSockets(set[web.WebSocketResponse]):
-    """The client WebSockets open now (closed with 1001 on shutdown)."""
+    """The client WebSockets open now (closed with 1012 on shutdown)."""
+
+
+class Draining(asyncio.Event):
+    """Set once the router is stopping: /readyz says 503 and new clients are refused."""
 
 
 SOCKETS = web.AppKey("sockets", OpenSockets)
+DRAINING = web.AppKey("draining", Draining)
 
 
 def create_app(settings: Settings, metrics: Metrics | None = None) -> web.Application:
@@ -39,6 +44,7 @@ def create_app(settings: Settings, metrics: Metrics | None = None) -> web.Applic
     app[SETTINGS] = settings
     app[METRICS] = metrics or Metrics()
     app[SOCKETS] = OpenSockets()
+    app[DRAINING] = Draining()
     app.cleanup_ctx.append(_pool_context)
     app.on_shutdown.append(_close_clients)
     app.router.add_get("/acp", _acp)
@@ -68,7 +74,8 @@ async def _close_clients(app: web.Application) -> None:
     sockets = list(open_sockets)
     await asyncio.gather(
         *(
-            ws.close(code=aiohttp.WSCloseCode.GOING_AWAY, message=b"router shutting down")
+            # 1012 Service Restart: reconnect (to another replica) and resume
+            ws.close(code=aiohttp.WSCloseCode.SERVICE_RESTART, message=b"router shutting down")
             for ws in sockets
         ),
         return_exceptions=True,
@@ -78,6 +85,9 @@ async def _close_clients(app: web.Application) -> None:
 async def _acp(request: web.Request) -> web.StreamResponse:
     app = request.app
     metrics, sockets = app[METRICS], app[SOCKETS]
+    if app[DRAINING].is_set():
+        metrics.connections.labels("draining").inc()
+        return web.Response(status=503, text="draining: connect to another replica\n")
     if len(sockets) >= app[SETTINGS].router.max_connections:
         metrics.connections.labels("rejected").inc()
         return web.Response(status=503, text="too many connections\n")
@@ -118,6 +128,8 @@ async def _healthz(request: web.Request) -> web.Response:
 
 
 async def _readyz(request: web.Request) -> web.Response:
+    if request.app[DRAINING].is_set():
+        return web.Response(status=503, text="draining\n")
     ready = request.app[POOL].ready()
     if not ready:
         return web.Response(status=503, text="no backend is up\n")
@@ -130,7 +142,8 @@ def _announce(url: str) -> None:
 
 async def serve(settings: Settings, on_listening: Callable[[str], None] = _announce) -> None:
     """Run the router until SIGINT or SIGTERM; ``on_listening`` gets the bound ws:// URL."""
-    runner = web.AppRunner(create_app(settings), handle_signals=False)
+    app = create_app(settings)
+    runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     try:
         host, port = settings.router.address
@@ -138,8 +151,19 @@ async def serve(settings: Settings, on_listening: Callable[[str], None] = _annou
         await site.start()
         on_listening(f"ws://{host}:{runner.addresses[0][1]}/acp")
         await _until_signalled()
+        await drain(app, settings.router.drain_seconds)
     finally:
         await runner.cleanup()
+
+
+async def drain(app: web.Application, seconds: float) -> None:
+    """Stop taking clients and report not-ready for ``seconds`` (so load balancers and
+    Kubernetes take this replica out), while connected clients carry on; the caller
+    then closes them."""
+    app[DRAINING].set()
+    if seconds > 0:
+        logger.info("draining for %.1f s", seconds)
+        await asyncio.sleep(seconds)  # the drain window itself: there is nothing to wait on
 
 
 async def _until_signalled() -> None:

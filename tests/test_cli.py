@@ -193,7 +193,7 @@ async def test_demo_serves_and_stops_cleanly_on_ctrl_c() -> None:
             async with asyncio.timeout(WAIT):
                 returncode = await demo.process.wait()
                 await client.ws.wait_closed()
-            assert client.ws.close_code == 1001  # "going away"
+            assert client.ws.close_code == 1012  # "service restart": reconnect and resume
         assert returncode == 0
         assert await demo.stop() == 0  # already exited: finishes reading its output
     assert "Traceback" not in demo.stderr.text, demo.stderr.text

@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from router.web import drain
 from tests.fleet import (
     backends_of,
     never_answer,
@@ -513,6 +514,26 @@ async def test_links_replay_the_clients_initialize_and_authenticate(tmp_path: Pa
             "_meta": {"k": 1},
         }
         assert on_link[1]["params"] == {"methodId": "token"}
+
+
+async def test_a_draining_router_refuses_new_clients_and_is_not_ready(tmp_path: Path) -> None:
+    async with (
+        start_fleet(tmp_path, 1) as agents,
+        start_router(backends_of(agents)) as router,
+        AcpClient.connect(router.url) as client,
+    ):
+        await client.initialize()
+        session_id = await client.new_session(CWD)
+        await drain(router.app, 0)
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{router.base}/readyz") as response:
+                assert response.status == 503
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await http.ws_connect(router.url)
+            assert refused.value.status == 503
+        # connected clients carry on until the router closes them
+        assert await answered_by(client, session_id) == "agent-1"
+        assert router.metric("acp_router_connections_total", result="draining") == 1
 
 
 @pytest.mark.parametrize("compression", [True, False])
