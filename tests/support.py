@@ -17,9 +17,10 @@ import itertools
 import json
 import os
 import signal
+import socket
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,15 @@ class CliProcess:
             for task in self._drains:
                 task.cancel()
             await asyncio.gather(*self._drains, return_exceptions=True)
+
+
+@contextmanager
+def occupied_port() -> Iterator[int]:
+    """A loopback port that is bound and listening for the duration of the block."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        yield taken.getsockname()[1]
 
 
 def cli_command(*args: str) -> list[str]:

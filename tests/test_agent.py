@@ -6,7 +6,6 @@ import asyncio
 import json
 import re
 import signal
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from tests.support import (
     AcpClient,
     AgentProcess,
     JsonObject,
+    occupied_port,
     run_cli_to_exit,
     start_agent,
     text_chunks,
@@ -596,10 +596,7 @@ async def test_a_store_that_is_a_file_fails_with_one_line(tmp_path: Path) -> Non
 
 
 async def test_a_port_in_use_fails_with_one_line(store: Path) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    with occupied_port() as port:
         run = await run_cli_to_exit(
             "agent", "--listen", f"127.0.0.1:{port}", "--store", str(store), "--id", AGENT_ID
         )

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
-import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -21,6 +20,7 @@ from tests.support import (
     AgentProcess,
     CliProcess,
     CompletedRun,
+    occupied_port,
     run_cli,
     run_cli_to_exit,
     text_chunks,
@@ -115,10 +115,7 @@ async def test_serve_with_a_missing_config_fails_with_one_line(tmp_path: Path) -
 
 
 async def test_serve_on_a_port_in_use_fails_with_one_line(tmp_path: Path) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    with occupied_port() as port:
         config = tmp_path / "router.toml"
         config.write_text(f'[router]\nlisten = "127.0.0.1:{port}"\n{BACKEND}')
         line = one_line_failure(await run_cli_to_exit("serve", "--config", str(config)))
