@@ -72,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the router")
     serve.add_argument("--config", required=True, metavar="FILE", help="TOML configuration")
 
+    connect = commands.add_parser(
+        "connect", help="bridge stdio (an editor's agent command) to a router or agent URL"
+    )
+    connect.add_argument("url", metavar="URL", help="ws://HOST:PORT/acp")
+
     status = commands.add_parser("status", help="ask a router or an agent for one session's status")
     status.add_argument("url", metavar="URL", help="ws://HOST:PORT/acp")
     status.add_argument("session_id", metavar="SESSION_ID")
@@ -113,6 +118,12 @@ def _run(args: argparse.Namespace) -> int:
         settings = load_settings(args.config)
         asyncio.run(serve(settings))
         return 0
+    if args.command == "connect":
+        import asyncio
+
+        from router.bridge import run_bridge
+
+        return asyncio.run(run_bridge(args.url))
     if args.command == "status":
         import asyncio
 

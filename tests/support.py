@@ -193,18 +193,21 @@ class CompletedRun:
     stderr: str
 
 
-async def run_cli_to_exit(*args: str, timeout: float = WAIT) -> CompletedRun:
-    """Run the CLI to completion (a command expected to exit by itself)."""
+async def run_cli_to_exit(
+    *args: str, timeout: float = WAIT, stdin: bytes | None = None
+) -> CompletedRun:
+    """Run the CLI to completion (a command expected to exit by itself), feeding it
+    ``stdin`` when given (else /dev/null)."""
     process = await asyncio.create_subprocess_exec(
         *cli_command(*args),
-        stdin=asyncio.subprocess.DEVNULL,
+        stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=_child_env(),
     )
     try:
         async with asyncio.timeout(timeout):
-            stdout, stderr = await process.communicate()
+            stdout, stderr = await process.communicate(stdin)
     finally:
         if process.returncode is None:
             process.kill()

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 from pathlib import Path
@@ -13,7 +14,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.fleet import start_fleet
+from tests.fleet import backends_of, start_fleet, start_router
 from tests.support import (
     WAIT,
     AcpClient,
@@ -197,3 +198,39 @@ async def test_demo_serves_and_stops_cleanly_on_ctrl_c() -> None:
     for url in (front, *agent_urls.values()):
         assert await refuses_connections(url), f"{url} still accepts connections"
     assert not await asyncio.to_thread(store.exists), "the temporary session store is removed"
+
+
+async def test_connect_to_nothing_fails_with_one_line() -> None:
+    with occupied_port() as port:  # listening, but not a WebSocket server
+        url = f"ws://127.0.0.1:{port}/acp"
+    line = one_line_failure(await run_cli_to_exit("connect", url))
+    assert url in line
+
+
+async def test_connect_bridges_stdin_lines_to_the_router_and_back(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path, 1) as agents, start_router(backends_of(agents)) as router:
+        lines = [
+            {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}},
+            {
+                "jsonrpc": "2.0",
+                "id": "n",
+                "method": "session/new",
+                "params": {"cwd": "/w", "mcpServers": []},
+            },
+            {
+                "jsonrpc": "2.0",
+                "id": 2,
+                "method": "session/status",
+                "params": {"sessionId": "nope"},
+            },
+        ]
+        stdin = "".join(json.dumps(line) + "\n" for line in lines) + "\n{broken\n"
+        run = await run_cli_to_exit("connect", router.url, stdin=stdin.encode())
+    assert run.returncode == 0, run.stderr
+    answers = [json.loads(line) for line in run.stdout.splitlines()]
+    by_id = {answer["id"]: answer for answer in answers}
+    assert set(by_id) == {0, "n", 2, None}  # stdin ended, yet every answer came through
+    assert by_id[0]["result"]["protocolVersion"] == 1
+    assert by_id["n"]["result"]["sessionId"].startswith("sess_")
+    assert by_id[2]["error"]["code"] == -32002
+    assert by_id[None]["error"]["code"] == -32700

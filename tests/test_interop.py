@@ -11,6 +11,7 @@ not have. The SDK emits no warnings on these paths, so no warning filter is need
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -257,3 +258,25 @@ async def test_the_sdk_client_against_one_agent(tmp_path: Path) -> None:
                 ("agent_message_chunk", "[agent-1] two"),
             ]
             assert await answered_by(conn, second, session_id, "three") == "agent-1"
+
+
+async def test_the_sdk_over_stdio_through_the_connect_bridge(tmp_path: Path) -> None:
+    """An editor that launches agents as subprocesses: the SDK's own stdio transport
+    runs ``acp-router connect URL`` as its "agent" and so reaches the whole fleet."""
+    async with start_fleet(tmp_path, 2) as agents, start_router(backends_of(agents)) as router:
+        client = RecordingClient()
+        async with acp.spawn_agent_process(
+            cast(acp.Client, client), sys.executable, "-m", "router", "connect", router.url
+        ) as (conn, process):
+            async with asyncio.timeout(WAIT):
+                init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+                assert init.agent_capabilities is not None
+                assert init.agent_capabilities.load_session is True
+                session_id = (await conn.new_session(cwd=CWD, mcp_servers=[])).session_id
+                owner = await answered_by(conn, client, session_id, "hello")
+                assert owner in {a.agent_id for a in agents}
+                asked = await conn.prompt(session_id=session_id, prompt=prompt_of("/permission"))
+                assert asked.stop_reason == "end_turn"
+                assert client.permission_asks == [session_id]
+                assert client.take(session_id)[-1][1] == f"[{owner}] permission: allow"
+        assert process.returncode == 0  # stdin closed: the bridge ended by itself, cleanly
