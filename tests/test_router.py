@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from router.placement import Node, Ranking
 from router.web import drain
 from tests.fleet import (
     backends_of,
@@ -171,6 +172,53 @@ async def test_burst_of_resumes_of_an_inactive_session_lands_on_one_instance(
         assert owners[0] == router.pool.order(session_id)[0], "the best-ranked knower"
         statuses = await direct_statuses(urls, session_id)
         assert [a for a, s in statuses.items() if s == "active"] == [owners[0]]
+
+
+async def test_two_router_replicas_agree_without_sharing_state(tmp_path: Path) -> None:
+    async with (
+        start_fleet(tmp_path, 3) as agents,
+        start_router(backends_of(agents)) as one,
+        start_router(backends_of(agents)) as other,
+    ):
+        async with AcpClient.connect(one.url) as creator:
+            await creator.initialize()
+            session_id = await creator.new_session(CWD)
+            await answered_by(creator, session_id)
+            assert (await creator.request("session/close", {"sessionId": session_id}))[
+                "result"
+            ] == {}
+
+        async def through(router_url: str) -> str:
+            async with AcpClient.connect(router_url) as client:
+                await client.initialize()
+                assert (await resume(client, session_id)).get("result") == {}
+                return await answered_by(client, session_id)
+
+        owners = await asyncio.gather(*(through(r.url) for r in (one, other) * 6))
+        assert len(set(owners)) == 1, owners
+        statuses = await direct_statuses({a.agent_id: a.url for a in agents}, session_id)
+        assert [a for a, s in statuses.items() if s == "active"] == [owners[0]]
+
+
+async def test_located_sessions_stay_put_when_a_backend_joins(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path, 4) as agents:
+        old, joined = agents[:3], agents[3]
+        grown = Ranking(Node(agent.agent_id) for agent in agents)
+        owners: dict[str, str] = {}
+        async with start_router(backends_of(old)) as before:
+            async with AcpClient.connect(before.url) as client:
+                await client.initialize()
+                # until the grown pool's hash would send at least one session elsewhere
+                while len(owners) < 3 or all(grown.rank(s)[0] == o for s, o in owners.items()):
+                    assert len(owners) < 30
+                    session_id = await client.new_session(CWD)
+                    owners[session_id] = await answered_by(client, session_id)
+        async with start_router(backends_of([*old, joined])) as after:
+            async with AcpClient.connect(after.url) as client:
+                await client.initialize()
+                for session_id, owner in owners.items():
+                    assert (await resume(client, session_id)).get("result") == {}
+                    assert await answered_by(client, session_id) == owner
 
 
 async def test_concurrent_resumes_of_one_session_share_one_locate(tmp_path: Path) -> None:
