@@ -250,6 +250,37 @@ async def test_concurrent_resumes_of_one_session_share_one_locate(tmp_path: Path
         assert sum(m.get("method") == "session/resume" for m in backend.received) == 10
 
 
+async def test_a_reconnect_storm_is_absorbed_by_single_flight_and_hints(tmp_path: Path) -> None:
+    sessions, clients = 10, 120
+    async with start_fleet(tmp_path, 3) as agents:
+        owners: dict[str, str] = {}
+        async with contextlib.AsyncExitStack() as stack:
+            direct = [await stack.enter_async_context(AcpClient.connect(a.url)) for a in agents]
+            for n in range(sessions):  # active on the agents, unknown to the router
+                session_id = await direct[n % 3].new_session(CWD)
+                owners[session_id] = agents[n % 3].agent_id
+            async with start_router(backends_of(agents)) as router:
+
+                async def reconnect(session_id: str) -> str:
+                    async with AcpClient.connect(router.url) as client:
+                        await client.initialize()
+                        assert (await resume(client, session_id)).get("result") == {}
+                        return await answered_by(client, session_id)
+
+                order = [list(owners)[n % sessions] for n in range(clients)]
+                landed = await asyncio.gather(*(reconnect(s) for s in order))
+                assert landed == [owners[s] for s in order]
+                probes = sum(
+                    router.metric("acp_router_probes_total", backend=a.agent_id, result=r)
+                    for a in agents
+                    for r in ("active", "inactive", "not_found", "unknown")
+                )
+        # a fan-out per session at most, then one probe of the hint per later resume;
+        # without single-flight and hints it would be a fan-out per client (3 x 120)
+        assert probes <= 3 * sessions + clients, probes
+        assert router.metric("acp_router_locate_total", outcome="active") <= clients
+
+
 async def test_unknown_session_ids_get_32002(tmp_path: Path) -> None:
     async with start_fleet(tmp_path, 2) as agents, start_router(backends_of(agents)) as router:
         async with AcpClient.connect(router.url) as client:
