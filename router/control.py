@@ -91,6 +91,9 @@ class ControlLink:
             except (aiohttp.ClientError, OSError, TimeoutError, ProtocolError) as exc:
                 logger.info("backend %s control link failed: %s", self.id, _describe(exc))
                 delay = min(delay * 2, self._settings.reconnect_max_ms / 1000)
+            except Exception:  # the link's boundary: a bug here must not stop the router
+                logger.exception("backend %s control link crashed; reconnecting", self.id)
+                delay = self._settings.reconnect_max_ms / 1000
             except asyncio.CancelledError:
                 self._set_down(stopping=True)
                 raise
