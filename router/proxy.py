@@ -20,7 +20,7 @@ import aiohttp
 from aiohttp import web
 
 from router import acp
-from router.errors import BackendLinkLost, JsonRpcError, ProtocolError
+from router.errors import BackendLinkLost, InternalError, JsonRpcError, ProtocolError
 from router.jsonrpc import Request, RequestId, Response, encode_protocol_error, parse
 from router.metrics import TO_BACKEND, TO_CLIENT, Metrics
 from router.pool import Pool
@@ -174,6 +174,10 @@ class ClientConnection:
         except JsonRpcError as exc:
             await self._fail(request_id, exc)
             return
+        except Exception:  # a request task's boundary: the client still gets one answer
+            logger.exception("request %r failed inside the router", request_id)
+            await self._fail(request_id, InternalError())
+            return
         await self.outbox.put(self.routes.answer(request_id, result).text)
 
     async def _locate(self, request: Request, session_id: str) -> None:
@@ -181,6 +185,10 @@ class ClientConnection:
             located = await self.pool.locate(session_id)
         except JsonRpcError as exc:
             await self._fail(request.id, exc)
+            return
+        except Exception:  # a request task's boundary: the client still gets one answer
+            logger.exception("locating %s failed inside the router", session_id)
+            await self._fail(request.id, InternalError())
             return
         if request.id in self.routes.calls:  # still wanted
             await self._do(self.routes.forward(request.id, located.backend))
@@ -227,6 +235,9 @@ class ClientConnection:
             )
         except BackendLinkLost as exc:
             reason = str((exc.data or {}).get("reason", exc.message))
+        except Exception:  # the link task's boundary: its calls must still be answered
+            logger.exception("link to backend %s failed", link.backend)
+            reason = "router error"
         finally:
             if self.links.get(link.backend) is link:
                 del self.links[link.backend]
