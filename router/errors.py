@@ -18,7 +18,9 @@ is a :class:`JsonRpcError` carrying its code, so exactly one function
             ├── SessionNotAttached      -32010, resume the session on this connection first
             ├── NoBackendAvailable      -32011, retryable: no backend is up
             ├── LocateInconclusive      -32012, retryable: a backend did not answer the probe
-            └── BackendLinkLost         -32013, retryable: the backend went away mid-request
+            ├── BackendLinkLost         -32013, retryable: the backend went away mid-request
+            ├── TooManyInFlight         -32014, retryable: this connection's request limit
+            └── TooManySessions         -32015, this connection's session limit
 
 Router codes sit in the implementation-defined range and avoid the codes ACP and
 its proposals already use (-32000 auth required, -32001, -32002, -32003).
@@ -142,3 +144,14 @@ class BackendLinkLost(RoutingError):
     code = -32013
     retryable = True
     default_message = "The agent backend connection was lost before it answered"
+
+
+class TooManyInFlight(RoutingError):
+    code = -32014
+    retryable = True
+    default_message = "Too many requests in flight on this connection"
+
+
+class TooManySessions(RoutingError):
+    code = -32015
+    default_message = "Too many sessions attached to this connection"

@@ -29,8 +29,9 @@ from router.errors import (
     InvalidRequest,
     JsonRpcError,
     MethodNotFound,
-    RoutingError,
     SessionNotAttached,
+    TooManyInFlight,
+    TooManySessions,
 )
 from router.jsonrpc import (
     Message,
@@ -44,17 +45,6 @@ from router.jsonrpc import (
     is_request_id,
     replace_id,
 )
-
-
-class TooManyInFlight(RoutingError):
-    code = -32014
-    retryable = True
-    default_message = "Too many requests in flight on this connection"
-
-
-class TooManySessions(RoutingError):
-    code = -32015
-    default_message = "Too many sessions attached to this connection"
 
 
 class Duty(enum.Enum):
