@@ -120,11 +120,17 @@ class ScriptedBackend:
     advertise_status: bool = True
     url: str = ""
     received: list[dict[str, Any]] = field(default_factory=list)
+    #: every frame exactly as it arrived
+    frames: list[str] = field(default_factory=list)
+    #: frames sent, as they are, before the answer to a session/resume
+    before_resume: list[str] = field(default_factory=list)
 
     async def _serve(self, ws: websockets.ServerConnection) -> None:
         answers: set[asyncio.Task[None]] = set()
         try:
             async for frame in ws:
+                assert isinstance(frame, str)
+                self.frames.append(frame)
                 message = json.loads(frame)
                 self.received.append(message)
                 answer = asyncio.create_task(self._answer(ws, message))
@@ -149,6 +155,10 @@ class ScriptedBackend:
             result = await self.status(params["sessionId"])
         elif method == "session/list":
             result = {"sessions": []}
+        elif method == "session/resume":
+            for text in self.before_resume:
+                await ws.send(text)
+            result = {}
         else:
             result = {}
         if result is not None and "id" in message:

@@ -257,6 +257,8 @@ class AcpClient:
     def __init__(self, ws: ClientConnection) -> None:
         self.ws = ws
         self.incoming: asyncio.Queue[JsonObject] = asyncio.Queue()
+        #: every text frame received, exactly as it arrived
+        self.raw_frames: list[str] = []
         self._ids = itertools.count(1)
         self._awaited: dict[RequestId | None, asyncio.Future[JsonObject]] = {}
         self._reader: asyncio.Task[None] | None = None
@@ -359,6 +361,8 @@ class AcpClient:
     async def _read(self) -> None:
         try:
             async for frame in self.ws:
+                assert isinstance(frame, str), "ACP frames are text"
+                self.raw_frames.append(frame)
                 self._dispatch(json.loads(frame))
         except ConnectionClosed:
             pass

@@ -560,6 +560,33 @@ async def test_operator_endpoints(tmp_path: Path) -> None:
             assert response.status == 503
 
 
+async def test_frames_cross_the_router_byte_for_byte(tmp_path: Path) -> None:
+    odd_update = (
+        '{ "method" :"session/update","jsonrpc":"2.0",  "params":{"sessionId":"sess_x",'
+        r'"update":{"sessionUpdate":"vendor_thing","_meta":{"k":"\u00e9 \\ \"q\""}},'
+        '"future":[1, 2.50, null]} }'
+    )
+    odd_resume = (
+        '{"params": {"sessionId":"sess_x","cwd":"/w", "_meta":{"traceparent":"00-ab"},'
+        ' "unknownField":{"nested":[true,false]}},  "method":"session/resume",'
+        ' "id":  7, "jsonrpc":"2.0"}'
+    )
+    async with (
+        start_scripted("scripted", never_answer) as backend,
+        start_router(
+            [("scripted", backend.url)], router={"unknown_policy": "place_anyway"}
+        ) as router,
+        AcpClient.connect(router.url) as client,
+    ):
+        backend.before_resume.append(odd_update)
+        await client.initialize()
+        answer = await client.send_raw(odd_resume, expect_id=7)
+        assert answer.get("result") == {}
+        assert odd_resume in backend.frames  # client -> backend: the same bytes
+        assert await client.next_incoming() == json.loads(odd_update)
+        assert odd_update in client.raw_frames  # backend -> client: the same bytes
+
+
 async def test_links_replay_the_clients_initialize_and_authenticate(tmp_path: Path) -> None:
     async with (
         start_scripted("scripted", never_answer) as backend,
