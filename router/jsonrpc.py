@@ -177,6 +177,19 @@ def encode_protocol_error(error: ProtocolError) -> str:
     return encode_error(error.request_id, error)
 
 
+def replace_param(text: str, name: str, value: Any) -> str:
+    """Return ``text`` with ``params[name]`` set to ``value``.
+
+    For the rare rewrite inside ``params`` (a ``$/cancel_request`` naming an agent
+    request): the frame is decoded and encoded again, so every member stays, known or
+    not, and only the spacing may change.
+    """
+    obj = orjson.loads(text)
+    params = obj.get("params")
+    obj["params"] = {**(params if isinstance(params, dict) else {}), name: value}
+    return orjson.dumps(obj).decode()
+
+
 # -- splicing ids into original text -------------------------------------------------------------
 
 # A JSON string, "unrolled" so the regex engine eats runs of plain characters at once;

@@ -40,10 +40,10 @@ from router.jsonrpc import (
     RequestId,
     Response,
     encode_error,
-    encode_notification,
     encode_result,
     is_request_id,
     replace_id,
+    replace_param,
 )
 
 
@@ -340,9 +340,7 @@ class ClientRoutes:
         router_id = next((rid for rid, entry in self._agent_calls.items() if entry == wanted), None)
         if router_id is None:
             return Drop("$/cancel_request for no agent request awaiting the client")
-        params = dict(note.params) if isinstance(note.params, dict) else {}
-        params["requestId"] = router_id
-        return Deliver(encode_notification(acp.CANCEL_REQUEST, params))
+        return Deliver(replace_param(note.text, "requestId", router_id))
 
     def backend_lost(self, backend: str) -> list[Reply]:
         """The link to ``backend`` closed: fail its calls, detach its sessions."""

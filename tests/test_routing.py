@@ -479,6 +479,20 @@ def test_backend_cancel_request_is_rewritten_to_the_router_id() -> None:
         assert isinstance(stray, Drop), named
 
 
+def test_backend_cancel_request_keeps_members_the_router_does_not_know() -> None:
+    client = Client()
+    client.backend("b", request(5, "session/request_permission", {}))
+    text = '{"jsonrpc":"2.0","method":"$/cancel_request","params":{"requestId":5},"x-trace":[1]}'
+    delivered = client.backend("b", text)
+    assert isinstance(delivered, Deliver)
+    assert orjson.loads(delivered.text) == {
+        "jsonrpc": "2.0",
+        "method": "$/cancel_request",
+        "params": {"requestId": 0},
+        "x-trace": [1],
+    }
+
+
 def test_session_cancel_routes_by_session_id() -> None:
     client = Client()
     client.new_session(1, "b", "s1")
