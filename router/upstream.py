@@ -1,11 +1,10 @@
-"""A client connection's link to one backend, and the bounded outbox every peer
-is written through.
+"""A client connection's link to one backend.
 
 A link is opened on first use: it connects, replays the client's ``initialize``
 (with the negotiated protocol version) and ``authenticate``, then forwards frames.
-Frames sent before it is open wait in its outbox, in order. One writer task per
-peer: no two tasks ever write the same socket, and a full outbox makes senders
-wait (backpressure) instead of growing without bound.
+Frames sent before it is open wait in its bounded outbox, in order, drained by the
+link's one writer task; a full outbox makes senders wait (backpressure) instead of
+growing without bound.
 """
 
 from __future__ import annotations
