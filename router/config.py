@@ -46,8 +46,6 @@ class RouterSection(_Section):
     max_message_bytes: Annotated[int, Field(gt=0)] = 16 * 1024 * 1024
     max_sessions_per_connection: Annotated[int, Field(gt=0)] = 1024
     max_in_flight_per_connection: Annotated[int, Field(gt=0)] = 1024
-    #: frames queued for a backend link (while it opens, or is slow) before senders wait
-    outbox_frames: Annotated[int, Field(gt=0)] = 256
     #: on SIGTERM: refuse new clients and fail /readyz for this long before closing the
     #: connected ones (1012, "reconnect elsewhere"); give load balancers time to notice
     drain_seconds: Annotated[float, Field(ge=0)] = 0.0

@@ -224,7 +224,6 @@ class ClientConnection:
             backend,
             self.pool.url(backend),
             self.http,
-            outbox_frames=settings.outbox_frames,
             max_message_bytes=settings.max_message_bytes,
             connect_timeout=settings.connect_timeout_ms / 1000,
         )

@@ -2,14 +2,16 @@
 
 A link is opened on first use: it connects, replays the client's ``initialize``
 (with the negotiated protocol version) and ``authenticate``, then forwards frames.
-Frames sent before it is open wait in its bounded outbox, in order, drained by the
-link's one writer task; a full outbox makes senders wait (backpressure) instead of
-growing without bound.
+Senders take turns on a FIFO lock: the first ones wait there while the link opens,
+so frames leave in the order they were sent. aiohttp writes a frame when
+``send_str`` is called and makes the caller wait while the transport is full, so a
+slow backend holds its senders back (backpressure) rather than anything piling up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -26,25 +28,6 @@ logger = logging.getLogger(__name__)
 
 HANDSHAKE_INITIALIZE = "acp-router:initialize"
 HANDSHAKE_AUTHENTICATE = "acp-router:authenticate"
-
-
-class Outbox:
-    """A bounded FIFO of frames for one peer, drained by one writer task."""
-
-    def __init__(self, size: int) -> None:
-        self._queue: asyncio.Queue[str] = asyncio.Queue(size)
-
-    async def put(self, text: str) -> None:
-        await self._queue.put(text)
-
-    async def drain(self, write: Callable[[str], Awaitable[None]]) -> None:
-        """Write frames until cancelled, or until the peer is gone."""
-        while True:
-            text = await self._queue.get()
-            try:
-                await write(text)
-            except ConnectionResetError:
-                return
 
 
 def replayed_initialize(client_initialize: Request) -> str:
@@ -64,19 +47,29 @@ class UpstreamLink:
         url: str,
         http: aiohttp.ClientSession,
         *,
-        outbox_frames: int,
         max_message_bytes: int,
         connect_timeout: float,
     ) -> None:
         self.backend = backend
         self.url = url
         self._http = http
-        self._outbox = Outbox(outbox_frames)
         self._max_message_bytes = max_message_bytes
         self._connect_timeout = connect_timeout
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        self._opened = asyncio.Event()  # the handshake is over, one way or the other
+        self._turn = asyncio.Lock()  # FIFO: senders that waited for the opening go first
 
     async def send(self, text: str) -> None:
-        await self._outbox.put(text)
+        """Send one frame to the backend, in call order; before the link is open, wait.
+
+        A frame for a link that failed to open is dropped: its request is answered by
+        the connection when the link is reported lost.
+        """
+        async with self._turn:
+            await self._opened.wait()
+            if self._ws is not None:
+                with contextlib.suppress(ConnectionResetError):
+                    await self._ws.send_str(text)
 
     async def run(
         self,
@@ -96,17 +89,17 @@ class UpstreamLink:
             ) as ws:
                 async with asyncio.timeout(self._connect_timeout):
                     await self._handshake(ws, initialize, authenticate)
-                writer = asyncio.create_task(self._outbox.drain(ws.send_str), name="link-writer")
-                try:
-                    async for message in messages(ws, self.backend):
-                        await on_message(message)
-                finally:
-                    writer.cancel()
-                    await asyncio.gather(writer, return_exceptions=True)
+                self._ws = ws
+                self._opened.set()
+                async for message in messages(ws, self.backend):
+                    await on_message(message)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise BackendLinkLost(
                 None, {"backend": self.backend, "reason": str(exc) or type(exc).__name__}
             ) from exc
+        finally:
+            self._ws = None
+            self._opened.set()  # release waiting senders: there is nothing to send to
 
     async def _handshake(
         self, ws: aiohttp.ClientWebSocketResponse, initialize: Request, authenticate: Request | None
