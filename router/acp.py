@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Final
 
-from router.jsonrpc import Message, Notification, Request, Response
+from router.jsonrpc import Notification, Request, Response
 
 PROTOCOL_VERSION: Final = 1
 
@@ -67,10 +67,6 @@ def session_id_of(message: Request | Notification) -> str | None:
     """The ``params.sessionId`` of a session-scoped message, when it is a string."""
     value = message.param("sessionId")
     return value if isinstance(value, str) else None
-
-
-def is_session_scoped(message: Message) -> bool:
-    return isinstance(message, Request | Notification) and message.method in SESSION_SCOPED
 
 
 # -- capabilities --------------------------------------------------------------------------------

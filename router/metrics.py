@@ -10,6 +10,7 @@ the first bucket.
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable
 
 from prometheus_client import (
     CollectorRegistry,
@@ -143,6 +144,14 @@ class Metrics:
             ["code"],
             registry=registry,
         )
+
+    def watch_cache(self, size: Callable[[], int]) -> None:
+        """Report the location cache's size at scrape time."""
+        Gauge(
+            "acp_router_locate_cache_entries",
+            "Session location hints held",
+            registry=self.registry,
+        ).set_function(size)
 
     def declare_backends(self, backend_ids: list[str]) -> None:
         """Create the per-backend series at start, so dashboards see zeros, not gaps."""

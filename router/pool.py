@@ -57,6 +57,7 @@ class Pool:
         self._locate_slots = asyncio.Semaphore(MAX_CONCURRENT_LOCATES)
         self.ready_changed = asyncio.Event()
         metrics.declare_backends(list(self.links))
+        metrics.watch_cache(self.cache.__len__)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Pool]:

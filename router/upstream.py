@@ -17,7 +17,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
-import orjson
 
 from router import acp
 from router.errors import BackendLinkLost
@@ -121,7 +120,7 @@ class UpstreamLink:
                         {
                             "backend": self.backend,
                             "reason": f"replayed {request_id.split(':')[1]} failed",
-                            "error": orjson.loads(message.text).get("error"),
+                            "error": {"code": message.error.code, "message": message.error.message},
                         },
                     )
                 return

@@ -99,6 +99,7 @@ async def test_resume_from_another_connection_lands_on_the_active_instance(tmp_p
         # the router remembered where it placed each session: one probe per resume
         hits = router.metric("acp_router_locate_cache_requests_total", result="hit")
         assert hits == len(owners)
+        assert router.metric("acp_router_locate_cache_entries") == len(owners)
         assert router.metric("acp_router_probe_fanout_size_count") == len(owners)
         assert router.metric("acp_router_probe_fanout_size_sum") == len(owners)
 

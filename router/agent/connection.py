@@ -51,10 +51,6 @@ class Connection:
         self._next_request_id = 0
         self._awaited: dict[int, asyncio.Future[Response | None]] = {}
 
-    @property
-    def is_closed(self) -> bool:
-        return self._closed
-
     async def send(self, text: str) -> None:
         """Send one frame, in call order; dropped once the connection is closed."""
         async with self._send_lock:
