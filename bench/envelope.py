@@ -1,4 +1,4 @@
-"""Envelope: :func:`router.jsonrpc.parse` and :func:`router.jsonrpc.replace_id` on
+"""Envelope: :func:`router.protocol.jsonrpc.parse` and :func:`router.protocol.jsonrpc.replace_id` on
 ACP-shaped frames, in process.
 
 * ``parse`` against ``json.loads`` of the same text (the stdlib decoder), and against
@@ -23,7 +23,7 @@ import orjson
 from bench.ratios import Budget, Row, micro, row
 from bench.timing import interleaved
 from bench.wire import BenchError
-from router.jsonrpc import parse, replace_id
+from router.protocol.jsonrpc import parse, replace_id
 
 BENCH = "envelope"
 HISTORY_BYTES = 74342

@@ -1,4 +1,4 @@
-"""Placement: :meth:`router.placement.Ranking.rank` for N backends, in process.
+"""Placement: :meth:`router.core.placement.Ranking.rank` for N backends, in process.
 
 The baseline is the one hash every ranking starts with, ``blake2b`` of the session
 id (8-byte digest), so the ratio is the cost of scoring and sorting N backends in
@@ -12,7 +12,7 @@ from functools import partial
 
 from bench.ratios import Budget, Row, micro, row
 from bench.timing import interleaved
-from router.placement import Node, Ranking
+from router.core.placement import Node, Ranking
 
 BENCH = "placement"
 BASELINE = "blake2b(key)"

@@ -1,5 +1,5 @@
 """``python -m router``: the same as the ``acp-router`` command."""
 
-from router.cli import main
+from router.commands.cli import main
 
 raise SystemExit(main())

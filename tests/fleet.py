@@ -16,10 +16,10 @@ from typing import Any
 import websockets
 from aiohttp import web
 
-from router.config import Settings, settings_from
-from router.metrics import Metrics
-from router.pool import Pool
-from router.web import POOL, create_app
+from router.server.app import POOL, create_app
+from router.server.config import Settings, settings_from
+from router.server.metrics import Metrics
+from router.server.pool import Pool
 from tests.support import WAIT, AgentProcess, start_agent
 
 

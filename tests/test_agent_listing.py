@@ -8,7 +8,7 @@ import pytest
 
 from router.agent.listing import paginate
 from router.agent.store import SessionInfo
-from router.errors import InvalidParams
+from router.protocol.errors import InvalidParams
 
 
 def info(session_id: str, updated_ns: int, cwd: str = "/w") -> SessionInfo:

@@ -18,7 +18,7 @@ from router.agent.store import (
     Speaker,
     is_valid_session_id,
 )
-from router.errors import ConfigError
+from router.protocol.errors import ConfigError
 
 CREATED = datetime(2026, 8, 1, 10, 0, tzinfo=UTC)
 

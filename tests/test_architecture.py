@@ -6,13 +6,13 @@ import subprocess
 import sys
 
 CORE = [
-    "router.errors",
-    "router.jsonrpc",
-    "router.acp",
-    "router.placement",
-    "router.locate",
-    "router.routing",
-    "router.listing",
+    "router.protocol.errors",
+    "router.protocol.jsonrpc",
+    "router.protocol.acp",
+    "router.core.placement",
+    "router.core.locate",
+    "router.core.routes",
+    "router.core.listing",
 ]
 IO_MODULES = ["asyncio", "aiohttp", "websockets", "socket", "selectors"]
 

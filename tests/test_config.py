@@ -1,4 +1,4 @@
-"""router.config: TOML settings, validated, with one error line naming the bad key."""
+"""router.server.config: TOML settings, validated, with one error line naming the bad key."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from router.config import Settings, load_settings, settings_from
-from router.errors import ConfigError
-from router.locate import UnknownPolicy
+from router.core.locate import UnknownPolicy
+from router.protocol.errors import ConfigError
+from router.server.config import Settings, load_settings, settings_from
 
 MINIMAL: dict[str, Any] = {"backends": [{"id": "a", "url": "ws://127.0.0.1:9001/acp"}]}
 

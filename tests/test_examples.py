@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from router.config import load_settings
+from router.server.config import load_settings
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "config").glob("*.toml"))
 

@@ -1,4 +1,4 @@
-"""router.jsonrpc: envelope classification, encoders, and splicing ids into original text."""
+"""router.protocol.jsonrpc: envelope classification, encoders, and splicing ids into original text."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import orjson
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from router.errors import InvalidRequest, ParseError, ProtocolError, SessionNotFound
-from router.jsonrpc import (
+from router.protocol.errors import InvalidRequest, ParseError, ProtocolError, SessionNotFound
+from router.protocol.jsonrpc import (
     ErrorObject,
     Notification,
     Request,

@@ -1,4 +1,4 @@
-"""router.listing: the merged session/list with its composite cursor, and merged capabilities."""
+"""router.core.listing: the merged session/list with its composite cursor, and merged capabilities."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import orjson
 import pytest
 
 from router import __version__
-from router.errors import InvalidParams
-from router.listing import ListPage, merge_capabilities
+from router.core.listing import ListPage, merge_capabilities
+from router.protocol.errors import InvalidParams
 
 POOL = ["a", "b", "c"]
 

@@ -1,4 +1,4 @@
-"""router.locate: choosing a backend from probe answers, the pool's status, the hint cache."""
+"""router.core.locate: choosing a backend from probe answers, the pool's status, the hint cache."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from router.acp import ProbeResult, classify_status
-from router.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
-from router.jsonrpc import ErrorObject, Response
-from router.locate import Located, LocationCache, Outcome, UnknownPolicy, decide, pool_status
+from router.core.locate import Located, LocationCache, Outcome, UnknownPolicy, decide, pool_status
+from router.protocol.acp import ProbeResult, classify_status
+from router.protocol.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
+from router.protocol.jsonrpc import ErrorObject, Response
 
 ACTIVE = ProbeResult.ACTIVE
 INACTIVE = ProbeResult.INACTIVE
@@ -149,7 +149,7 @@ def test_pool_status_with_a_silent_backend_is_retryable() -> None:
     assert data == {"sessionId": "s1", "backends": ["b", "c"], "retryable": True}
 
 
-# -- reading session/status answers (router.acp) ---------------------------------------------------
+# -- reading session/status answers (router.protocol.acp) ---------------------------------------------------
 
 
 def _result(result: Any) -> Response:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from router.metrics import LATENCY_BUCKETS, TO_BACKEND, TO_CLIENT, Metrics
+from router.server.metrics import LATENCY_BUCKETS, TO_BACKEND, TO_CLIENT, Metrics
 
 FORBIDDEN_LABELS = {"session", "session_id", "sessionId", "client", "request_id"}
 

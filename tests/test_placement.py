@@ -1,4 +1,4 @@
-"""router.placement: weighted rendezvous ranking."""
+"""router.core.placement: weighted rendezvous ranking."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from router import placement
-from router.placement import Node, Ranking
+from router.core import placement
+from router.core.placement import Node, Ranking
 
 KEYS = [f"sess-{n}" for n in range(4000)]
 WEIGHTS = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0}

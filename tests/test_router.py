@@ -12,8 +12,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from router.placement import Node, Ranking
-from router.web import drain
+from router.core.placement import Node, Ranking
+from router.server.app import drain
 from tests.fleet import (
     backends_of,
     never_answer,

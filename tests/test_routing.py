@@ -1,6 +1,6 @@
-"""router.routing: one client connection's routing state, driven with parsed frames.
+"""router.core.routes: one client connection's routing state, driven with parsed frames.
 
-The shell (router.proxy) is played here by hand: a ``Handle`` is answered with
+The shell (router.server.client) is played here by hand: a ``Handle`` is answered with
 ``answer``/``fail`` or sent on with ``forward``, and a ``Relocate`` is put back with
 ``retry``, as the shell does.
 """
@@ -15,9 +15,7 @@ import orjson
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from router.errors import LocateInconclusive, NoBackendAvailable
-from router.jsonrpc import Request, RequestId, parse
-from router.routing import (
+from router.core.routes import (
     Action,
     ClientRoutes,
     Deliver,
@@ -29,6 +27,8 @@ from router.routing import (
     Reply,
     Send,
 )
+from router.protocol.errors import LocateInconclusive, NoBackendAvailable
+from router.protocol.jsonrpc import Request, RequestId, parse
 
 # -- frames ----------------------------------------------------------------------------------------
 

@@ -13,10 +13,10 @@ import logging
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from router import jsonrpc
 from router.agent.sessions import ConnectionId
-from router.errors import InternalError, JsonRpcError, ProtocolError
-from router.jsonrpc import Notification, Request, Response
+from router.protocol import jsonrpc
+from router.protocol.errors import InternalError, JsonRpcError, ProtocolError
+from router.protocol.jsonrpc import Notification, Request, Response
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from router.agent.store import SessionInfo, is_valid_session_id
-from router.errors import InvalidParams
+from router.protocol.errors import InvalidParams
 
 DEFAULT_PAGE_SIZE = 50
 

@@ -18,15 +18,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from router import __version__, acp
+from router import __version__
 from router.agent import params
 from router.agent.connection import Connection, FrameSink
 from router.agent.listing import DEFAULT_PAGE_SIZE, paginate
 from router.agent.sessions import ConnectionId, LiveSession, SessionTable
 from router.agent.store import Message, SessionStore, Speaker, StoredSession
 from router.agent.turns import TurnScope, parse_command, run_turn
-from router.errors import InvalidParams, MethodNotFound, SessionNotFound
-from router.jsonrpc import Notification, Request
+from router.protocol import acp
+from router.protocol.errors import InvalidParams, MethodNotFound, SessionNotFound
+from router.protocol.jsonrpc import Notification, Request
 
 logger = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
-from router.errors import InvalidParams
-from router.jsonrpc import Params
+from router.protocol.errors import InvalidParams
+from router.protocol.jsonrpc import Params
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,8 @@ import logging
 from collections.abc import Iterator
 from typing import NewType
 
-from router.errors import InternalError, InvalidParams
-from router.jsonrpc import Response
+from router.protocol.errors import InternalError, InvalidParams
+from router.protocol.jsonrpc import Response
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any, TypeGuard
 
 import orjson
 
-from router.errors import ConfigError
+from router.protocol.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

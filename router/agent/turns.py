@@ -15,13 +15,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from router import acp, jsonrpc
 from router.agent.connection import Connection
 from router.agent.params import Prompt
 from router.agent.sessions import LiveSession, Turn
 from router.agent.store import Message, SessionStore, Speaker
-from router.errors import InvalidParams
-from router.jsonrpc import Response
+from router.protocol import acp, jsonrpc
+from router.protocol.errors import InvalidParams
+from router.protocol.jsonrpc import Response
 
 SLOW_INTERVAL = 0.1
 MAX_SLOW_SECONDS = 600.0

@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator, Callable
 import aiohttp
 from aiohttp import web
 
-from router.config import Settings
-from router.metrics import CONTENT_TYPE, Metrics
-from router.pool import Pool
-from router.proxy import ClientConnection
+from router.server.client import ClientConnection
+from router.server.config import Settings
+from router.server.metrics import CONTENT_TYPE, Metrics
+from router.server.pool import Pool
 
 logger = logging.getLogger(__name__)
 

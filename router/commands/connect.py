@@ -25,8 +25,8 @@ import orjson
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from router.errors import AcpRouterError, ProtocolError
-from router.jsonrpc import Request, RequestId, Response, parse
+from router.protocol.errors import AcpRouterError, ProtocolError
+from router.protocol.jsonrpc import Request, RequestId, Response, parse
 
 logger = logging.getLogger(__name__)
 

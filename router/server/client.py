@@ -1,5 +1,5 @@
 """One client connection through the router: the I/O shell around
-:class:`router.routing.ClientRoutes`.
+:class:`router.core.routes.ClientRoutes`.
 
 The read loop parses each client frame's envelope, asks the routing core what to
 do, and carries it out: replies and forwards are sent at once (in order); work
@@ -20,12 +20,7 @@ from typing import Any, assert_never
 import aiohttp
 from aiohttp import web
 
-from router import acp
-from router.errors import BackendLinkLost, InternalError, JsonRpcError, ProtocolError
-from router.jsonrpc import Request, RequestId, Response, encode_protocol_error, parse
-from router.metrics import TO_BACKEND, TO_CLIENT, Metrics
-from router.pool import Pool
-from router.routing import (
+from router.core.routes import (
     Action,
     ClientRoutes,
     Deliver,
@@ -38,7 +33,12 @@ from router.routing import (
     Reply,
     Send,
 )
-from router.upstream import UpstreamLink
+from router.protocol import acp
+from router.protocol.errors import BackendLinkLost, InternalError, JsonRpcError, ProtocolError
+from router.protocol.jsonrpc import Request, RequestId, Response, encode_protocol_error, parse
+from router.server.backend_link import UpstreamLink
+from router.server.metrics import TO_BACKEND, TO_CLIENT, Metrics
+from router.server.pool import Pool
 
 logger = logging.getLogger(__name__)
 

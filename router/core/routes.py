@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from router import acp
-from router.errors import (
+from router.protocol import acp
+from router.protocol.errors import (
     BackendLinkLost,
     InvalidParams,
     InvalidRequest,
@@ -33,7 +33,7 @@ from router.errors import (
     TooManyInFlight,
     TooManySessions,
 )
-from router.jsonrpc import (
+from router.protocol.jsonrpc import (
     Message,
     Notification,
     Request,

@@ -15,9 +15,9 @@ import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from router.config import Settings, settings_from
-from router.errors import AcpRouterError
-from router.web import serve
+from router.protocol.errors import AcpRouterError
+from router.server.app import serve
+from router.server.config import Settings, settings_from
 
 _URL = re.compile(rb"listening on (ws://\S+)")
 STARTUP_SECONDS = 20.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Final
 
-from router.jsonrpc import Notification, Request, Response
+from router.protocol.jsonrpc import Notification, Request, Response
 
 PROTOCOL_VERSION: Final = 1
 

@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from router import __version__
-from router.errors import AcpRouterError, ConfigError
+from router.protocol.errors import AcpRouterError, ConfigError
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -103,7 +103,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "demo":
         import asyncio
 
-        from router.demo import run_demo
+        from router.commands.demo import run_demo
 
         if not 1 <= args.agents <= 64:
             raise ConfigError("--agents: expected 1 to 64")
@@ -112,8 +112,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "serve":
         import asyncio
 
-        from router.config import load_settings
-        from router.web import serve
+        from router.server.app import serve
+        from router.server.config import load_settings
 
         settings = load_settings(args.config)
         asyncio.run(serve(settings))
@@ -121,13 +121,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "connect":
         import asyncio
 
-        from router.bridge import run_bridge
+        from router.commands.connect import run_bridge
 
         return asyncio.run(run_bridge(args.url))
     if args.command == "status":
         import asyncio
 
-        from router.status_command import ask_status
+        from router.commands.status import ask_status
 
         return asyncio.run(ask_status(args.url, args.session_id, time_limit=args.timeout))
     if args.command == "agent":

@@ -16,8 +16,9 @@ from typing import Any
 
 import orjson
 
-from router import __version__, acp
-from router.errors import InvalidParams
+from router import __version__
+from router.protocol import acp
+from router.protocol.errors import InvalidParams
 
 _CURSOR_VERSION = 1
 

@@ -11,10 +11,10 @@ import sys
 
 import websockets
 
-from router import acp
-from router.control import INITIALIZE_PARAMS
-from router.errors import AcpRouterError
-from router.jsonrpc import Params, Response, encode_request, parse
+from router.protocol import acp
+from router.protocol.errors import AcpRouterError
+from router.protocol.jsonrpc import Params, Response, encode_request, parse
+from router.server.control import INITIALIZE_PARAMS
 
 EXIT_CODES = {"active": 0, "inactive": 3}
 

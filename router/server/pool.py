@@ -2,8 +2,8 @@
 the locator (hint, fan-out, single-flight), pool-wide ``session/status`` and
 ``session/list``, and the capabilities the router advertises.
 
-Decisions come from the sans-I/O core (:mod:`router.locate`,
-:mod:`router.placement`, :mod:`router.listing`); this module only does the
+Decisions come from the sans-I/O core (:mod:`router.core.locate`,
+:mod:`router.core.placement`, :mod:`router.core.listing`); this module only does the
 waiting.
 """
 
@@ -18,14 +18,20 @@ from typing import Any
 
 import aiohttp
 
-from router import acp, listing
-from router.acp import ProbeResult
-from router.config import Settings
-from router.control import ControlLink
-from router.errors import BackendLinkLost, JsonRpcError, LocateInconclusive, NoBackendAvailable
-from router.locate import Located, LocationCache, Outcome, decide, pool_status
-from router.metrics import Metrics
-from router.placement import Node, Ranking
+from router.core import listing
+from router.core.locate import Located, LocationCache, Outcome, decide, pool_status
+from router.core.placement import Node, Ranking
+from router.protocol import acp
+from router.protocol.acp import ProbeResult
+from router.protocol.errors import (
+    BackendLinkLost,
+    JsonRpcError,
+    LocateInconclusive,
+    NoBackendAvailable,
+)
+from router.server.config import Settings
+from router.server.control import ControlLink
+from router.server.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """JSON-RPC 2.0 envelopes, sans-I/O.
 
 :func:`parse` turns one text frame into a :class:`Request`, :class:`Notification` or
-:class:`Response`, or raises a :class:`~router.errors.ProtocolError`; it never raises
+:class:`Response`, or raises a :class:`~router.protocol.errors.ProtocolError`; it never raises
 anything else (a Hypothesis test holds it to that). Every parsed message keeps the
 frame it came from in ``text``: the router forwards that text, never a re-encoding,
 so ``_meta`` and fields it does not know survive the hop byte for byte.
@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from router.errors import InvalidRequest, JsonRpcError, ParseError, ProtocolError
+from router.protocol.errors import InvalidRequest, JsonRpcError, ParseError, ProtocolError
 
 RequestId = int | str
 Params = dict[str, Any] | list[Any] | None

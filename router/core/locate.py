@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from cachetools import TTLCache
 
-from router.acp import ProbeResult
-from router.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
+from router.protocol.acp import ProbeResult
+from router.protocol.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
 
 
 class UnknownPolicy(enum.Enum):

@@ -18,10 +18,10 @@ from typing import Any
 
 import aiohttp
 
-from router import acp
-from router.errors import BackendLinkLost
-from router.frames import messages
-from router.jsonrpc import Message, Request, Response, encode_request
+from router.protocol import acp
+from router.protocol.errors import BackendLinkLost
+from router.protocol.jsonrpc import Message, Request, Response, encode_request
+from router.server.wire import messages
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The router's configuration: TOML validated by pydantic.
 
-A bad file fails at start with one :class:`~router.errors.ConfigError` line that
+A bad file fails at start with one :class:`~router.protocol.errors.ConfigError` line that
 names the key (``backends.1.url: ...``). Unknown keys are errors too, so a typo
 never silently falls back to a default, and values are not coerced: TOML has types,
 so ``timeout_ms = "500"`` or ``weight = true`` is a mistake, not a number.
@@ -15,8 +15,8 @@ from urllib.parse import SplitResult, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from router.errors import ConfigError
-from router.locate import UnknownPolicy
+from router.core.locate import UnknownPolicy
+from router.protocol.errors import ConfigError
 
 
 class _Section(BaseModel):

@@ -19,11 +19,10 @@ from typing import Any
 
 import aiohttp
 
-from router import __version__, acp
-from router.config import BackendSection, ControlSection
-from router.errors import BackendLinkLost, InvalidRequest, MethodNotFound, ProtocolError
-from router.frames import messages
-from router.jsonrpc import (
+from router import __version__
+from router.protocol import acp
+from router.protocol.errors import BackendLinkLost, InvalidRequest, MethodNotFound, ProtocolError
+from router.protocol.jsonrpc import (
     Notification,
     Params,
     Request,
@@ -31,6 +30,8 @@ from router.jsonrpc import (
     encode_error,
     encode_request,
 )
+from router.server.config import BackendSection, ControlSection
+from router.server.wire import messages
 
 logger = logging.getLogger(__name__)
 

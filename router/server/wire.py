@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from router.errors import ProtocolError
-from router.jsonrpc import Message, parse
+from router.protocol.errors import ProtocolError
+from router.protocol.jsonrpc import Message, parse
 
 logger = logging.getLogger(__name__)
 
