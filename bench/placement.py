@@ -13,6 +13,7 @@ from functools import partial
 from bench.ratios import Budget, Row, micro, row
 from bench.timing import interleaved
 from router.core.placement import Node, Ranking
+from router.protocol.ids import BackendId
 
 BENCH = "placement"
 BASELINE = "blake2b(key)"
@@ -35,7 +36,7 @@ def run(budget: Budget) -> list[Row]:
     target = budget.size(0.02, 0.008)
     rows = []
     for n in SIZES:
-        ranking = Ranking(Node(f"agent-{i}") for i in range(1, n + 1))
+        ranking = Ranking(Node(BackendId(f"agent-{i}")) for i in range(1, n + 1))
         pairs = interleaved(partial(_rank_all, ranking), _hash_all, budget.rounds, target)
         per_key = micro([(s / len(KEYS), b / len(KEYS)) for s, b in pairs])
         rows.append(row(BENCH, f"Ranking.rank, N={n}", BASELINE, per_key, "us"))

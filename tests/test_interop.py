@@ -36,6 +36,7 @@ from acp.schema import (
 )
 from acp.ws import create_websocket_stream
 
+from router.protocol.ids import SessionId
 from tests.fleet import backends_of, start_fleet, start_router
 from tests.support import WAIT, AcpClient, JsonObject, start_agent
 
@@ -184,7 +185,7 @@ async def test_the_sdk_client_through_the_router(tmp_path: Path) -> None:
                     session_id = (await conn.new_session(cwd=CWD, mcp_servers=[])).session_id
                 owner = await answered_by(conn, first, session_id, "hello")
                 assert owner in agent_ids
-                if router.pool.order(session_id)[0] != owner:
+                if router.pool.order(SessionId(session_id))[0] != owner:
                     break
             else:
                 pytest.fail("every new session landed on its hash default")

@@ -11,6 +11,7 @@ import pytest
 from router import __version__
 from router.core.listing import ListPage, merge_capabilities
 from router.protocol.errors import InvalidParams
+from router.protocol.ids import BackendId
 
 POOL = ["a", "b", "c"]
 
@@ -137,7 +138,7 @@ def test_merge_keeps_unknown_fields_of_session_infos() -> None:
 
 def test_no_next_cursor_when_every_backend_is_done() -> None:
     page = ListPage.from_params({}, POOL)
-    merged = page.merge({b: _page([]) for b in POOL})
+    merged = page.merge({BackendId(b): _page([]) for b in POOL})
     assert merged == {"sessions": []}
 
 

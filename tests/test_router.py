@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from router.core.placement import Node, Ranking
+from router.protocol.ids import BackendId, SessionId
 from router.server.app import drain
 from tests.fleet import (
     backends_of,
@@ -170,7 +171,7 @@ async def test_burst_of_resumes_of_an_inactive_session_lands_on_one_instance(
 
         owners = await asyncio.gather(*(resume_and_prompt() for _ in range(12)))
         assert len(set(owners)) == 1, owners
-        assert owners[0] == router.pool.order(session_id)[0], "the best-ranked knower"
+        assert owners[0] == router.pool.order(SessionId(session_id))[0], "the best-ranked knower"
         statuses = await direct_statuses(urls, session_id)
         assert [a for a, s in statuses.items() if s == "active"] == [owners[0]]
 
@@ -204,7 +205,7 @@ async def test_two_router_replicas_agree_without_sharing_state(tmp_path: Path) -
 async def test_located_sessions_stay_put_when_a_backend_joins(tmp_path: Path) -> None:
     async with start_fleet(tmp_path, 4) as agents:
         old, joined = agents[:3], agents[3]
-        grown = Ranking(Node(agent.agent_id) for agent in agents)
+        grown = Ranking(Node(BackendId(agent.agent_id)) for agent in agents)
         owners: dict[str, str] = {}
         async with start_router(backends_of(old)) as before:
             async with AcpClient.connect(before.url) as client:
@@ -425,7 +426,7 @@ async def test_backends_without_the_status_capability_are_never_probed(tmp_path:
         async with start_router(backends) as router, AcpClient.connect(router.url) as client:
             await client.initialize()
             resumed = await resume(client, "sess_fresh")
-            expected = router.pool.order("sess_fresh")[0]
+            expected = router.pool.order(SessionId("sess_fresh"))[0]
             if expected == "mute":  # the default: the mute backend takes the resume
                 assert resumed.get("result") == {}
             else:  # the agent was asked and does not know it
@@ -475,7 +476,7 @@ async def test_two_active_backends_count_as_split_brain(tmp_path: Path) -> None:
                 async with AcpClient.connect(router.url) as client:
                     await client.initialize()
                     assert (await resume(client, session_id)).get("result") == {}
-                expected = router.pool.order(session_id)[0]
+                expected = router.pool.order(SessionId(session_id))[0]
                 resumed_on_twin = any(m.get("method") == "session/resume" for m in twin.received)
                 assert resumed_on_twin == (expected == "twin")
                 assert router.metric("acp_router_split_brain_detected_total") == 1

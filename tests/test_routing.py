@@ -1,14 +1,15 @@
 """router.core.routes: one client connection's routing state, driven with parsed frames.
 
 The shell (router.server.client) is played here by hand: a ``Handle`` is answered with
-``answer``/``fail`` or sent on with ``forward``, and a ``Relocate`` is put back with
-``retry``, as the shell does.
+``answer``/``fail`` or sent on with ``forward`` (a ``Relocate`` is already back in
+flight), and the attachments the core reports are tallied, as the shell does.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -17,6 +18,8 @@ from hypothesis import given, settings, strategies as st
 
 from router.core.routes import (
     Action,
+    Attach,
+    Change,
     ClientRoutes,
     Deliver,
     Drop,
@@ -28,6 +31,7 @@ from router.core.routes import (
     Send,
 )
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable
+from router.protocol.ids import BackendId, SessionId
 from router.protocol.jsonrpc import Request, RequestId, parse
 
 # -- frames ----------------------------------------------------------------------------------------
@@ -73,24 +77,36 @@ def sid(session_id: str, **more: Any) -> dict[str, Any]:
 
 
 class Client:
-    """A ClientRoutes with its attach callback recorded."""
+    """A ClientRoutes with the attachments it reports recorded."""
 
     def __init__(self, limits: Limits | None = None, *, initialized: bool = True) -> None:
         self.attach_log: list[tuple[str, int]] = []
-        self.routes = ClientRoutes(
-            limits or Limits(), on_attach=lambda b, d: self.attach_log.append((b, d))
-        )
+        self.routes = ClientRoutes(limits or Limits())
         if initialized:
             action = self.send(request("init", "initialize", {"protocolVersion": 1}))
             assert isinstance(action, Handle)
-            self.routes.initialize = action.request
+            assert self.routes.initialize == action.request
             self.routes.answer("init", {"protocolVersion": 1})
+
+    def record(self, changes: Iterable[Change]) -> None:
+        self.attach_log += [(c.backend, 1 if isinstance(c, Attach) else -1) for c in changes]
 
     def send(self, text: str) -> Action:
         return self.routes.receive_client(parse(text))
 
     def backend(self, backend: str, text: str) -> Action:
-        return self.routes.receive_backend(backend, parse(text))
+        action = self.routes.receive_backend(BackendId(backend), parse(text))
+        if isinstance(action, Deliver) and action.settled is not None:
+            self.record(action.settled.changes)
+        return action
+
+    def lost(self, backend: str) -> tuple[Reply, ...]:
+        lost = self.routes.backend_lost(BackendId(backend))
+        self.record(lost.detached)
+        return lost.replies
+
+    def close(self) -> None:
+        self.record(self.routes.close())
 
     def new_session(self, request_id: RequestId, backend: str, session_id: str) -> None:
         action = self.send(request(request_id, "session/new", new_params()))
@@ -164,7 +180,8 @@ def test_session_new_is_placed_then_forwarded_verbatim_and_attached() -> None:
     assert isinstance(delivered, Deliver)
     assert delivered.text == response
     assert delivered.settled is not None
-    assert delivered.settled.request.id == 1
+    assert delivered.settled.call.request.id == 1
+    assert delivered.settled.learned == "s1"
     assert client.routes.sessions == {"s1": "b"}
     assert client.attach_log == [("b", 1)]
     assert client.routes.unanswered() == []
@@ -262,13 +279,8 @@ def test_resume_not_found_relocates_once_then_delivers_the_error() -> None:
     client.routes.forward(5, "a")
     first = error(5, -32002, sid("s9"))
     relocate = client.backend("a", first)
-    assert isinstance(relocate, Relocate)
-    assert relocate.call.request.text == text
-    assert relocate.call.backend == "a"
-    assert relocate.response.error is not None
-    assert client.routes.unanswered() == []  # the shell puts it back
-
-    client.routes.retry(relocate.call)
+    assert relocate == Relocate(as_request(text), "s9", "a")
+    assert client.routes.unanswered() == [5]  # back in flight, to be located again
     assert client.routes.calls[5].retried
     assert client.routes.calls[5].backend is None
     assert client.routes.forward(5, "b") == Send("b", text)
@@ -294,7 +306,6 @@ def test_resume_attaches_a_session_that_moved_and_detaches_it_from_the_old_backe
     client.send(request(2, "session/resume", sid("s1")))
     relocate = client.backend("a", error(2, -32002))
     assert isinstance(relocate, Relocate)
-    client.routes.retry(relocate.call)
     client.routes.forward(2, "b")
     client.backend("b", result(2, {}))
     assert client.routes.sessions == {"s1": "b"}
@@ -524,7 +535,7 @@ def test_backend_lost_answers_its_calls_once_and_detaches_its_sessions() -> None
     client.backend("a", request(1, "fs/read_text_file", {}))
     client.attach_log.clear()
 
-    replies = client.routes.backend_lost("a")
+    replies = client.lost("a")
     answered = sorted((reply(r)["id"] for r in replies), key=repr)
     assert answered == [0, 10]
     for r in replies:
@@ -533,7 +544,7 @@ def test_backend_lost_answers_its_calls_once_and_detaches_its_sessions() -> None
     assert sorted(client.attach_log) == [("a", -1), ("a", -1)]
     assert client.routes.sessions == {"s3": "b"}
     assert sorted(client.routes.unanswered(), key=repr) == ["x", 11]
-    assert client.routes.backend_lost("a") == []  # nothing twice
+    assert client.lost("a") == ()  # nothing twice
     assert isinstance(client.backend("a", result(10, {})), Drop)
     assert isinstance(client.send(result(0, {})), Drop)  # the agent request died with a
     assert isinstance(client.backend("b", result("x", {})), Deliver)
@@ -543,7 +554,7 @@ def test_backend_lost_answers_its_calls_once_and_detaches_its_sessions() -> None
 def test_backend_lost_forgets_it_as_the_last_backend() -> None:
     client = Client()
     client.new_session(1, "a", "s1")
-    client.routes.backend_lost("a")
+    client.lost("a")
     error_reply(client.send(request(2, "_vendor/x", {})), 2, -32601)
 
 
@@ -551,7 +562,7 @@ def test_close_detaches_everything() -> None:
     client = Client()
     client.new_session(1, "a", "s1")
     client.new_session(2, "b", "s2")
-    client.routes.close()
+    client.close()
     assert client.routes.sessions == {}
     assert sorted(client.attach_log) == [("a", -1), ("a", 1), ("b", -1), ("b", 1)]
 
@@ -622,13 +633,9 @@ class Model:
 
     def __init__(self) -> None:
         self.attached: Counter[str] = Counter()
-        self.routes = ClientRoutes(
-            Limits(MAX_IN_FLIGHT, MAX_SESSIONS, MAX_AGENT_REQUESTS),
-            on_attach=lambda backend, delta: self.attached.update({backend: delta}),
-        )
+        self.routes = ClientRoutes(Limits(MAX_IN_FLIGHT, MAX_SESSIONS, MAX_AGENT_REQUESTS))
         init = self.routes.receive_client(parse(request("init", "initialize", {})))
         assert isinstance(init, Handle)
-        self.routes.initialize = init.request
         self.routes.answer("init", {})
         self.serial = 0
         self.open: dict[RequestId, int] = {}
@@ -677,7 +684,7 @@ class Model:
         else:
             session = SESSIONS[y % 3]
             note = notification("session/cancel", sid(session))
-            backend = self.routes.sessions.get(session)
+            backend = self.routes.sessions.get(SessionId(session))
         action = self.routes.receive_client(parse(note))
         if backend is None:
             assert isinstance(action, Drop)
@@ -725,7 +732,7 @@ class Model:
         if outcome == "ok":
             text = result(request_id, sid(SESSIONS[z % 3]))
             if call.request.method == "session/new":
-                session = SESSIONS[z % 3]
+                session = SessionId(SESSIONS[z % 3])
         else:
             text = error(request_id, -32002 if outcome == "not_found" else -32603)
         before = dict(self.routes.sessions)
@@ -737,14 +744,19 @@ class Model:
             serial = self.open[request_id]
             assert serial not in self.relocated, "relocated twice"
             self.relocated.add(serial)
-            assert request_id not in self.routes.calls
-            self.routes.retry(action.call)
+            assert self.routes.calls[request_id].retried
             self.handles[request_id] = Handle(Duty.LOCATE, call.request, call.session_id)
             return
         assert isinstance(action, Deliver)
         assert action.text == text
-        assert action.settled == call
+        assert action.settled is not None
+        assert action.settled.call == call
+        self.record(action.settled.changes)
         self._answered(action.text)
+
+    def record(self, changes: Iterable[Change]) -> None:
+        for change in changes:
+            self.attached[change.backend] += 1 if isinstance(change, Attach) else -1
 
     def _check_attachment(
         self, method: str, outcome: str, backend: str, session: str | None, before: dict[str, str]
@@ -781,9 +793,11 @@ class Model:
 
     def backend_lost(self, x: int, y: int, z: int) -> None:
         backend = BACKENDS[x % 3]
-        for lost in self.routes.backend_lost(backend):
-            assert orjson.loads(lost.text)["error"]["code"] == -32013
-            self._answered(lost.text)
+        lost = self.routes.backend_lost(backend)
+        self.record(lost.detached)
+        for answer in lost.replies:
+            assert orjson.loads(answer.text)["error"]["code"] == -32013
+            self._answered(answer.text)
         self.agent_calls = {r: e for r, e in self.agent_calls.items() if e[0] != backend}
         assert all(c.backend != backend for c in self.routes.calls.values())
         assert backend not in self.routes.sessions.values()
@@ -880,9 +894,7 @@ def test_no_frame_makes_the_core_raise(steps: list[tuple[str, str]]) -> None:
     for who, text in steps:
         message = parse(text)
         if who == "client":
-            action = routes.receive_client(message)
-            if isinstance(action, Handle) and action.duty is Duty.INITIALIZE:
-                routes.initialize = action.request
+            routes.receive_client(message)
         elif who == "lost":
             routes.backend_lost("a")
         elif who == "shell":

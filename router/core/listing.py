@@ -19,6 +19,7 @@ import orjson
 from router import __version__
 from router.protocol import acp
 from router.protocol.errors import InvalidParams
+from router.protocol.ids import BackendId
 
 _CURSOR_VERSION = 1
 
@@ -29,10 +30,10 @@ class ListPage:
 
     cwd: str | None
     #: backend id -> that backend's cursor (None: its first page)
-    pending: Mapping[str, str | None]
+    pending: Mapping[BackendId, str | None]
 
     @classmethod
-    def from_params(cls, params: Any, ready: Sequence[str]) -> ListPage:
+    def from_params(cls, params: Any, ready: Sequence[BackendId]) -> ListPage:
         params = params if isinstance(params, dict) else {}
         cwd = params.get("cwd")
         if cwd is not None and not isinstance(cwd, str):
@@ -43,9 +44,9 @@ class ListPage:
         if not isinstance(cursor, str):
             raise InvalidParams("session/list: cursor must be a string")
         pending = _decode_cursor(cursor)
-        return cls(cwd, {b: c for b, c in pending.items() if b in ready})
+        return cls(cwd, {BackendId(b): c for b, c in pending.items() if b in ready})
 
-    def backend_params(self, backend: str) -> dict[str, Any]:
+    def backend_params(self, backend: BackendId) -> dict[str, Any]:
         params: dict[str, Any] = {}
         if self.cwd is not None:
             params["cwd"] = self.cwd
@@ -54,7 +55,7 @@ class ListPage:
             params["cursor"] = cursor
         return params
 
-    def merge(self, results: Mapping[str, Any]) -> dict[str, Any]:
+    def merge(self, results: Mapping[BackendId, Any]) -> dict[str, Any]:
         """Merge each backend's result (in pool order), dropping repeated session ids.
 
         Backends sharing one store list the same sessions; the first backend that lists

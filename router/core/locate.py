@@ -26,6 +26,7 @@ from cachetools import TTLCache
 
 from router.protocol.acp import ProbeResult
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
+from router.protocol.ids import BackendId, SessionId
 
 
 class UnknownPolicy(enum.Enum):
@@ -43,15 +44,17 @@ class Outcome(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class Located:
-    backend: str
+    """Where a session goes, and why."""
+
+    backend: BackendId
     outcome: Outcome
     #: every backend that said ``active``, best-ranked first, when more than one did
-    split_brain: tuple[str, ...] = ()
+    split_brain: tuple[BackendId, ...] = ()
 
 
 def decide(
-    order: Sequence[str],
-    answers: Mapping[str, ProbeResult],
+    order: Sequence[BackendId],
+    answers: Mapping[BackendId, ProbeResult],
     policy: UnknownPolicy = UnknownPolicy.FAIL_CLOSED,
     *,
     session_id: str,
@@ -76,7 +79,7 @@ def decide(
     return Located(order[0], Outcome.DEFAULT)
 
 
-def pool_status(answers: Mapping[str, ProbeResult], *, session_id: str) -> str:
+def pool_status(answers: Mapping[BackendId, ProbeResult], *, session_id: str) -> str:
     """The router's own ``session/status`` answer from the pool's answers.
 
     ``active`` if any backend has it in memory; ``inactive`` if any knows it; the
@@ -102,18 +105,20 @@ class LocationCache:
     """
 
     def __init__(self, maxsize: int, ttl: float, clock: Callable[[], float]) -> None:
-        self._cache: TTLCache[str, str] = TTLCache(maxsize=maxsize, ttl=ttl, timer=clock)
+        self._cache: TTLCache[SessionId, BackendId] = TTLCache(
+            maxsize=maxsize, ttl=ttl, timer=clock
+        )
 
-    def get(self, session_id: str) -> str | None:
+    def get(self, session_id: SessionId) -> BackendId | None:
         return self._cache.get(session_id)
 
-    def put(self, session_id: str, backend: str) -> None:
+    def put(self, session_id: SessionId, backend: BackendId) -> None:
         self._cache[session_id] = backend
 
-    def invalidate(self, session_id: str) -> None:
+    def invalidate(self, session_id: SessionId) -> None:
         self._cache.pop(session_id, None)
 
-    def forget_backend(self, backend: str) -> None:
+    def forget_backend(self, backend: BackendId) -> None:
         for session_id in [s for s, b in self._cache.items() if b == backend]:
             self._cache.pop(session_id, None)
 

@@ -1,4 +1,5 @@
-"""Where sessions go when nobody has them: weighted rendezvous hashing, sans-I/O.
+"""Where sessions go: weighted rendezvous hashing for sessions nobody has, and the
+least-loaded choice for new sessions, sans-I/O.
 
 Every backend gets a score for a session id; the highest score wins, and the full
 order is the session's *ranking* (routing-anchors §2.3). Scores depend only on the
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+from router.protocol.ids import BackendId
 
 _M64 = (1 << 64) - 1
 #: the largest float below 1: (x + 0.5) / 2**64 rounds up to 1.0 for the top ~1000 hashes
@@ -41,7 +44,7 @@ def _mix(x: int) -> int:
 class Node:
     """A backend as placement sees it: a stable id and a finite weight > 0."""
 
-    id: str
+    id: BackendId
     weight: float = 1.0
 
     @property
@@ -66,7 +69,7 @@ class Ranking:
     def nodes(self) -> tuple[Node, ...]:
         return self._nodes
 
-    def rank(self, key: str) -> list[str]:
+    def rank(self, key: str) -> list[BackendId]:
         """All node ids, best first, for ``key``."""
         key_hash = _hash64(key)
         if self._uniform:
@@ -75,7 +78,9 @@ class Ranking:
             scored = sorted(self._seeds, key=lambda s: _score(key_hash, s[1], s[2]), reverse=True)
         return [node_id for node_id, _, _ in scored]
 
-    def pick(self, key: str, eligible: Sequence[str] | frozenset[str]) -> str | None:
+    def pick(
+        self, key: str, eligible: Sequence[BackendId] | frozenset[BackendId]
+    ) -> BackendId | None:
         """The best-ranked node for ``key`` among ``eligible``, or None."""
         allowed = set(eligible)
         return next((node_id for node_id in self.rank(key) if node_id in allowed), None)
@@ -85,3 +90,15 @@ def _score(key_hash: int, seed: int, weight: float) -> float:
     # Weighted HRW, log form (Schindelhauer & Schomaker): -w / ln(U), U in (0, 1).
     u = min((_mix(key_hash ^ seed) + 0.5) / 2.0**64, _BELOW_ONE)
     return -weight / math.log(u)
+
+
+def least_loaded(candidates: Sequence[Node], load: Mapping[BackendId, int]) -> BackendId | None:
+    """Where a new session goes: the candidate with the fewest sessions for its weight.
+
+    Ties go to the heavier backend, then to the smaller id. None when there is no
+    candidate.
+    """
+    if not candidates:
+        return None
+    best = min(candidates, key=lambda n: (load.get(n.id, 0) / n.weight, -n.weight, n.id))
+    return best.id

@@ -12,15 +12,17 @@ Rules this module keeps:
    client, and the client's replies get the original ids back.
 3. Frames are forwarded as the text they arrived in; only ids are spliced.
 4. Nothing here does I/O or reads a clock: methods take messages and return
-   :data:`Action` values that the shell carries out.
+   :data:`Action` values that the shell carries out. Every decision is made here
+   and handed out as data (which sessions attached or detached, what a resume
+   came to, where a session was learned to live); the shell records it and never
+   works it out again.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from router.protocol import acp
 from router.protocol.errors import (
@@ -33,6 +35,7 @@ from router.protocol.errors import (
     TooManyInFlight,
     TooManySessions,
 )
+from router.protocol.ids import BackendId, RoutedId, SessionId
 from router.protocol.jsonrpc import (
     Message,
     Notification,
@@ -61,10 +64,47 @@ class Duty(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class PendingCall:
+    """A client request awaiting its one answer, and where it was sent."""
+
     request: Request
-    session_id: str | None
-    backend: str | None = None
+    session_id: SessionId | None
+    backend: BackendId | None = None
     retried: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Attach:
+    """``session_id`` is now routed to ``backend`` on this connection."""
+
+    session_id: SessionId
+    backend: BackendId
+
+
+@dataclass(frozen=True, slots=True)
+class Detach:
+    """``session_id`` is no longer routed to ``backend`` on this connection."""
+
+    session_id: SessionId
+    backend: BackendId
+
+
+Change = Attach | Detach
+
+#: What a forwarded ``session/resume`` or ``session/load`` came to (a metric label).
+ResumeResult = Literal["ok", "not_found", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """A backend answered a forwarded call: what that changed, for the shell to record."""
+
+    call: PendingCall
+    backend: BackendId
+    #: set for ``session/resume`` and ``session/load``
+    resume: ResumeResult | None = None
+    #: a session the answer shows living on ``backend`` (a location worth remembering)
+    learned: SessionId | None = None
+    changes: tuple[Change, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,17 +118,16 @@ class Reply:
 class Send:
     """Send ``text`` to ``backend`` on this connection's link to it."""
 
-    backend: str
+    backend: BackendId
     text: str
 
 
 @dataclass(frozen=True, slots=True)
 class Deliver:
-    """Send a backend's ``text`` to the client; ``settled`` is the call it answers."""
+    """Send a backend's ``text`` to the client; ``settled`` says what it answered."""
 
     text: str
-    settled: PendingCall | None = None
-    response: Response | None = None
+    settled: Settled | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,15 +136,28 @@ class Handle:
 
     duty: Duty
     request: Request
-    session_id: str | None = None
+    session_id: SessionId | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Relocate:
-    """A forwarded resume/load found no session: locate once more, then forward."""
+    """``backend`` did not know the session a forwarded resume/load named after all.
 
-    call: PendingCall
-    response: Response
+    The call is back in flight, marked as retried: the shell forgets the location
+    hint, locates once more and forwards (:meth:`ClientRoutes.forward`).
+    """
+
+    request: Request
+    session_id: SessionId
+    backend: BackendId
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """A backend link closed: the answers owed to the client and the sessions detached."""
+
+    replies: tuple[Reply, ...]
+    detached: tuple[Detach, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,23 +178,21 @@ class Limits:
 class ClientRoutes:
     """Which backend each session of one client connection lives on, and who awaits what."""
 
-    def __init__(
-        self, limits: Limits = Limits(), on_attach: Callable[[str, int], None] | None = None
-    ) -> None:
+    def __init__(self, limits: Limits = Limits()) -> None:
         self.limits = limits
-        #: told (backend, +1 / -1) whenever a session is attached to or detached from a backend
-        self._on_attach = on_attach
+        #: the client's ``initialize`` and ``authenticate``, replayed on every link opened
         self.initialize: Request | None = None
         self.authenticate: Request | None = None
-        self.sessions: dict[str, str] = {}
+        self.sessions: dict[SessionId, BackendId] = {}
         self.calls: dict[RequestId, PendingCall] = {}
-        self.last_backend: str | None = None
-        self._agent_calls: dict[int, tuple[str, RequestId]] = {}
+        self.last_backend: BackendId | None = None
+        self._agent_calls: dict[RoutedId, tuple[BackendId, RequestId]] = {}
         self._next_agent_id = 0
 
     # -- from the client ---------------------------------------------------------------------
 
     def receive_client(self, message: Message) -> Action:
+        """Route one message from the client."""
         if isinstance(message, Response):
             return self._client_response(message)
         if isinstance(message, Notification):
@@ -165,10 +215,12 @@ class ClientRoutes:
     def _classify(self, request: Request) -> tuple[PendingCall, Action]:
         method = request.method
         if method == acp.INITIALIZE:
+            self.initialize = request
             return PendingCall(request, None), Handle(Duty.INITIALIZE, request)
         if self.initialize is None:
             raise InvalidRequest(f"send initialize before {method}")
         if method == acp.AUTHENTICATE:
+            self.authenticate = request
             return PendingCall(request, None), Handle(Duty.AUTHENTICATE, request)
         if method == acp.SESSION_NEW:
             self._check_room(None)
@@ -198,12 +250,12 @@ class ClientRoutes:
             return call, Handle(Duty.LOCATE_DETACHED, request, session_id)
         raise SessionNotAttached(session_id)
 
-    def _check_room(self, session_id: str | None) -> None:
+    def _check_room(self, session_id: SessionId | None) -> None:
         if len(self.sessions) >= self.limits.max_sessions:
             raise TooManySessions(None, {"sessionId": session_id} if session_id else None)
 
     def _forwarded(
-        self, request: Request, session_id: str | None, backend: str
+        self, request: Request, session_id: SessionId | None, backend: BackendId
     ) -> tuple[PendingCall, Send]:
         self.last_backend = backend
         return PendingCall(request, session_id, backend), Send(backend, request.text)
@@ -226,7 +278,11 @@ class ClientRoutes:
         return Send(self.last_backend, note.text)
 
     def _client_response(self, response: Response) -> Action:
-        entry = self._agent_calls.pop(response.id, None) if isinstance(response.id, int) else None
+        entry = (
+            self._agent_calls.pop(RoutedId(response.id), None)
+            if isinstance(response.id, int)
+            else None
+        )
         if entry is None:
             return Drop("a reply to no agent request")
         backend, original_id = entry
@@ -234,7 +290,7 @@ class ClientRoutes:
 
     # -- decisions the shell made --------------------------------------------------------------
 
-    def forward(self, request_id: RequestId, backend: str) -> Send:
+    def forward(self, request_id: RequestId, backend: BackendId) -> Send:
         """Send a located or placed request to ``backend``."""
         call = replace(self.calls[request_id], backend=backend)
         self.calls[request_id] = call
@@ -251,33 +307,14 @@ class ClientRoutes:
         del self.calls[request_id]
         return Reply(encode_error(request_id, error))
 
-    def retry(self, call: PendingCall) -> None:
-        """Put back a call whose backend said "not found", marked as retried once."""
-        self.calls[call.request.id] = replace(call, backend=None, retried=True)
-
-    def _set_session(self, session_id: str, backend: str) -> None:
-        previous = self.sessions.get(session_id)
-        if previous == backend:
-            return
-        if previous is not None:
-            self._drop_session(session_id)
-        self.sessions[session_id] = backend
-        if self._on_attach is not None:
-            self._on_attach(backend, 1)
-
-    def _drop_session(self, session_id: str) -> None:
-        backend = self.sessions.pop(session_id)
-        if self._on_attach is not None:
-            self._on_attach(backend, -1)
-
-    def close(self) -> None:
+    def close(self) -> tuple[Detach, ...]:
         """The client connection is gone: detach every session."""
-        for session_id in list(self.sessions):
-            self._drop_session(session_id)
+        return tuple(self._drop_session(session_id) for session_id in list(self.sessions))
 
     # -- from a backend ------------------------------------------------------------------------
 
-    def receive_backend(self, backend: str, message: Message) -> Action:
+    def receive_backend(self, backend: BackendId, message: Message) -> Action:
+        """Route one message from ``backend``."""
         if isinstance(message, Response):
             return self._backend_response(backend, message)
         if isinstance(message, Request):
@@ -286,77 +323,102 @@ class ClientRoutes:
             return self._agent_cancel(backend, message)
         return Deliver(message.text)
 
-    def _backend_response(self, backend: str, response: Response) -> Action:
+    def _backend_response(self, backend: BackendId, response: Response) -> Action:
         request_id = response.id
         call = self.calls.get(request_id) if request_id is not None else None
         if request_id is None or call is None or call.backend != backend:
             return Drop(f"a response from {backend} to no request in flight there")
-        del self.calls[request_id]
         method, session_id = call.request.method, call.session_id
-        if response.ok:
-            self._settle_ok(backend, method, session_id, response)
-        elif (
-            method in acp.ATTACHING
-            and response.error is not None
-            and response.error.code == acp.RESOURCE_NOT_FOUND
-            and not call.retried
-        ):
-            return Relocate(call, response)
-        return Deliver(response.text, call, response)
+        if method in acp.ATTACHING and session_id is not None:
+            if _not_found(response) and not call.retried:
+                self.calls[request_id] = replace(call, backend=None, retried=True)
+                return Relocate(call.request, session_id, backend)
+            del self.calls[request_id]
+            return Deliver(response.text, self._settle_attach(call, backend, session_id, response))
+        del self.calls[request_id]
+        if not response.ok:
+            return Deliver(response.text, Settled(call, backend))
+        if method in acp.CREATING:
+            return Deliver(response.text, self._settle_created(call, backend, response))
+        if method == acp.SESSION_CLOSE and session_id is not None:
+            return Deliver(response.text, self._settle_close(call, backend, session_id))
+        return Deliver(response.text, Settled(call, backend))
 
-    def _settle_ok(
-        self, backend: str, method: str, session_id: str | None, response: Response
-    ) -> None:
-        if method in acp.CREATING and isinstance(response.result, dict):
-            new_id = response.result.get("sessionId")
-            if isinstance(new_id, str):
-                self._attach_quietly(new_id, backend)
-        elif method in acp.ATTACHING and session_id is not None:
-            self._attach_quietly(session_id, backend)
-        elif (
-            method == acp.SESSION_CLOSE
-            and session_id is not None
-            and self.sessions.get(session_id) == backend
-        ):
-            self._drop_session(session_id)
+    def _settle_attach(
+        self, call: PendingCall, backend: BackendId, session_id: SessionId, response: Response
+    ) -> Settled:
+        if not response.ok:
+            result: ResumeResult = "not_found" if _not_found(response) else "error"
+            return Settled(call, backend, result)
+        changes = self._attach_quietly(session_id, backend)
+        return Settled(call, backend, "ok", session_id, changes)
 
-    def _attach_quietly(self, session_id: str, backend: str) -> None:
+    def _settle_created(self, call: PendingCall, backend: BackendId, response: Response) -> Settled:
+        result = response.result
+        new_id = result.get("sessionId") if isinstance(result, dict) else None
+        if not isinstance(new_id, str):
+            return Settled(call, backend)
+        session_id = SessionId(new_id)
+        return Settled(call, backend, None, session_id, self._attach_quietly(session_id, backend))
+
+    def _settle_close(
+        self, call: PendingCall, backend: BackendId, session_id: SessionId
+    ) -> Settled:
+        if self.sessions.get(session_id) != backend:
+            return Settled(call, backend)
+        return Settled(call, backend, changes=(self._drop_session(session_id),))
+
+    def _attach_quietly(self, session_id: SessionId, backend: BackendId) -> tuple[Change, ...]:
         # The backend already holds the session for us; past the limit we still tell the
         # client what the backend said, but route nothing more for that session.
-        if session_id in self.sessions or len(self.sessions) < self.limits.max_sessions:
-            self._set_session(session_id, backend)
+        previous = self.sessions.get(session_id)
+        if previous == backend:
+            return ()
+        if previous is None and len(self.sessions) >= self.limits.max_sessions:
+            return ()
+        changes: tuple[Change, ...] = () if previous is None else (self._drop_session(session_id),)
+        self.sessions[session_id] = backend
+        return (*changes, Attach(session_id, backend))
 
-    def _agent_request(self, backend: str, request: Request) -> Action:
+    def _drop_session(self, session_id: SessionId) -> Detach:
+        return Detach(session_id, self.sessions.pop(session_id))
+
+    def _agent_request(self, backend: BackendId, request: Request) -> Action:
         if len(self._agent_calls) >= self.limits.max_agent_requests:
             error = TooManyInFlight("Too many agent requests awaiting the client")
             return Send(backend, encode_error(request.id, error))
-        router_id = self._next_agent_id
+        router_id = RoutedId(self._next_agent_id)
         self._next_agent_id += 1
         self._agent_calls[router_id] = (backend, request.id)
         return Deliver(replace_id(request.text, router_id))
 
-    def _agent_cancel(self, backend: str, note: Notification) -> Action:
+    def _agent_cancel(self, backend: BackendId, note: Notification) -> Action:
         wanted = (backend, _named_request(note))
         router_id = next((rid for rid, entry in self._agent_calls.items() if entry == wanted), None)
         if router_id is None:
             return Drop("$/cancel_request for no agent request awaiting the client")
         return Deliver(replace_param(note.text, "requestId", router_id))
 
-    def backend_lost(self, backend: str) -> list[Reply]:
+    def backend_lost(self, backend: BackendId) -> Lost:
         """The link to ``backend`` closed: fail its calls, detach its sessions."""
         lost = [rid for rid, call in self.calls.items() if call.backend == backend]
-        replies = [self.fail(rid, BackendLinkLost(None, {"backend": backend})) for rid in lost]
-        for session_id in [s for s, b in self.sessions.items() if b == backend]:
-            self._drop_session(session_id)
+        replies = tuple(self.fail(rid, BackendLinkLost(None, {"backend": backend})) for rid in lost)
+        detached = tuple(
+            self._drop_session(s) for s in [s for s, b in self.sessions.items() if b == backend]
+        )
         for router_id in [r for r, (b, _) in self._agent_calls.items() if b == backend]:
             del self._agent_calls[router_id]
         if self.last_backend == backend:
             self.last_backend = None
-        return replies
+        return Lost(replies, detached)
 
     def unanswered(self) -> list[RequestId]:
         """Ids of client requests still awaiting an answer."""
         return list(self.calls)
+
+
+def _not_found(response: Response) -> bool:
+    return response.error is not None and response.error.code == acp.RESOURCE_NOT_FOUND
 
 
 def _named_request(note: Notification) -> RequestId | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Final
 
+from router.protocol.ids import SessionId
 from router.protocol.jsonrpc import Notification, Request, Response
 
 PROTOCOL_VERSION: Final = 1
@@ -63,10 +64,10 @@ RESOURCE_NOT_FOUND: Final = -32002
 METHOD_NOT_FOUND: Final = -32601
 
 
-def session_id_of(message: Request | Notification) -> str | None:
+def session_id_of(message: Request | Notification) -> SessionId | None:
     """The ``params.sessionId`` of a session-scoped message, when it is a string."""
     value = message.param("sessionId")
-    return value if isinstance(value, str) else None
+    return SessionId(value) if isinstance(value, str) else None
 
 
 # -- capabilities --------------------------------------------------------------------------------

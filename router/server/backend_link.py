@@ -20,7 +20,9 @@ import aiohttp
 
 from router.protocol import acp
 from router.protocol.errors import BackendLinkLost
+from router.protocol.ids import BackendId
 from router.protocol.jsonrpc import Message, Request, Response, encode_request
+from router.server.faults import backend_faults
 from router.server.wire import messages
 
 logger = logging.getLogger(__name__)
@@ -37,12 +39,12 @@ def replayed_initialize(client_initialize: Request) -> str:
     return encode_request(HANDSHAKE_INITIALIZE, acp.INITIALIZE, params)
 
 
-class UpstreamLink:
+class BackendLink:
     """One client connection's WebSocket to one backend."""
 
     def __init__(
         self,
-        backend: str,
+        backend: BackendId,
         url: str,
         http: aiohttp.ClientSession,
         *,
@@ -83,19 +85,16 @@ class UpstreamLink:
         bounded here.
         """
         try:
-            async with self._http.ws_connect(
-                self.url, max_msg_size=self._max_message_bytes, autoping=True, heartbeat=30.0
-            ) as ws:
-                async with asyncio.timeout(self._connect_timeout):
-                    await self._handshake(ws, initialize, authenticate)
-                self._ws = ws
-                self._opened.set()
-                async for message in messages(ws, self.backend):
-                    await on_message(message)
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            raise BackendLinkLost(
-                None, {"backend": self.backend, "reason": str(exc) or type(exc).__name__}
-            ) from exc
+            with backend_faults(self.backend):
+                async with self._http.ws_connect(
+                    self.url, max_msg_size=self._max_message_bytes, autoping=True, heartbeat=30.0
+                ) as ws:
+                    async with asyncio.timeout(self._connect_timeout):
+                        await self._handshake(ws, initialize, authenticate)
+                    self._ws = ws
+                    self._opened.set()
+                    async for message in messages(ws, self.backend):
+                        await on_message(message)
         finally:
             self._ws = None
             self._opened.set()  # release waiting senders: there is nothing to send to

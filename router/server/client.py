@@ -28,25 +28,19 @@ from router.core.routes import (
     Duty,
     Handle,
     Limits,
-    PendingCall,
     Relocate,
     Reply,
     Send,
+    Settled,
 )
-from router.protocol import acp
 from router.protocol.errors import BackendLinkLost, InternalError, JsonRpcError, ProtocolError
-from router.protocol.jsonrpc import Request, RequestId, Response, encode_protocol_error, parse
-from router.server.backend_link import UpstreamLink
+from router.protocol.ids import BackendId, SessionId
+from router.protocol.jsonrpc import Request, RequestId, encode_protocol_error, parse
+from router.server.backend_link import BackendLink
 from router.server.metrics import TO_BACKEND, TO_CLIENT, Metrics
 from router.server.pool import Pool
 
 logger = logging.getLogger(__name__)
-
-
-def _resume_result(response: Response) -> str:
-    if response.error is None:
-        return "ok"
-    return "not_found" if response.error.code == acp.RESOURCE_NOT_FOUND else "error"
 
 
 class ClientConnection:
@@ -60,10 +54,9 @@ class ClientConnection:
             Limits(
                 max_in_flight=settings.max_in_flight_per_connection,
                 max_sessions=settings.max_sessions_per_connection,
-            ),
-            on_attach=pool.session_attached,
+            )
         )
-        self.links: dict[str, UpstreamLink] = {}
+        self.links: dict[BackendId, BackendLink] = {}
         self.tasks: set[asyncio.Task[None]] = set()
 
     async def serve(self) -> None:
@@ -75,7 +68,7 @@ class ClientConnection:
             for task in list(self.tasks):
                 task.cancel()
             await asyncio.gather(*self.tasks, return_exceptions=True)
-            self.routes.close()
+            self.pool.record(self.routes.close())
 
     async def _to_client(self, text: str) -> None:
         """Write one frame to the client, from whichever task has it.
@@ -116,30 +109,35 @@ class ClientConnection:
                 await self._to_client(text)
             case Send(backend, text):
                 await self._send(backend, text)
-            case Deliver(text, settled, response):
-                if settled is not None and response is not None:
-                    self._settled(settled, response)
+            case Deliver(text, settled):
+                if settled is not None:
+                    self._record(settled)
                 self.metrics.count_frame(TO_CLIENT, text)
                 await self._to_client(text)
             case Handle(duty, request, session_id):
                 await self._handle(duty, request, session_id)
-            case Relocate(call, _):
-                await self._relocate(call)
+            case Relocate(request, session_id, backend):
+                self._relocate(request, session_id, backend)
             case Drop(reason):
                 logger.debug("dropped a frame: %s", reason)
             case _:
                 assert_never(action)
 
-    async def _relocate(self, call: PendingCall) -> None:
+    def _relocate(self, request: Request, session_id: SessionId, backend: BackendId) -> None:
         """The backend did not know the session after all: forget the hint, locate again."""
-        assert call.backend is not None  # it answered, so it was forwarded
-        assert call.session_id is not None  # resume and load name their session
-        self.metrics.resumes.labels(call.backend, "not_found").inc()
-        self.pool.forget(call.session_id)
-        self.routes.retry(call)
-        self._spawn(self._locate(call.request, call.session_id), "relocate")
+        self.metrics.resumes.labels(backend, "not_found").inc()
+        self.pool.forget(session_id)
+        self._spawn(self._locate(request, session_id), "relocate")
 
-    async def _send(self, backend: str, text: str) -> None:
+    def _record(self, settled: Settled) -> None:
+        """Record what a backend's answer changed, as the routing core reported it."""
+        if settled.resume is not None:
+            self.metrics.resumes.labels(settled.backend, settled.resume).inc()
+        if settled.learned is not None:
+            self.pool.cache.put(settled.learned, settled.backend)
+        self.pool.record(settled.changes)
+
+    async def _send(self, backend: BackendId, text: str) -> None:
         link = self.links.get(backend) or self._open_link(backend)
         self.metrics.count_frame(TO_BACKEND, text)
         await link.send(text)
@@ -150,12 +148,10 @@ class ClientConnection:
 
     # -- requests the router answers or routes itself ------------------------------------------------
 
-    async def _handle(self, duty: Duty, request: Request, session_id: str | None) -> None:
+    async def _handle(self, duty: Duty, request: Request, session_id: SessionId | None) -> None:
         if duty is Duty.INITIALIZE:
-            self.routes.initialize = request
             await self._to_client(self.routes.answer(request.id, self.pool.capabilities()).text)
-        elif duty is Duty.AUTHENTICATE:
-            self.routes.authenticate = request  # replayed on every link opened from now on
+        elif duty is Duty.AUTHENTICATE:  # the core keeps it, to replay on links opened later
             await self._to_client(self.routes.answer(request.id, {}).text)
         elif duty is Duty.PLACE:
             try:
@@ -173,7 +169,7 @@ class ClientConnection:
             assert session_id is not None
             self._spawn(self._locate(request, session_id), "locate")
 
-    async def _status(self, session_id: str) -> dict[str, str]:
+    async def _status(self, session_id: SessionId) -> dict[str, str]:
         return {"status": await self.pool.status(session_id)}
 
     async def _answer(self, request_id: RequestId, work: Coroutine[Any, Any, Any]) -> None:
@@ -188,7 +184,7 @@ class ClientConnection:
             return
         await self._to_client(self.routes.answer(request_id, result).text)
 
-    async def _locate(self, request: Request, session_id: str) -> None:
+    async def _locate(self, request: Request, session_id: SessionId) -> None:
         try:
             located = await self.pool.locate(session_id)
         except JsonRpcError as exc:
@@ -201,26 +197,11 @@ class ClientConnection:
         if request.id in self.routes.calls:  # still wanted
             await self._do(self.routes.forward(request.id, located.backend))
 
-    def _settled(self, call: PendingCall, response: Response) -> None:
-        """Count a forwarded resume's result, and remember where sessions now live."""
-        backend = call.backend
-        if backend is None:
-            return
-        method = call.request.method
-        if method in acp.ATTACHING:
-            self.metrics.resumes.labels(backend, _resume_result(response)).inc()
-            if response.ok and call.session_id is not None:
-                self.pool.cache.put(call.session_id, backend)
-        elif method in acp.CREATING and isinstance(response.result, dict):
-            new_id = response.result.get("sessionId")
-            if isinstance(new_id, str):
-                self.pool.cache.put(new_id, backend)
-
     # -- backend links -------------------------------------------------------------------------------
 
-    def _open_link(self, backend: str) -> UpstreamLink:
+    def _open_link(self, backend: BackendId) -> BackendLink:
         settings = self.pool.settings.router
-        link = UpstreamLink(
+        link = BackendLink(
             backend,
             self.pool.url(backend),
             self.http,
@@ -231,7 +212,7 @@ class ClientConnection:
         self._spawn(self._run_link(link), f"link-{backend}")
         return link
 
-    async def _run_link(self, link: UpstreamLink) -> None:
+    async def _run_link(self, link: BackendLink) -> None:
         assert self.routes.initialize is not None
         reason = "closed by the backend"
         try:
@@ -249,6 +230,8 @@ class ClientConnection:
             if self.links.get(link.backend) is link:
                 del self.links[link.backend]
         logger.info("link to backend %s ended: %s", link.backend, reason)
-        for reply in self.routes.backend_lost(link.backend):
+        lost = self.routes.backend_lost(link.backend)
+        self.pool.record(lost.detached)
+        for reply in lost.replies:
             self.metrics.client_errors.labels(str(BackendLinkLost.code)).inc()
             await self._to_client(reply.text)

@@ -22,6 +22,7 @@ import aiohttp
 from router import __version__
 from router.protocol import acp
 from router.protocol.errors import BackendLinkLost, InvalidRequest, MethodNotFound, ProtocolError
+from router.protocol.ids import BackendId
 from router.protocol.jsonrpc import (
     Notification,
     Params,
@@ -31,6 +32,7 @@ from router.protocol.jsonrpc import (
     encode_request,
 )
 from router.server.config import BackendSection, ControlSection
+from router.server.faults import backend_faults, describe
 from router.server.wire import messages
 
 logger = logging.getLogger(__name__)
@@ -41,10 +43,6 @@ INITIALIZE_PARAMS = {
     "clientCapabilities": {},
     "clientInfo": CLIENT_INFO,
 }
-
-
-def _describe(exc: BaseException) -> str:
-    return str(exc) or type(exc).__name__
 
 
 class ControlLink:
@@ -73,8 +71,8 @@ class ControlLink:
         self.up = False
 
     @property
-    def id(self) -> str:
-        return self.spec.id
+    def id(self) -> BackendId:
+        return BackendId(self.spec.id)
 
     def supports(self, capability: str) -> bool:
         return self.capabilities is not None and acp.has_session_capability(
@@ -89,8 +87,8 @@ class ControlLink:
             try:
                 await self._session()
                 delay = self._settings.reconnect_initial_ms / 1000
-            except (aiohttp.ClientError, OSError, TimeoutError, ProtocolError) as exc:
-                logger.info("backend %s control link failed: %s", self.id, _describe(exc))
+            except (BackendLinkLost, ProtocolError) as exc:
+                logger.info("backend %s control link failed: %s", self.id, _reason(exc))
                 delay = min(delay * 2, self._settings.reconnect_max_ms / 1000)
             except Exception:  # the link's boundary: a bug here must not stop the router
                 logger.exception("backend %s control link crashed; reconnecting", self.id)
@@ -101,6 +99,10 @@ class ControlLink:
             self._set_down()
 
     async def _session(self) -> None:
+        with backend_faults(self.id):
+            await self._connected()
+
+    async def _connected(self) -> None:
         async with self._http.ws_connect(
             self.spec.url,
             heartbeat=self._settings.heartbeat_seconds,
@@ -139,7 +141,7 @@ class ControlLink:
                 pass  # updates for sessions nobody attached here; nothing to do
 
     async def call(self, method: str, params: Params, *, timeout: float) -> Response:
-        """Send one request; raises TimeoutError or BackendLinkLost."""
+        """Send one request; raises TimeoutError (past ``timeout``) or BackendLinkLost."""
         ws = self._ws
         if ws is None or ws.closed:
             raise BackendLinkLost(None, {"backend": self.id})
@@ -149,7 +151,8 @@ class ControlLink:
         self._pending[request_id] = future
         try:
             async with asyncio.timeout(timeout):
-                await ws.send_str(encode_request(request_id, method, params))
+                with backend_faults(self.id):
+                    await ws.send_str(encode_request(request_id, method, params))
                 return await future
         finally:
             self._pending.pop(request_id, None)
@@ -169,3 +172,8 @@ class ControlLink:
             if not stopping:  # the router is shutting down: nothing went wrong
                 logger.warning("backend %s is down", self.id)
             self._on_change(self)
+
+
+def _reason(exc: BackendLinkLost | ProtocolError) -> str:
+    data = exc.data or {}
+    return str(data.get("reason") or describe(exc))

@@ -20,7 +20,8 @@ import aiohttp
 
 from router.core import listing
 from router.core.locate import Located, LocationCache, Outcome, decide, pool_status
-from router.core.placement import Node, Ranking
+from router.core.placement import Node, Ranking, least_loaded
+from router.core.routes import Attach, Change
 from router.protocol import acp
 from router.protocol.acp import ProbeResult
 from router.protocol.errors import (
@@ -29,6 +30,7 @@ from router.protocol.errors import (
     LocateInconclusive,
     NoBackendAvailable,
 )
+from router.protocol.ids import BackendId, SessionId
 from router.server.config import Settings
 from router.server.control import ControlLink
 from router.server.metrics import Metrics
@@ -43,9 +45,9 @@ class Pool:
     def __init__(self, settings: Settings, metrics: Metrics, http: aiohttp.ClientSession) -> None:
         self.settings = settings
         self.metrics = metrics
-        self.ranking = Ranking(Node(b.id, b.weight) for b in settings.backends)
+        self.ranking = Ranking(Node(BackendId(b.id), b.weight) for b in settings.backends)
         self.links = {
-            b.id: ControlLink(
+            BackendId(b.id): ControlLink(
                 b,
                 settings.control,
                 http,
@@ -58,8 +60,8 @@ class Pool:
         self.cache = LocationCache(
             settings.cache.max_entries, settings.cache.ttl_seconds, time.monotonic
         )
-        self.attached: dict[str, int] = dict.fromkeys(self.links, 0)
-        self._inflight: dict[str, asyncio.Task[Located]] = {}
+        self.attached: dict[BackendId, int] = dict.fromkeys(self.links, 0)
+        self._inflight: dict[SessionId, asyncio.Task[Located]] = {}
         self._locate_slots = asyncio.Semaphore(MAX_CONCURRENT_LOCATES)
         self.ready_changed = asyncio.Event()
         metrics.declare_backends(list(self.links))
@@ -90,27 +92,30 @@ class Pool:
 
     # -- membership ------------------------------------------------------------------------------
 
-    def ready(self) -> list[str]:
+    def ready(self) -> list[BackendId]:
         return [i for i, link in self.links.items() if link.up]
 
-    def order(self, session_id: str) -> list[str]:
+    def order(self, session_id: SessionId) -> list[BackendId]:
         """Backends that are up, in the session's rendezvous order."""
         return [b for b in self.ranking.rank(session_id) if self.links[b].up]
 
-    def url(self, backend: str) -> str:
+    def url(self, backend: BackendId) -> str:
         return self.links[backend].spec.url
 
-    def place_new(self) -> str:
-        """A backend for a new session: the least loaded for its weight, among those up."""
-        ready = self.ready()
-        if not ready:
+    def place_new(self) -> BackendId:
+        """A backend for a new session (:func:`router.core.placement.least_loaded`)."""
+        candidates = [node for node in self.ranking.nodes if self.links[node.id].up]
+        backend = least_loaded(candidates, self.attached)
+        if backend is None:
             raise NoBackendAvailable()
-        weights = {b.id: b.weight for b in self.settings.backends}
-        return min(ready, key=lambda b: (self.attached[b] / weights[b], -weights[b], b))
+        return backend
 
-    def session_attached(self, backend: str, delta: int) -> None:
-        self.attached[backend] += delta
-        self.metrics.attached_sessions.labels(backend).set(self.attached[backend])
+    def record(self, changes: Iterable[Change]) -> None:
+        """Count sessions attached to or detached from backends on some connection."""
+        for change in changes:
+            delta = 1 if isinstance(change, Attach) else -1
+            self.attached[change.backend] += delta
+            self.metrics.attached_sessions.labels(change.backend).set(self.attached[change.backend])
 
     def capabilities(self) -> dict[str, Any]:
         """What the router advertises: the pool's common ground, plus what it answers itself."""
@@ -120,7 +125,7 @@ class Pool:
 
     # -- probes ----------------------------------------------------------------------------------
 
-    async def probe(self, backend: str, session_id: str) -> ProbeResult:
+    async def probe(self, backend: BackendId, session_id: SessionId) -> ProbeResult:
         link = self.links[backend]
         started = time.perf_counter()
         try:
@@ -130,20 +135,22 @@ class Pool:
                 timeout=self.settings.probe.timeout_ms / 1000,
             )
             result = acp.classify_status(response, session_id)
-        except (TimeoutError, BackendLinkLost, aiohttp.ClientError, OSError):
+        except (TimeoutError, BackendLinkLost):
             result = ProbeResult.UNKNOWN
         self.metrics.probe_duration.labels(backend).observe(time.perf_counter() - started)
         self.metrics.probes.labels(backend, result.value).inc()
         return result
 
-    async def probe_many(self, backends: Iterable[str], session_id: str) -> dict[str, ProbeResult]:
+    async def probe_many(
+        self, backends: Iterable[BackendId], session_id: SessionId
+    ) -> dict[BackendId, ProbeResult]:
         targets = [b for b in backends if self.links[b].supports("status")]
         results = await asyncio.gather(*(self.probe(b, session_id) for b in targets))
         return dict(zip(targets, results, strict=True))
 
     # -- locate ------------------------------------------------------------------------------------
 
-    async def locate(self, session_id: str) -> Located:
+    async def locate(self, session_id: SessionId) -> Located:
         """Where ``session_id`` should be resumed. Concurrent calls share one locate."""
         task = self._inflight.get(session_id)
         if task is None:
@@ -153,13 +160,13 @@ class Pool:
         # shield: a caller that goes away must not cancel the locate others wait on
         return await asyncio.shield(task)
 
-    def _locate_done(self, session_id: str, task: asyncio.Task[Located]) -> None:
+    def _locate_done(self, session_id: SessionId, task: asyncio.Task[Located]) -> None:
         if self._inflight.get(session_id) is task:
             del self._inflight[session_id]
         if not task.cancelled():
             task.exception()  # retrieved: every waiter may have gone away
 
-    async def _locate(self, session_id: str) -> Located:
+    async def _locate(self, session_id: SessionId) -> Located:
         started = time.perf_counter()
         outcome = "error"
         try:
@@ -178,8 +185,8 @@ class Pool:
             self.metrics.locates.labels(outcome).inc()
             self.metrics.locate_duration.labels(outcome).observe(time.perf_counter() - started)
 
-    async def _probe_and_decide(self, session_id: str) -> Located:
-        answers: dict[str, ProbeResult] = {}
+    async def _probe_and_decide(self, session_id: SessionId) -> Located:
+        answers: dict[BackendId, ProbeResult] = {}
         hint = self.cache.get(session_id)
         if hint is not None and self.links[hint].up:
             answers = await self.probe_many([hint], session_id)
@@ -204,12 +211,12 @@ class Pool:
             )
         return located
 
-    def forget(self, session_id: str) -> None:
+    def forget(self, session_id: SessionId) -> None:
         self.cache.invalidate(session_id)
 
     # -- pool-wide requests ------------------------------------------------------------------------
 
-    async def status(self, session_id: str) -> str:
+    async def status(self, session_id: SessionId) -> str:
         ready = self.ready()
         if not ready:
             raise NoBackendAvailable(None, {"sessionId": session_id})
@@ -222,7 +229,7 @@ class Pool:
         answers = await asyncio.gather(
             *(self._list_one(b, page.backend_params(b)) for b in targets), return_exceptions=True
         )
-        results: dict[str, Any] = {}
+        results: dict[BackendId, Any] = {}
         for backend, answer in zip(targets, answers, strict=True):
             if isinstance(answer, BaseException):
                 if not isinstance(answer, Exception):
@@ -233,7 +240,7 @@ class Pool:
             results[backend] = answer
         return page.merge(results)
 
-    async def _list_one(self, backend: str, params: dict[str, Any]) -> Any:
+    async def _list_one(self, backend: BackendId, params: dict[str, Any]) -> Any:
         response = await self.links[backend].call(
             acp.SESSION_LIST, params, timeout=max(self.settings.probe.timeout_ms / 1000, 5.0)
         )
