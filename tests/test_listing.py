@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from router import __version__
-from router.core.listing import ListPage, merge_capabilities
+from router.core.listing import MAX_CURSOR_CHARS, MAX_CWD_CHARS, ListPage, merge_capabilities
 from router.protocol.errors import InvalidParams
 from router.protocol.ids import BackendId
 
@@ -52,6 +52,21 @@ def test_bad_param_types_are_invalid_params(params: dict[str, Any]) -> None:
     with pytest.raises(InvalidParams) as caught:
         ListPage.from_params(params, POOL)
     assert caught.value.code == -32602
+
+
+@pytest.mark.parametrize(
+    "params",
+    [{"cwd": "/" + "x" * MAX_CWD_CHARS}, {"cursor": "a" * (MAX_CURSOR_CHARS + 1)}],
+)
+def test_oversized_params_never_reach_a_backend(params: dict[str, Any]) -> None:
+    with pytest.raises(InvalidParams) as caught:
+        ListPage.from_params(params, POOL)
+    assert caught.value.code == -32602
+
+
+def test_params_at_the_bounds_pass() -> None:
+    cwd = "/" + "x" * (MAX_CWD_CHARS - 1)
+    assert ListPage.from_params({"cwd": cwd}, POOL).cwd == cwd
 
 
 def _b64(raw: bytes) -> str:

@@ -251,6 +251,14 @@ def test_session_methods_need_a_session_id(params: Any) -> None:
     error_reply(action, 3, -32602)
 
 
+@pytest.mark.parametrize("method", ["session/resume", "session/status", "session/prompt"])
+def test_an_overlong_session_id_is_invalid_params_before_any_probe(method: str) -> None:
+    client = Client(Limits(max_session_id_chars=8))
+    assert isinstance(client.send(request(1, method, sid("s" * 8))), Handle | Reply)
+    assert error_reply(client.send(request(2, method, sid("s" * 9))), 2, -32602) == {}
+    assert 2 not in client.routes.calls
+
+
 @pytest.mark.parametrize("method", ["session/resume", "session/load"])
 def test_resume_of_an_unattached_session_is_located_then_attached(method: str) -> None:
     client = Client()

@@ -22,6 +22,10 @@ from router.protocol.errors import InvalidParams
 from router.protocol.ids import BackendId
 
 _CURSOR_VERSION = 1
+#: bounds on what ``session/list`` sends every backend's control link: a longer ``cwd`` is no
+#: path (Linux PATH_MAX is 4096 bytes), and a router cursor this long is not one it made
+MAX_CWD_CHARS = 4096
+MAX_CURSOR_CHARS = 65_536
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +42,15 @@ class ListPage:
         cwd = params.get("cwd")
         if cwd is not None and not isinstance(cwd, str):
             raise InvalidParams("session/list: cwd must be a string")
+        if cwd is not None and len(cwd) > MAX_CWD_CHARS:
+            raise InvalidParams(f"session/list: cwd is longer than {MAX_CWD_CHARS} characters")
         cursor = params.get("cursor")
         if cursor is None:
             return cls(cwd, dict.fromkeys(ready))
         if not isinstance(cursor, str):
             raise InvalidParams("session/list: cursor must be a string")
+        if len(cursor) > MAX_CURSOR_CHARS:
+            raise InvalidParams("session/list: invalid cursor")
         pending = _decode_cursor(cursor)
         return cls(cwd, {BackendId(b): c for b, c in pending.items() if b in ready})
 

@@ -173,6 +173,9 @@ class Limits:
     max_in_flight: int = 1024
     max_sessions: int = 1024
     max_agent_requests: int = 1024
+    #: longest ``sessionId`` routed: longer ones are -32602 here, never a probe that an
+    #: agent's frame limit could turn into a dropped control link
+    max_session_id_chars: int = 1024
 
 
 class ClientRoutes:
@@ -237,6 +240,11 @@ class ClientRoutes:
         session_id = acp.session_id_of(request)
         if session_id is None:
             raise InvalidParams(f"{request.method} needs params.sessionId as a string")
+        if len(session_id) > self.limits.max_session_id_chars:
+            raise InvalidParams(
+                f"{request.method}: params.sessionId is longer than"
+                f" {self.limits.max_session_id_chars} characters"
+            )
         if request.method == acp.SESSION_STATUS:
             return PendingCall(request, session_id), Handle(Duty.STATUS, request, session_id)
         backend = self.sessions.get(session_id)

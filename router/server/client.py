@@ -54,6 +54,7 @@ class ClientConnection:
             Limits(
                 max_in_flight=settings.max_in_flight_per_connection,
                 max_sessions=settings.max_sessions_per_connection,
+                max_session_id_chars=settings.max_session_id_chars,
             )
         )
         self.links: dict[BackendId, BackendLink] = {}

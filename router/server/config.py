@@ -46,6 +46,8 @@ class RouterSection(_Section):
     max_message_bytes: Annotated[int, Field(gt=0)] = 16 * 1024 * 1024
     max_sessions_per_connection: Annotated[int, Field(gt=0)] = 1024
     max_in_flight_per_connection: Annotated[int, Field(gt=0)] = 1024
+    #: a longer params.sessionId is -32602 to that client: it never reaches a probe
+    max_session_id_chars: Annotated[int, Field(gt=0)] = 1024
     #: on SIGTERM: refuse new clients and fail /readyz for this long before closing the
     #: connected ones (1012, "reconnect elsewhere"); give load balancers time to notice
     drain_seconds: Annotated[float, Field(ge=0)] = 0.0
