@@ -20,6 +20,7 @@ from router.server.app import POOL, create_app
 from router.server.config import Settings, settings_from
 from router.server.metrics import Metrics
 from router.server.pool import Pool
+from router.server.tls import server_context
 from tests.support import WAIT, AgentProcess, start_agent
 
 
@@ -35,7 +36,7 @@ class RouterUnderTest:
 
     @property
     def base(self) -> str:
-        return self.url.removesuffix("/acp").replace("ws://", "http://")
+        return self.url.removesuffix("/acp").replace("ws", "http", 1)
 
     def metric(self, name: str, **labels: str) -> float:
         return self.metrics.registry.get_sample_value(name, labels) or 0.0
@@ -47,10 +48,14 @@ class RouterUnderTest:
                 await self.pool.ready_changed.wait()
 
 
-def router_settings(backends: Sequence[tuple[str, str]], **sections: dict[str, Any]) -> Settings:
+Backends = Sequence[tuple[str, str] | dict[str, Any]]
+
+
+def router_settings(backends: Backends, **sections: dict[str, Any]) -> Settings:
+    """Test settings; a backend is ``(id, url)`` or a whole ``[[backends]]`` table."""
     data: dict[str, Any] = {
         "router": {"listen": "127.0.0.1:0"},
-        "backends": [{"id": i, "url": url} for i, url in backends],
+        "backends": [b if isinstance(b, dict) else {"id": b[0], "url": b[1]} for b in backends],
         "control": {"reconnect_initial_ms": 20, "reconnect_max_ms": 200},
     }
     for name, values in sections.items():
@@ -60,20 +65,24 @@ def router_settings(backends: Sequence[tuple[str, str]], **sections: dict[str, A
 
 @contextlib.asynccontextmanager
 async def start_router(
-    backends: Sequence[tuple[str, str]], *, wait_for: int | None = None, **sections: dict[str, Any]
+    backends: Backends, *, wait_for: int | None = None, **sections: dict[str, Any]
 ) -> AsyncIterator[RouterUnderTest]:
-    """Run the router in this process on 127.0.0.1:0, waiting until its backends are up."""
+    """Run the router in this process on 127.0.0.1:0, waiting until its backends are up
+    (``wss://`` when ``router`` names a certificate)."""
     metrics = Metrics()
-    app = create_app(router_settings(backends, **sections), metrics)
+    settings = router_settings(backends, **sections)
+    app = create_app(settings, metrics)
     runner = web.AppRunner(app)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
+        tls = server_context(settings.router)
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls)
         await site.start()
         server = site._server
         assert isinstance(server, asyncio.Server)
         port = server.sockets[0].getsockname()[1]
-        router = RouterUnderTest(f"ws://127.0.0.1:{port}/acp", app, metrics)
+        scheme = "ws" if tls is None else "wss"
+        router = RouterUnderTest(f"{scheme}://127.0.0.1:{port}/acp", app, metrics)
         await router.wait_backends(len(backends) if wait_for is None else wait_for)
         yield router
     finally:

@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -265,9 +266,13 @@ class AcpClient:
 
     @classmethod
     @asynccontextmanager
-    async def connect(cls, url: str) -> AsyncIterator[AcpClient]:
+    async def connect(
+        cls, url: str, *, token: str | None = None, tls: ssl.SSLContext | None = None
+    ) -> AsyncIterator[AcpClient]:
+        """Connect to ``url``, with ``Authorization: Bearer token`` when one is given."""
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else None
         async with asyncio.timeout(WAIT):
-            ws = await connect(url, max_size=None)
+            ws = await connect(url, max_size=None, additional_headers=headers, ssl=tls)
         client = cls(ws)
         client._reader = asyncio.create_task(client._read())
         try:

@@ -13,6 +13,8 @@ CORE = [
     "router.core.locate",
     "router.core.routes",
     "router.core.listing",
+    "router.core.frontdoor",
+    "router.core.quotas",
 ]
 IO_MODULES = ["asyncio", "aiohttp", "websockets", "socket", "selectors"]
 

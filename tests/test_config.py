@@ -71,6 +71,35 @@ def test_full_config() -> None:
     assert settings.control.heartbeat_seconds == 1.0
 
 
+def test_security_keys() -> None:
+    settings = settings_from(
+        {
+            "router": {
+                "tls_cert": "/etc/acp/cert.pem",
+                "tls_key": "/etc/acp/key.pem",
+                "metrics_listen": "0.0.0.0:9100",
+                "allowed_origins": ["https://editor.example", "*"],
+                "max_connections_per_address": 4,
+            },
+            "backends": [
+                {"id": "a", "url": "wss://a:1/acp", "tls_ca": "/ca.pem"},
+                {"id": "b", "url": "wss://b:1/acp", "tls_cert": "/c.pem", "tls_key": "/k.pem"},
+            ],
+            "auth": {
+                "tokens": ["secret-token"],
+                "token_env": "ACP_ROUTER_TOKENS",
+                "bind_sessions": True,
+                "session_secret_env": "ACP_ROUTER_SESSION_SECRET",
+            },
+        }
+    )
+    assert settings.router.metrics_address == ("0.0.0.0", 9100)
+    assert settings.auth is not None
+    assert settings.auth.bind_sessions
+    assert "secret-token" not in repr(settings)
+    assert settings_from(MINIMAL).auth is None
+
+
 def test_settings_are_frozen() -> None:
     settings = settings_from(MINIMAL)
     with pytest.raises(ValueError, match="frozen"):
@@ -129,6 +158,25 @@ def test_settings_are_frozen() -> None:
         (_with(cache={"ttl_seconds": -1}), "cache.ttl_seconds"),
         (_with(cache={"max_entries": 0}), "cache.max_entries"),
         (_with(proxy={}), "proxy"),
+        (_with(router={"tls_cert": "/c.pem"}), "router"),
+        (_with(router={"tls_key": "/k.pem"}), "router"),
+        (_with(router={"metrics_listen": "9100"}), "router.metrics_listen"),
+        (_with(router={"allowed_origins": ["editor.example"]}), "router.allowed_origins"),
+        (_with(router={"allowed_origins": ["https://e.example/path"]}), "router.allowed_origins"),
+        (_with(router={"allowed_origins": "https://e.example"}), "router.allowed_origins"),
+        (_with(router={"max_connections_per_address": 0}), "router.max_connections_per_address"),
+        (_backend(tls_ca="/ca.pem"), "backends.0"),
+        (_backend(url="wss://h/acp", tls_cert="/c.pem"), "backends.0"),
+        (_with(auth={}), "auth"),
+        (_with(auth={"tokens": [""]}), "auth.tokens.0"),
+        (_with(auth={"tokens": "abc"}), "auth.tokens"),
+        (_with(auth={"tokens": ["t"], "bind_sessions": True}), "auth"),
+        (_with(auth={"tokens": ["t"], "session_secret": "short"}), "auth.session_secret"),
+        (
+            _with(auth={"tokens": ["t"], "session_secret": "x" * 16, "session_secret_env": "S"}),
+            "auth",
+        ),
+        (_with(auth={"tokens": ["t"], "token": "t"}), "auth.token"),
     ],
 )
 def test_bad_values_name_their_dotted_key(data: dict[str, Any], key: str) -> None:

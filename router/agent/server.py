@@ -11,6 +11,7 @@ import asyncio
 import logging
 import signal
 import socket
+import ssl
 import sys
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 from router.agent.connection import Connection
 from router.agent.methods import Agent, AgentSettings
 from router.agent.store import SessionStore
+from router.protocol.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +47,20 @@ def run_agent(args: argparse.Namespace) -> int:
         page_size=args.page_size,
     )
     host, port = args.listen
-    asyncio.run(serve(Agent(settings, store), host, port))
+    tls = _tls_context(args.tls_cert, args.tls_key)
+    asyncio.run(serve(Agent(settings, store), host, port, tls))
     return 0
+
+
+def _tls_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
+    if cert is None or key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"--tls-cert/--tls-key: {exc}") from None
+    return context
 
 
 def create_app(agent: Agent) -> web.Application:
@@ -58,18 +72,20 @@ def create_app(agent: Agent) -> web.Application:
     return app
 
 
-async def serve(agent: Agent, host: str, port: int) -> None:
-    """Serve until a stop signal; announce the bound address on stdout once listening."""
+async def serve(agent: Agent, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
+    """Serve until a stop signal; announce the bound address on stdout once listening
+    (``wss://`` with a TLS context)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     runner = web.AppRunner(create_app(agent), shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, ssl_context=tls)
         await site.start()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        _announce(agent.settings.agent_id, host, _bound_port(runner))
+        scheme = "ws" if tls is None else "wss"
+        _announce(agent.settings.agent_id, scheme, host, _bound_port(runner))
         await stop.wait()
         logger.info("stopping")
     finally:
@@ -83,10 +99,10 @@ def _bound_port(runner: web.AppRunner) -> int:
     return port
 
 
-def _announce(agent_id: str, host: str, port: int) -> None:
+def _announce(agent_id: str, scheme: str, host: str, port: int) -> None:
     """The one stdout line tests and the demo parse to find the agent."""
     shown_host = f"[{host}]" if ":" in host else host
-    sys.stdout.write(f"agent {agent_id} listening on ws://{shown_host}:{port}{PATH}\n")
+    sys.stdout.write(f"agent {agent_id} listening on {scheme}://{shown_host}:{port}{PATH}\n")
     sys.stdout.flush()
 
 

@@ -65,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="sessions per session/list page (default 50)",
     )
+    agent.add_argument("--tls-cert", metavar="PEM", help="serve wss:// with this certificate")
+    agent.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
     demo = commands.add_parser("demo", help="run reference agents and the router in front of them")
     demo.add_argument("--agents", type=int, default=3, metavar="N", help="how many agents (3)")
     demo.add_argument("--port", type=int, default=8765, metavar="P", help="router port (8765)")
@@ -132,6 +134,9 @@ def _run(args: argparse.Namespace) -> int:
         return asyncio.run(ask_status(args.url, args.session_id, time_limit=args.timeout))
     if args.command == "agent":
         from router.agent.server import run_agent
+
+        if (args.tls_cert is None) != (args.tls_key is None):
+            raise ConfigError("--tls-cert and --tls-key go together")
 
         return run_agent(args)
     raise AssertionError(args.command)

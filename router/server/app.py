@@ -1,5 +1,10 @@
 """The router's aiohttp application: the ACP front door at ``/acp`` and the
 operator endpoints ``/metrics``, ``/healthz`` and ``/readyz``.
+
+Before a client's upgrade is accepted, the door checks, in order: draining (503), the
+``Origin`` (403), the bearer token (401), the connections open from the client's
+address (429) and in all (503). The decisions are :mod:`router.core.frontdoor`'s and
+:mod:`router.core.quotas`'s; this module answers them and counts them.
 """
 
 from __future__ import annotations
@@ -12,12 +17,16 @@ import sys
 from collections.abc import AsyncIterator, Callable
 
 import aiohttp
-from aiohttp import web
+from aiohttp import hdrs, web
 
+from router.core.frontdoor import Admitted, DoorPolicy
+from router.core.quotas import ConnectionCounts
+from router.server.auth import TokenSource
 from router.server.client import ClientConnection
 from router.server.config import Settings
 from router.server.metrics import CONTENT_TYPE, Metrics
 from router.server.pool import Pool
+from router.server.tls import backend_context, server_context
 
 logger = logging.getLogger(__name__)
 
@@ -37,20 +46,43 @@ class Draining(asyncio.Event):
 
 SOCKETS = web.AppKey("sockets", OpenSockets)
 DRAINING = web.AppKey("draining", Draining)
+DOOR = web.AppKey("door", DoorPolicy)
+#: the client tokens, re-readable
+TOKENS = web.AppKey("tokens", TokenSource)
+PER_ADDRESS = web.AppKey("per_address", ConnectionCounts)
 
 
 def create_app(settings: Settings, metrics: Metrics | None = None) -> web.Application:
+    """The router's application.
+
+    Raises:
+        ConfigError: a token source or a TLS file named in the settings is unusable.
+    """
     app = web.Application()
     app[SETTINGS] = settings
     app[METRICS] = metrics or Metrics()
     app[SOCKETS] = OpenSockets()
     app[DRAINING] = Draining()
+    app[DOOR] = DoorPolicy.of(settings.router.allowed_origins)
+    app[TOKENS] = TokenSource(settings.auth)
+    app[PER_ADDRESS] = ConnectionCounts(settings.router.max_connections_per_address)
+    for backend in settings.backends:
+        backend_context(backend)  # read the TLS files now: a bad one stops the start
     app.cleanup_ctx.append(_pool_context)
     app.on_shutdown.append(_close_clients)
     app.router.add_get("/acp", _acp)
-    app.router.add_get("/metrics", _metrics)
+    if settings.router.metrics_listen is None:
+        app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
+    return app
+
+
+def create_metrics_app(metrics: Metrics) -> web.Application:
+    """``/metrics`` alone, for ``router.metrics_listen``."""
+    app = web.Application()
+    app[METRICS] = metrics
+    app.router.add_get("/metrics", _metrics)
     return app
 
 
@@ -84,10 +116,46 @@ async def _close_clients(app: web.Application) -> None:
 
 async def _acp(request: web.Request) -> web.StreamResponse:
     app = request.app
-    metrics, sockets = app[METRICS], app[SOCKETS]
+    metrics = app[METRICS]
     if app[DRAINING].is_set():
         metrics.connections.labels("draining").inc()
         return web.Response(status=503, text="draining: connect to another replica\n")
+    admission = _admit(request)
+    if not isinstance(admission, Admitted):
+        return admission
+    address = request.remote or "unknown"
+    if not app[PER_ADDRESS].open(address):
+        metrics.connections.labels("address_limit").inc()
+        metrics.limited.labels("connections_per_address").inc()
+        return web.Response(status=429, text="too many connections from your address\n")
+    try:
+        return await _serve_client(request)
+    finally:
+        app[PER_ADDRESS].close(address)
+
+
+def _admit(request: web.Request) -> Admitted | web.Response:
+    """The door's decision on this upgrade, counted; a refusal is the response to send."""
+    app = request.app
+    admission = app[DOOR].admit(
+        request.headers.get(hdrs.ORIGIN),
+        request.headers.get(hdrs.AUTHORIZATION),
+        app[TOKENS].credentials,
+    )
+    metrics = app[METRICS]
+    if admission.auth is not None:
+        metrics.auth.labels(admission.auth.value).inc()
+    if isinstance(admission, Admitted):
+        return admission
+    metrics.connections.labels(admission.reason).inc()
+    logger.debug("refused a client from %s: %s", request.remote, admission.reason)
+    headers = {hdrs.WWW_AUTHENTICATE: "Bearer"} if admission.status == 401 else None
+    return web.Response(status=admission.status, text=admission.text, headers=headers)
+
+
+async def _serve_client(request: web.Request) -> web.StreamResponse:
+    app = request.app
+    metrics, sockets = app[METRICS], app[SOCKETS]
     if len(sockets) >= app[SETTINGS].router.max_connections:
         metrics.connections.labels("rejected").inc()
         return web.Response(status=503, text="too many connections\n")
@@ -143,17 +211,32 @@ def _announce(url: str) -> None:
 async def serve(settings: Settings, on_listening: Callable[[str], None] = _announce) -> None:
     """Run the router until SIGINT or SIGTERM; ``on_listening`` gets the bound ws:// URL."""
     app = create_app(settings)
+    tls = server_context(settings.router)
     runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(runner.cleanup)
         host, port = settings.router.address
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, ssl_context=tls)
         await site.start()
-        on_listening(f"ws://{host}:{runner.addresses[0][1]}/acp")
+        if settings.router.metrics_address is not None:
+            await _serve_metrics(stack, app[METRICS], *settings.router.metrics_address)
+        scheme = "ws" if tls is None else "wss"
+        if settings.auth is None:
+            logger.warning("no [auth] section: any client that reaches %s may use the agents", host)
+        on_listening(f"{scheme}://{host}:{runner.addresses[0][1]}/acp")
         await _until_signalled()
         await drain(app, settings.router.drain_seconds)
-    finally:
-        await runner.cleanup()
+
+
+async def _serve_metrics(
+    stack: contextlib.AsyncExitStack, metrics: Metrics, host: str, port: int
+) -> None:
+    runner = web.AppRunner(create_metrics_app(metrics), handle_signals=False, access_log=None)
+    await runner.setup()
+    stack.push_async_callback(runner.cleanup)
+    await web.TCPSite(runner, host, port).start()
+    logger.info("metrics on http://%s:%d/metrics", host, runner.addresses[0][1])
 
 
 async def drain(app: web.Application, seconds: float) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -50,9 +51,11 @@ class BackendLink:
         *,
         max_message_bytes: int,
         connect_timeout: float,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.backend = backend
         self.url = url
+        self._tls = tls
         self._http = http
         self._max_message_bytes = max_message_bytes
         self._connect_timeout = connect_timeout
@@ -87,7 +90,11 @@ class BackendLink:
         try:
             with backend_faults(self.backend):
                 async with self._http.ws_connect(
-                    self.url, max_msg_size=self._max_message_bytes, autoping=True, heartbeat=30.0
+                    self.url,
+                    ssl=self._tls or True,
+                    max_msg_size=self._max_message_bytes,
+                    autoping=True,
+                    heartbeat=30.0,
                 ) as ws:
                     async with asyncio.timeout(self._connect_timeout):
                         await self._handshake(ws, initialize, authenticate)

@@ -208,6 +208,7 @@ class ClientConnection:
             self.http,
             max_message_bytes=settings.max_message_bytes,
             connect_timeout=settings.connect_timeout_ms / 1000,
+            tls=self.pool.tls(backend),
         )
         self.links[backend] = link
         self._spawn(self._run_link(link), f"link-{backend}")

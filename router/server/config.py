@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 from urllib.parse import SplitResult, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from router.core.locate import UnknownPolicy
 from router.protocol.errors import ConfigError
@@ -38,6 +45,22 @@ def _has_valid_port(url: SplitResult) -> bool:
     return True
 
 
+def _is_origin(value: str) -> bool:
+    parts = urlsplit(value)
+    return (
+        parts.scheme in ("http", "https")
+        and bool(parts.hostname)
+        and _has_valid_port(parts)
+        and parts.path == ""
+        and not (parts.query or parts.fragment or parts.username)
+    )
+
+
+def _check_pair(cert: str | None, key: str | None, what: str) -> None:
+    if (cert is None) != (key is None):
+        raise ValueError(f"a {what} certificate needs both tls_cert and tls_key")
+
+
 class RouterSection(_Section):
     listen: str = "127.0.0.1:8765"
     #: what to do when no backend says active and some backend did not answer
@@ -56,16 +79,44 @@ class RouterSection(_Section):
     compression: bool = True
     #: how long opening any link to a backend (connect, upgrade, initialize) may take
     connect_timeout_ms: Annotated[int, Field(gt=0)] = 5000
+    #: PEM files: with both set the front door is wss:// (TLS), else ws://
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: serve /metrics on this HOST:PORT instead of the front door's
+    metrics_listen: str | None = None
+    #: browser origins that may open the front door ("https://app.example"); a request
+    #: with any other Origin header gets 403; requests without one (not browsers) pass
+    allowed_origins: list[str] = []
+    #: client WebSockets open at once from one client address (more get HTTP 429)
+    max_connections_per_address: Annotated[int, Field(gt=0)] = 1000
 
-    @field_validator("listen")
+    @field_validator("listen", "metrics_listen")
     @classmethod
-    def _listen(cls, value: str) -> str:
-        _split_listen(value)
+    def _listen(cls, value: str | None) -> str | None:
+        if value is not None:
+            _split_listen(value)
         return value
+
+    @field_validator("allowed_origins")
+    @classmethod
+    def _origins(cls, origins: list[str]) -> list[str]:
+        for origin in origins:
+            if origin != "*" and not _is_origin(origin):
+                raise ValueError(f"expected scheme://host[:port] or *, got {origin!r}")
+        return origins
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> Self:
+        _check_pair(self.tls_cert, self.tls_key, "router")
+        return self
 
     @property
     def address(self) -> tuple[str, int]:
         return _split_listen(self.listen)
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        return None if self.metrics_listen is None else _split_listen(self.metrics_listen)
 
     @property
     def policy(self) -> UnknownPolicy:
@@ -76,6 +127,11 @@ class BackendSection(_Section):
     id: Annotated[str, Field(min_length=1)]
     url: str
     weight: Annotated[float, Field(gt=0)] = 1.0
+    #: wss:// only: PEM bundle of the CAs to trust for this backend (default: the system's)
+    tls_ca: str | None = None
+    #: wss:// only: a client certificate and its key, for backends that ask for one
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
     @field_validator("url")
     @classmethod
@@ -84,6 +140,14 @@ class BackendSection(_Section):
         if parts.scheme not in ("ws", "wss") or not parts.hostname or not _has_valid_port(parts):
             raise ValueError(f"expected a ws:// or wss:// URL, got {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _tls(self) -> Self:
+        uses_tls = any(v is not None for v in (self.tls_ca, self.tls_cert, self.tls_key))
+        if uses_tls and not self.url.startswith("wss://"):
+            raise ValueError("tls_ca, tls_cert and tls_key need a wss:// url")
+        _check_pair(self.tls_cert, self.tls_key, "backend")
+        return self
 
 
 class ProbeSection(_Section):
@@ -105,12 +169,46 @@ class CacheSection(_Section):
     max_entries: Annotated[int, Field(gt=0)] = 100_000
 
 
+class AuthSection(_Section):
+    """Client authentication; with no ``[auth]`` section the front door is open.
+
+    Tokens come from any of the three sources, together: inline, a file (one token a
+    line, ``#`` comments; re-read on reload) or an environment variable (tokens
+    separated by commas or whitespace).
+    """
+
+    tokens: Annotated[list[Annotated[str, Field(min_length=1)]], Field(repr=False)] = []
+    tokens_file: str | None = None
+    token_env: Annotated[str, Field(min_length=1)] | None = None
+    #: a session is usable only under the token it was created with (README: Security)
+    bind_sessions: bool = False
+    #: the key of the session-id MAC; every replica needs the same one
+    session_secret: Annotated[str | None, Field(min_length=16, repr=False)] = None
+    session_secret_file: str | None = None
+    session_secret_env: Annotated[str, Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _sources(self) -> Self:
+        if not self.tokens and self.tokens_file is None and self.token_env is None:
+            raise ValueError("give tokens, tokens_file or token_env")
+        secrets = [self.session_secret, self.session_secret_file, self.session_secret_env]
+        given = sum(s is not None for s in secrets)
+        if given > 1:
+            raise ValueError("give one of session_secret, session_secret_file, session_secret_env")
+        if self.bind_sessions and not given:
+            raise ValueError(
+                "bind_sessions needs session_secret, session_secret_file or session_secret_env"
+            )
+        return self
+
+
 class Settings(_Section):
     router: RouterSection = RouterSection()
     backends: Annotated[list[BackendSection], Field(min_length=1)]
     probe: ProbeSection = ProbeSection()
     control: ControlSection = ControlSection()
     cache: CacheSection = CacheSection()
+    auth: AuthSection | None = None
 
     @field_validator("backends")
     @classmethod

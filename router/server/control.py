@@ -33,6 +33,7 @@ from router.protocol.jsonrpc import (
 )
 from router.server.config import BackendSection, ControlSection
 from router.server.faults import backend_faults, describe
+from router.server.tls import backend_context
 from router.server.wire import messages
 
 logger = logging.getLogger(__name__)
@@ -105,6 +106,7 @@ class ControlLink:
     async def _connected(self) -> None:
         async with self._http.ws_connect(
             self.spec.url,
+            ssl=backend_context(self.spec) or True,
             heartbeat=self._settings.heartbeat_seconds,
             max_msg_size=self._max_message_bytes,
             autoping=True,

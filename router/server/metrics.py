@@ -145,6 +145,24 @@ class Metrics:
             registry=registry,
         )
 
+        self.auth = Counter(
+            "acp_router_auth_total",
+            "Client authentications at the WebSocket upgrade, by outcome (ok, missing, wrong, open)",
+            ["outcome"],
+            registry=registry,
+        )
+        self.limited = Counter(
+            "acp_router_limited_total",
+            "Clients held back by a limit: connections_per_address (HTTP 429), "
+            "sessions_per_address and sessions (-32014)",
+            ["limit"],
+            registry=registry,
+        )
+        for outcome in ("ok", "missing", "wrong"):
+            self.auth.labels(outcome)
+        for limit in ("connections_per_address", "sessions_per_address", "sessions"):
+            self.limited.labels(limit)
+
     def watch_cache(self, size: Callable[[], int]) -> None:
         """Report the location cache's size at scrape time."""
         Gauge(

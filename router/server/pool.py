@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
@@ -34,6 +35,7 @@ from router.protocol.ids import BackendId, SessionId
 from router.server.config import Settings
 from router.server.control import ControlLink
 from router.server.metrics import Metrics
+from router.server.tls import backend_context
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +103,9 @@ class Pool:
 
     def url(self, backend: BackendId) -> str:
         return self.links[backend].spec.url
+
+    def tls(self, backend: BackendId) -> ssl.SSLContext | None:
+        return backend_context(self.links[backend].spec)
 
     def place_new(self) -> BackendId:
         """A backend for a new session (:func:`router.core.placement.least_loaded`)."""

@@ -1,0 +1,118 @@
+"""Limits per client address and per process, sans-I/O: open connections counted per
+address, and token buckets for new sessions.
+
+The buckets read no clock: every call takes ``now`` (seconds, from any monotonic
+clock the shell chooses), so tests move time by passing a larger number.
+
+Both tables are bounded. Connection counts hold only addresses with a connection
+open (at most the router's ``max_connections``). The bucket table keeps the
+``max_keys`` addresses used last; an address pushed out comes back with a full bucket,
+which is what it would have after a quiet spell, so under a flood of more addresses
+than that the limit errs on the generous side and memory stays flat.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+
+class ConnectionCounts:
+    """Open client connections per address, with a ceiling per address."""
+
+    def __init__(self, per_address: int) -> None:
+        self.per_address = per_address
+        self._open: dict[str, int] = {}
+
+    def open(self, address: str) -> bool:
+        """Count a new connection from ``address``; False (not counted) at its ceiling."""
+        count = self._open.get(address, 0)
+        if count >= self.per_address:
+            return False
+        self._open[address] = count + 1
+        return True
+
+    def close(self, address: str) -> None:
+        count = self._open[address] - 1
+        if count:
+            self._open[address] = count
+        else:
+            del self._open[address]
+
+    def __len__(self) -> int:
+        """Addresses with a connection open."""
+        return len(self._open)
+
+
+@dataclass(slots=True)
+class TokenBucket:
+    """``capacity`` tokens at most, refilled at ``per_second``; one token per event."""
+
+    capacity: float
+    per_second: float
+    tokens: float
+    stamp: float
+
+    @classmethod
+    def full(cls, per_minute: int, now: float) -> TokenBucket:
+        return cls(float(per_minute), per_minute / 60.0, float(per_minute), now)
+
+    def _refill(self, now: float) -> None:
+        if now > self.stamp:
+            self.tokens = min(self.capacity, self.tokens + (now - self.stamp) * self.per_second)
+            self.stamp = now
+
+    def retry_after(self, now: float) -> float:
+        """Seconds until a token is there (0 when one is there now)."""
+        self._refill(now)
+        return 0.0 if self.tokens >= 1 else (1 - self.tokens) / self.per_second
+
+    def take(self) -> None:
+        """Spend a token; call only after :meth:`retry_after` said 0."""
+        self.tokens -= 1
+
+
+class RateTable:
+    """One token bucket per key (a client address), the ``max_keys`` used last."""
+
+    def __init__(self, per_minute: int, max_keys: int) -> None:
+        self.per_minute = per_minute
+        self.max_keys = max_keys
+        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+
+    def bucket(self, key: str, now: float) -> TokenBucket:
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = TokenBucket.full(self.per_minute, now)
+            if len(self._buckets) > self.max_keys:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(key)
+        return bucket
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+
+class SessionQuota:
+    """New sessions per minute, per address and for the whole process.
+
+    :meth:`admit` spends a token from both buckets or from neither, so a refusal by
+    one limit does not eat into the other.
+    """
+
+    def __init__(self, per_address: int, in_all: int, max_addresses: int) -> None:
+        self.addresses = RateTable(per_address, max_addresses)
+        self.process = TokenBucket.full(in_all, float("-inf"))  # full whatever the clock
+
+    def admit(self, address: str, now: float) -> tuple[str, float] | None:
+        """None when a new session from ``address`` may go ahead (and it is counted);
+        otherwise which limit said no ("address" or "process") and the seconds to wait."""
+        bucket = self.addresses.bucket(address, now)
+        for scope, limit in (("address", bucket), ("process", self.process)):
+            wait = limit.retry_after(now)
+            if wait > 0:
+                return scope, wait
+        bucket.take()
+        self.process.take()
+        return None

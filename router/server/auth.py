@@ -1,0 +1,99 @@
+"""Where the router's secrets come from: client tokens (inline, a file, an environment
+variable) and the session-binding key. The checks themselves are sans-I/O
+(:mod:`router.core.frontdoor`); this module only reads.
+
+Tokens never appear in a log line or an error message: errors name the key and the
+file or variable, and say how many tokens were read.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+
+from router.core.frontdoor import Credentials
+from router.protocol.errors import ConfigError
+from router.server.config import AuthSection
+
+logger = logging.getLogger(__name__)
+
+_SEPARATORS = re.compile(r"[\s,]+")
+
+
+class TokenSource:
+    """The tokens ``[auth]`` names, read now and again on :meth:`reload`; with no
+    ``[auth]`` section, :attr:`credentials` is None: the door is open.
+
+    :attr:`credentials` is replaced whole on reload, so a check in progress sees
+    either the old set or the new one, never a mix.
+    """
+
+    def __init__(self, auth: AuthSection | None, environ: Mapping[str, str] | None = None) -> None:
+        self._auth = auth
+        self._environ = os.environ if environ is None else environ
+        self.credentials = self._read()
+
+    def reload(self) -> Credentials | None:
+        """Read every source again (e.g. after the tokens file changed).
+
+        Raises:
+            ConfigError: a source cannot be read or no token is left; the tokens in use
+                stay as they were.
+        """
+        self.credentials = self._read()
+        if self.credentials is not None:
+            logger.info("auth: %d client token(s) loaded", len(self.credentials))
+        return self.credentials
+
+    def _read(self) -> Credentials | None:
+        auth = self._auth
+        if auth is None:
+            return None
+        tokens = list(auth.tokens)
+        if auth.tokens_file is not None:
+            tokens += _file_tokens(auth.tokens_file)
+        if auth.token_env is not None:
+            tokens += _SEPARATORS.split(self._environ.get(auth.token_env, "").strip())
+        credentials = Credentials.of(t for t in tokens if t)
+        if not credentials.digests:
+            raise ConfigError("auth: tokens, tokens_file and token_env hold no token")
+        return credentials
+
+
+def _file_tokens(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8") as file:
+            lines = file.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8"
+        raise ConfigError(f"auth.tokens_file: cannot read {path}: {reason or exc}") from None
+    return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+
+
+def session_secret(auth: AuthSection, environ: Mapping[str, str] | None = None) -> bytes | None:
+    """The key of the session-id MAC, when ``[auth]`` binds sessions.
+
+    Raises:
+        ConfigError: the file or variable is missing, or the secret is shorter than 16 bytes.
+    """
+    if not auth.bind_sessions:
+        return None
+    environ = os.environ if environ is None else environ
+    if auth.session_secret is not None:
+        secret, key = auth.session_secret, "auth.session_secret"
+    elif auth.session_secret_file is not None:
+        key = "auth.session_secret_file"
+        try:
+            with open(auth.session_secret_file, encoding="utf-8") as file:
+                secret = file.read().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{key}: cannot read {auth.session_secret_file}: {exc}") from None
+    else:
+        assert auth.session_secret_env is not None  # the config holds one of the three
+        key = "auth.session_secret_env"
+        secret = environ.get(auth.session_secret_env, "").strip()
+    if len(secret.encode()) < 16:
+        raise ConfigError(f"{key}: the session secret must be at least 16 bytes long")
+    return secret.encode()

@@ -1,0 +1,145 @@
+"""The front door's decisions and the quotas, sans-I/O: tokens, origins, per-address
+connection counts and token buckets under an explicit clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.core.frontdoor import (
+    ANONYMOUS,
+    Admitted,
+    AuthOutcome,
+    Credentials,
+    DoorPolicy,
+    Refused,
+    bearer_token,
+    normal_origin,
+    principal_of,
+)
+from router.core.quotas import ConnectionCounts, RateTable, SessionQuota, TokenBucket
+
+CREDENTIALS = Credentials.of(["alpha-token", "bravo-token"])
+
+
+@pytest.mark.parametrize(
+    ("header", "outcome"),
+    [
+        (None, AuthOutcome.MISSING),
+        ("", AuthOutcome.MISSING),
+        ("Bearer", AuthOutcome.MISSING),
+        ("Bearer    ", AuthOutcome.MISSING),
+        ("Basic alpha-token", AuthOutcome.MISSING),
+        ("alpha-token", AuthOutcome.MISSING),
+        ("Bearer alpha-toke", AuthOutcome.WRONG),
+        ("Bearer alpha-token2", AuthOutcome.WRONG),
+        ("Bearer ALPHA-TOKEN", AuthOutcome.WRONG),
+        ("Bearer alpha-token", AuthOutcome.OK),
+        ("bearer bravo-token", AuthOutcome.OK),
+        ("BEARER  bravo-token ", AuthOutcome.OK),
+    ],
+)
+def test_bearer_tokens(header: str | None, outcome: AuthOutcome) -> None:
+    got, principal = CREDENTIALS.check(header)
+    assert got is outcome
+    assert (principal is not None) == (outcome is AuthOutcome.OK)
+
+
+def test_a_principal_is_a_stable_fingerprint_not_the_token() -> None:
+    _, alpha = CREDENTIALS.check("Bearer alpha-token")
+    _, bravo = CREDENTIALS.check("Bearer bravo-token")
+    assert alpha == principal_of("alpha-token") != bravo
+    assert alpha is not None
+    assert "alpha" not in alpha
+    assert "alpha-token" not in repr(CREDENTIALS)
+
+
+def test_no_tokens_lets_nobody_in() -> None:
+    assert Credentials.of([]).check("Bearer anything")[0] is AuthOutcome.WRONG
+    assert len(Credentials.of(["a", "a", "b"])) == 2
+    assert bearer_token("Bearer x y") == "x y"
+
+
+@pytest.mark.parametrize(
+    ("origin", "normal"),
+    [
+        ("https://Editor.Example", "https://editor.example"),
+        ("https://editor.example:443", "https://editor.example"),
+        ("http://editor.example:80", "http://editor.example"),
+        ("http://localhost:3000", "http://localhost:3000"),
+        ("http://[::1]:8080", "http://[::1]:8080"),
+        ("null", "null"),
+        ("http://h:99999", "http://h:99999"),
+    ],
+)
+def test_origins_compare_by_scheme_host_and_port(origin: str, normal: str) -> None:
+    assert normal_origin(origin) == normal
+
+
+def test_the_door_checks_origin_then_token() -> None:
+    door = DoorPolicy.of(["https://editor.example"])
+    cross_site = door.admit("https://evil.example", "Bearer alpha-token", CREDENTIALS)
+    assert isinstance(cross_site, Refused)
+    assert (cross_site.status, cross_site.reason, cross_site.auth) == (
+        403,
+        "forbidden_origin",
+        None,
+    )
+    missing = door.admit(None, None, CREDENTIALS)
+    assert isinstance(missing, Refused)
+    assert (missing.status, missing.auth) == (401, AuthOutcome.MISSING)
+    ok = door.admit("https://EDITOR.example", "Bearer alpha-token", CREDENTIALS)
+    assert ok == Admitted(principal_of("alpha-token"), AuthOutcome.OK)
+    assert door.admit(None, None, None) == Admitted(ANONYMOUS, AuthOutcome.OPEN)
+    assert isinstance(DoorPolicy.of([]).admit("http://127.0.0.1", None, None), Refused)
+    assert isinstance(DoorPolicy.of(["*"]).admit("http://any.where", None, None), Admitted)
+
+
+def test_connection_counts_per_address() -> None:
+    counts = ConnectionCounts(per_address=2)
+    assert counts.open("a")
+    assert counts.open("a")
+    assert not counts.open("a")
+    assert counts.open("b")
+    counts.close("a")
+    assert counts.open("a")
+    for address in ("a", "a", "b"):
+        counts.close(address)
+    assert len(counts) == 0  # nothing kept for addresses with no connection
+
+
+def test_a_token_bucket_refills_with_time() -> None:
+    bucket = TokenBucket.full(per_minute=60, now=100.0)
+    for _ in range(60):
+        assert bucket.retry_after(100.0) == 0
+        bucket.take()
+    assert bucket.retry_after(100.0) == pytest.approx(1.0)
+    assert bucket.retry_after(100.5) == pytest.approx(0.5)
+    assert bucket.retry_after(101.0) == 0
+    assert bucket.retry_after(10_000.0) == 0
+    assert bucket.tokens == 60  # never above its capacity
+
+
+def test_session_quota_per_address_and_in_all() -> None:
+    quota = SessionQuota(per_address=2, in_all=3, max_addresses=100)
+    assert quota.admit("a", 0.0) is None
+    assert quota.admit("a", 0.0) is None
+    assert quota.admit("a", 0.0) == ("address", 30.0)
+    assert quota.admit("b", 0.0) is None
+    scope, wait = quota.admit("c", 0.0) or ("", 0.0)
+    assert scope == "process"
+    assert wait == pytest.approx(20.0)
+    # a refusal by the process limit did not spend c's own token
+    assert quota.addresses.bucket("c", 0.0).tokens == 2
+    assert quota.admit("a", 30.0) is None  # both refilled enough
+
+
+def test_the_rate_table_is_bounded() -> None:
+    table = RateTable(per_minute=1, max_keys=3)
+    for key in "abcde":
+        table.bucket(key, 0.0).take()
+    assert len(table) == 3
+    table.bucket("c", 0.0)  # used: kept over d
+    table.bucket("f", 0.0)
+    assert len(table) == 3
+    assert table.bucket("c", 0.0).tokens == 0  # still the spent bucket
+    assert table.bucket("a", 0.0).tokens == 1  # pushed out long ago: a fresh bucket
