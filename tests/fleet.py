@@ -133,6 +133,9 @@ class ScriptedBackend:
     frames: list[str] = field(default_factory=list)
     #: frames sent, as they are, before the answer to a session/resume
     before_resume: list[str] = field(default_factory=list)
+    #: per method, the frames sent instead of the usual answer: as they are, except
+    #: that ``$ID`` becomes the request's id
+    scripted: dict[str, list[str]] = field(default_factory=dict)
 
     async def _serve(self, ws: websockets.ServerConnection) -> None:
         answers: set[asyncio.Task[None]] = set()
@@ -152,6 +155,11 @@ class ScriptedBackend:
 
     async def _answer(self, ws: websockets.ServerConnection, message: dict[str, Any]) -> None:
         method, params = message.get("method"), message.get("params") or {}
+        if method in self.scripted:
+            for text in self.scripted[method]:
+                with contextlib.suppress(websockets.ConnectionClosed):
+                    await ws.send(text.replace("$ID", json.dumps(message.get("id"))))
+            return
         if method == "initialize":
             session_caps: dict[str, Any] = {"resume": {}, "list": {}}
             if self.advertise_status:

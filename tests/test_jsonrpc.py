@@ -23,6 +23,7 @@ from router.protocol.jsonrpc import (
     is_request_id,
     parse,
     replace_id,
+    replace_param,
 )
 
 # -- classification --------------------------------------------------------------------------------
@@ -175,13 +176,59 @@ def test_malformed_responses_are_invalid(text: str) -> None:
 
 @pytest.mark.parametrize(
     "frame",
-    ["", "{", '{"jsonrpc":"2.0",}', "{'a': 1}", "NaN", '{"a":1e999}', "[" * 2000, b"\xff{}"],
+    [
+        "",
+        "{",
+        '{"jsonrpc":"2.0",}',
+        "{'a': 1}",
+        "NaN",
+        '{"a":Infinity}',
+        "[" * 2000,
+        '{"a":' * 2000 + "1" + "}" * 1999,
+        '"\ud800"',  # a raw surrogate in a str is not Unicode text (an escaped one is fine)
+        b"\xff{}",
+    ],
 )
 def test_malformed_json_is_a_parse_error(frame: str | bytes) -> None:
     with pytest.raises(ParseError) as caught:
         parse(frame)
     assert caught.value.code == -32700
     assert caught.value.request_id is None
+
+
+#: Legal JSON that orjson rejects: a lone surrogate escape, a number beyond a double,
+#: nesting deeper than 1024 (and deeper than the standard library's recursion limit).
+ODD_RESULTS = ['"cut \\ud83d"', "1e400", '{"a":' * 3000 + "[]" + "}" * 3000]
+
+
+@pytest.mark.parametrize("result", ODD_RESULTS)
+def test_legal_json_that_orjson_rejects_still_parses(result: str) -> None:
+    text = f'{{"jsonrpc":"2.0","id":5,"result":{result}}}'
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(text)
+    response = parse(text)
+    assert isinstance(response, Response)
+    assert (response.id, response.text) == (5, text)
+
+
+def test_a_lone_surrogate_reads_as_its_code_point() -> None:
+    request = parse('{"jsonrpc":"2.0","id":"\\ud83d","method":"m","params":{"t":"\\udc00"}}')
+    assert isinstance(request, Request)
+    assert (request.id, request.param("t")) == ("\ud83d", "\udc00")
+    reply = json.loads(encode_error(request.id, SessionNotFound("\ud83d")))
+    assert reply["id"] == "\ud83d"  # echoed back escaped: the reply is valid UTF-8
+
+
+@pytest.mark.parametrize("result", ODD_RESULTS)
+def test_replace_id_and_replace_param_on_odd_frames(result: str) -> None:
+    text = f'{{"jsonrpc":"2.0","id":"\\ud83d","method":"m","params":{{"x":{result}}}}}'
+    replaced = replace_id(text, 9)
+    assert replaced == text.replace('"id":"\\ud83d"', '"id":9')
+    rewritten = replace_param(replaced, "requestId", 3)
+    assert rewritten == replaced.replace('"params":{', '"params":{"requestId":3,')
+    message = parse(rewritten)
+    assert isinstance(message, Request)
+    assert (message.id, message.param("requestId")) == (9, 3)
 
 
 def test_bytes_frames_parse_like_text() -> None:
@@ -277,6 +324,45 @@ def test_replace_id_replaces_every_duplicate() -> None:
 def test_replace_id_with_an_id_last_and_no_spaces() -> None:
     text = '{"jsonrpc":"2.0","result":{"a":[1,{"b":"}"}]},"id":"q\\"}"}'
     assert replace_id(text, 3) == '{"jsonrpc":"2.0","result":{"a":[1,{"b":"}"}]},"id":3}'
+
+
+# -- replace_param ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            '{"jsonrpc":"2.0","method":"$/cancel_request","params":{ "requestId" : "a" ,"_meta":{}}}',
+            '{"jsonrpc":"2.0","method":"$/cancel_request","params":{ "requestId" : 7 ,"_meta":{}}}',
+        ),
+        (
+            '{"method":"m","params":{"requestId":1,"\\u0072equestId":2},"jsonrpc":"2.0"}',
+            '{"method":"m","params":{"requestId":7,"\\u0072equestId":7},"jsonrpc":"2.0"}',
+        ),
+        (
+            '{"jsonrpc":"2.0","method":"m","params":{ }}',
+            '{"jsonrpc":"2.0","method":"m","params":{"requestId":7 }}',
+        ),
+        (
+            '{"jsonrpc":"2.0","method":"m","params":{"a":1}}',
+            '{"jsonrpc":"2.0","method":"m","params":{"requestId":7,"a":1}}',
+        ),
+        (
+            '{"jsonrpc":"2.0","method":"m","params":[1]}',
+            '{"jsonrpc":"2.0","method":"m","params":{"requestId":7}}',
+        ),
+        (
+            '{"jsonrpc":"2.0","method":"m"}',
+            '{"params":{"requestId":7},"jsonrpc":"2.0","method":"m"}',
+        ),
+    ],
+)
+def test_replace_param_splices_one_member(text: str, expected: str) -> None:
+    assert replace_param(text, "requestId", 7) == expected
+    message = parse(expected)
+    assert isinstance(message, Notification)
+    assert message.param("requestId") == 7
 
 
 # -- properties ------------------------------------------------------------------------------------
@@ -419,3 +505,14 @@ def test_replace_id_changes_exactly_the_id(
     assert any(after.text == text[:i] + new_value + text[i + len(old_value) :] for i in starts), (
         "replace_id changed text outside the id"
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data(), _message(), _KEYS, _JSON)
+def test_replace_param_changes_exactly_that_member(
+    data: st.DataObject, obj: dict[str, Any], name: str, value: Any
+) -> None:
+    text, _ = data.draw(_formatted(obj))
+    params = obj.get("params")
+    expected = obj | {"params": {**(params if isinstance(params, dict) else {}), name: value}}
+    assert json.loads(replace_param(text, name, value)) == expected

@@ -6,22 +6,25 @@ anything else (a Hypothesis test holds it to that). Every parsed message keeps t
 frame it came from in ``text``: the router forwards that text, never a re-encoding,
 so ``_meta`` and fields it does not know survive the hop byte for byte.
 
-The only edit the router makes to a forwarded frame is its top-level ``id`` (agent
-requests get router-assigned ids so two agents never collide), and
-:func:`replace_id` splices the new id into the original text without touching the
-rest of it.
+Every legal JSON text parses, odd ones included (lone surrogate escapes, ``1e400``,
+deep nesting: see :mod:`router.protocol.jsontext`); only text no JSON parser accepts
+is a :class:`~router.protocol.errors.ParseError`.
+
+The only edits the router makes to a forwarded frame are its top-level ``id`` (agent
+requests get router-assigned ids so two agents never collide) and, rarely, one member
+of ``params``: :func:`replace_id` and :func:`replace_param` splice the new value into
+the original text without touching the rest of it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from router.protocol.errors import InvalidRequest, JsonRpcError, ParseError, ProtocolError
+from router.protocol.jsontext import dumps, loads
 
 RequestId = int | str
 Params = dict[str, Any] | list[Any] | None
@@ -86,8 +89,8 @@ def is_request_id(value: object) -> bool:
 def parse(frame: str | bytes) -> Message:
     """Parse one frame. Raises :class:`ParseError` or :class:`InvalidRequest` only."""
     try:
-        obj = orjson.loads(frame)
-    except orjson.JSONDecodeError as exc:
+        obj = loads(frame)
+    except ValueError as exc:
         raise ParseError(f"Parse error: {exc}") from None
     if isinstance(obj, list):
         raise _invalid("Batches are not supported: send one JSON-RPC message per frame")
@@ -146,30 +149,26 @@ def _invalid(message: str, request_id: RequestId | None = None) -> InvalidReques
 # -- building frames ---------------------------------------------------------------------------
 
 
-def _dumps(obj: dict[str, Any]) -> str:
-    return orjson.dumps(obj).decode()
-
-
 def encode_request(request_id: RequestId, method: str, params: Params = None) -> str:
     obj: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
     if params is not None:
         obj["params"] = params
-    return _dumps(obj)
+    return dumps(obj)
 
 
 def encode_notification(method: str, params: Params = None) -> str:
     obj: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
     if params is not None:
         obj["params"] = params
-    return _dumps(obj)
+    return dumps(obj)
 
 
 def encode_result(request_id: RequestId, result: Any) -> str:
-    return _dumps({"jsonrpc": "2.0", "id": request_id, "result": result})
+    return dumps({"jsonrpc": "2.0", "id": request_id, "result": result})
 
 
 def encode_error(request_id: RequestId | None, error: JsonRpcError) -> str:
-    return _dumps({"jsonrpc": "2.0", "id": request_id, "error": error.to_error()})
+    return dumps({"jsonrpc": "2.0", "id": request_id, "error": error.to_error()})
 
 
 def encode_protocol_error(error: ProtocolError) -> str:
@@ -177,20 +176,7 @@ def encode_protocol_error(error: ProtocolError) -> str:
     return encode_error(error.request_id, error)
 
 
-def replace_param(text: str, name: str, value: Any) -> str:
-    """Return ``text`` with ``params[name]`` set to ``value``.
-
-    For the rare rewrite inside ``params`` (a ``$/cancel_request`` naming an agent
-    request): the frame is decoded and encoded again, so every member stays, known or
-    not, and only the spacing may change.
-    """
-    obj = orjson.loads(text)
-    params = obj.get("params")
-    obj["params"] = {**(params if isinstance(params, dict) else {}), name: value}
-    return orjson.dumps(obj).decode()
-
-
-# -- splicing ids into original text -------------------------------------------------------------
+# -- splicing values into original text----------------------------------------------------------
 
 # A JSON string, "unrolled" so the regex engine eats runs of plain characters at once;
 # and one token (a string or a bracket): enough to walk valid JSON without decoding it.
@@ -216,10 +202,52 @@ def replace_id(text: str, new_id: RequestId) -> str:
     hold the key again (a plain ``"id"`` or an escape), so a frame repeating the key
     cannot keep an id of its own past the router.
     """
-    encoded = orjson.dumps(new_id).decode()
+    return _splice(text, _top_level_ids(text), dumps(new_id))
+
+
+def replace_param(text: str, name: str, value: Any) -> str:
+    """Return ``text`` with ``params[name]`` set to ``value``, the rest byte for byte.
+
+    For the rare rewrite inside ``params`` (a ``$/cancel_request`` naming an agent
+    request). ``text`` must be a JSON object that :func:`parse` accepted; a member
+    ``params`` lacks is added first in it, and a ``params`` that is not an object (or
+    is missing) becomes ``{name: value}``. Repeated keys are all rewritten, as in
+    :func:`replace_id`.
+    """
+    member = f"{dumps(name)}:{dumps(value)}"
+    top = _skip_space(text, 0)
+    params = [(start, end) for key, start, end in _members(text, top) if _key_is(key, "params")]
+    if not params:
+        return _insert_member(text, top, f'"params":{{{member}}}')
     out: list[str] = []
     last = 0
-    for start, end in _top_level_ids(text):
+    for start, end in params:
+        out += (text[last:start], _with_member(text[start:end], name, value, member))
+        last = end
+    out.append(text[last:])
+    return "".join(out)
+
+
+def _with_member(obj: str, name: str, value: Any, member: str) -> str:
+    """The JSON value ``obj`` made an object whose ``name`` member is ``value``."""
+    if not obj.startswith("{"):
+        return "{" + member + "}"
+    spans = [(start, end) for key, start, end in _members(obj, 0) if _key_is(key, name)]
+    if not spans:
+        return _insert_member(obj, 0, member)
+    return _splice(obj, spans, dumps(value))
+
+
+def _insert_member(text: str, brace: int, member: str) -> str:
+    """``text`` with ``member`` first in the object opening at ``brace``."""
+    empty = text[_skip_space(text, brace + 1)] == "}"
+    return text[: brace + 1] + member + ("" if empty else ",") + text[brace + 1 :]
+
+
+def _splice(text: str, spans: Iterable[tuple[int, int]], encoded: str) -> str:
+    out: list[str] = []
+    last = 0
+    for start, end in spans:
         out += (text[last:start], encoded)
         last = end
     out.append(text[last:])
@@ -228,7 +256,16 @@ def replace_id(text: str, new_id: RequestId) -> str:
 
 def _top_level_ids(text: str) -> Iterator[tuple[int, int]]:
     """Spans of the values of the object's top-level ``"id"`` members."""
-    i = _skip_space(text, 0) + 1  # past "{"
+    for key, start, end in _members(text, _skip_space(text, 0)):
+        if _key_is(key, "id"):
+            yield start, end
+            if not _may_repeat_id(text, end):
+                return
+
+
+def _members(text: str, brace: int) -> Iterator[tuple[str, int, int]]:
+    """Key token, value start and value end of each member of the object at ``brace``."""
+    i = brace + 1
     while True:
         i = _skip_space(text, i)
         if text[i] == "}":
@@ -236,15 +273,17 @@ def _top_level_ids(text: str) -> Iterator[tuple[int, int]]:
         if text[i] == ",":
             i = _skip_space(text, i + 1)
         key_match = _STRING.match(text, i)
-        assert key_match is not None, "replace_id() needs a frame parse() accepted"
+        assert key_match is not None, "splicing needs a frame parse() accepted"
         i = _skip_space(text, key_match.end()) + 1  # past ":"
         start = _skip_space(text, i)
         end = _value_end(text, start)
-        if orjson.loads(key_match.group()) == "id":
-            yield start, end
-            if not _may_repeat_id(text, end):
-                return
+        yield key_match.group(), start, end
         i = end
+
+
+def _key_is(token: str, name: str) -> bool:
+    """Whether the JSON string ``token`` spells ``name`` (escapes included)."""
+    return token[1:-1] == name or ("\\" in token and loads(token) == name)
 
 
 def _may_repeat_id(text: str, start: int) -> bool:

@@ -24,6 +24,7 @@ from router.protocol.errors import BackendLinkLost
 from router.protocol.ids import BackendId
 from router.protocol.jsonrpc import Message, Request, Response, encode_request
 from router.server.faults import backend_faults
+from router.server.metrics import Metrics
 from router.server.wire import messages
 
 logger = logging.getLogger(__name__)
@@ -48,12 +49,14 @@ class BackendLink:
         backend: BackendId,
         url: str,
         http: aiohttp.ClientSession,
+        metrics: Metrics,
         *,
         max_message_bytes: int,
         connect_timeout: float,
         tls: ssl.SSLContext | None = None,
     ) -> None:
         self.backend = backend
+        self._metrics = metrics
         self.url = url
         self._tls = tls
         self._http = http
@@ -100,7 +103,7 @@ class BackendLink:
                         await self._handshake(ws, initialize, authenticate)
                     self._ws = ws
                     self._opened.set()
-                    async for message in messages(ws, self.backend):
+                    async for message in messages(ws, self.backend, self._metrics):
                         await on_message(message)
         finally:
             self._ws = None
@@ -118,7 +121,7 @@ class BackendLink:
             await self._expect_ok(ws, HANDSHAKE_AUTHENTICATE)
 
     async def _expect_ok(self, ws: aiohttp.ClientWebSocketResponse, request_id: str) -> None:
-        async for message in messages(ws, self.backend):
+        async for message in messages(ws, self.backend, self._metrics):
             if isinstance(message, Response) and message.id == request_id:
                 if message.error is not None:
                     raise BackendLinkLost(

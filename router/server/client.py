@@ -206,6 +206,7 @@ class ClientConnection:
             backend,
             self.pool.url(backend),
             self.http,
+            self.metrics,
             max_message_bytes=settings.max_message_bytes,
             connect_timeout=settings.connect_timeout_ms / 1000,
             tls=self.pool.tls(backend),

@@ -33,6 +33,7 @@ from router.protocol.jsonrpc import (
 )
 from router.server.config import BackendSection, ControlSection
 from router.server.faults import backend_faults, describe
+from router.server.metrics import Metrics
 from router.server.tls import backend_context
 from router.server.wire import messages
 
@@ -55,6 +56,7 @@ class ControlLink:
         settings: ControlSection,
         http: aiohttp.ClientSession,
         on_change: Callable[[ControlLink], None],
+        metrics: Metrics,
         *,
         max_message_bytes: int,
         connect_timeout: float,
@@ -63,6 +65,7 @@ class ControlLink:
         self._settings = settings
         self._http = http
         self._on_change = on_change
+        self._metrics = metrics
         self._max_message_bytes = max_message_bytes
         self._connect_timeout = connect_timeout
         self._ws: aiohttp.ClientWebSocketResponse | None = None
@@ -129,7 +132,7 @@ class ControlLink:
                 self._ws = None
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        async for message in messages(ws, self.id):
+        async for message in messages(ws, self.id, self._metrics):
             if isinstance(message, Response):
                 future = (
                     self._pending.pop(message.id, None) if isinstance(message.id, int) else None

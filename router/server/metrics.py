@@ -34,6 +34,9 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 TO_BACKEND = "client_to_backend"
 TO_CLIENT = "backend_to_client"
 
+#: why a backend's frame was dropped: no JSON parser accepts it, JSON but not JSON-RPC, binary
+DROP_REASONS = ("not_json", "not_jsonrpc", "binary")
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -162,6 +165,13 @@ class Metrics:
             self.auth.labels(outcome)
         for limit in ("connections_per_address", "sessions_per_address", "sessions"):
             self.limited.labels(limit)
+        self.backend_frames_dropped = Counter(
+            "acp_router_backend_frames_dropped_total",
+            "Frames from a backend that were not JSON-RPC, dropped unanswered, by reason"
+            " (not_json: no JSON parser accepts it; not_jsonrpc; binary)",
+            ["backend", "reason"],
+            registry=registry,
+        )
 
     def watch_cache(self, size: Callable[[], int]) -> None:
         """Report the location cache's size at scrape time."""
@@ -178,6 +188,12 @@ class Metrics:
             self.attached_sessions.labels(backend).set(0)
             for result in ("ok", "not_found", "error", "link_lost"):
                 self.resumes.labels(backend, result)
+            for reason in DROP_REASONS:
+                self.backend_frames_dropped.labels(backend, reason)
+
+    def drop_frame(self, backend: str, reason: str) -> None:
+        """Count a frame from ``backend`` that was dropped (one of :data:`DROP_REASONS`)."""
+        self.backend_frames_dropped.labels(backend, reason).inc()
 
     def count_frame(self, direction: str, text: str) -> None:
         frames, size = self._per_direction[direction]

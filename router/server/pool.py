@@ -54,6 +54,7 @@ class Pool:
                 settings.control,
                 http,
                 self._link_changed,
+                metrics,
                 max_message_bytes=settings.router.max_message_bytes,
                 connect_timeout=settings.router.connect_timeout_ms / 1000,
             )

@@ -1,0 +1,73 @@
+"""Legal JSON that orjson rejects crosses the router both ways, byte for byte.
+
+Agents cut strings inside an emoji (a lone surrogate escape), write numbers beyond a
+double, and nest deeper than 1024; every such frame is legal JSON and answers a
+request, so it must reach the client as it was sent. A real router, a scripted
+backend on a real socket, and a raw WebSocket client: the test client compares text,
+since the standard library cannot decode the deepest frame either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from websockets.asyncio.client import ClientConnection, connect
+
+from tests.fleet import never_answer, start_router, start_scripted
+from tests.support import WAIT
+
+#: a session id cut inside an emoji, as a backend writes it and as the client echoes it
+SESSION = '"cut \\ud83d"'
+DEPTH = 3000  # beyond orjson's 1024 and the standard library's recursion limit
+
+
+def reply(result: str) -> str:
+    return '{"jsonrpc":"2.0","id":$ID,"result":' + result + "}"
+
+
+def call(request_id: int, method: str, params: str) -> str:
+    return f'{{"jsonrpc":"2.0","id":{request_id},"method":"{method}","params":{params}}}'
+
+
+async def exchange(ws: ClientConnection, frame: str) -> str:
+    await ws.send(frame)
+    async with asyncio.timeout(WAIT):
+        answer = await ws.recv()
+    assert isinstance(answer, str)
+    return answer
+
+
+async def test_odd_but_legal_replies_reach_the_client_intact() -> None:
+    deep = '{"a":[' * DEPTH + '"\\udc00"' + "]}" * DEPTH
+    created = reply(f'{{"sessionId":{SESSION}}}')
+    prompted = reply('{"stopReason":"end_turn","_meta":{"tokens":1e400}}')
+    nested = reply(f'{{"tree":{deep}}}')
+    async with start_scripted("odd", never_answer) as backend:
+        backend.scripted = {
+            "session/new": [created],
+            "session/prompt": ['{"jsonrpc":"2.0","method":"x","params":"not an object"}', prompted],
+            "_odd/tree": ["{not json", "[]", nested],
+        }
+        async with (
+            start_router([("odd", backend.url)]) as router,
+            connect(router.url, max_size=None) as ws,
+        ):
+            init = await exchange(ws, call(1, "initialize", '{"protocolVersion":1}'))
+            assert json.loads(init)["id"] == 1
+
+            new = call(2, "session/new", '{"cwd":"/w","mcpServers":[]}')
+            assert await exchange(ws, new) == created.replace("$ID", "2")
+
+            # the client's lone surrogate is routed too: the session it names is attached
+            prompt = call(3, "session/prompt", f'{{"sessionId":{SESSION},"prompt":[]}}')
+            assert await exchange(ws, prompt) == prompted.replace("$ID", "3")
+            assert prompt in backend.frames
+
+            tree = await exchange(ws, call(4, "_odd/tree", "{}"))
+            assert tree == nested.replace("$ID", "4")
+
+            dropped = "acp_router_backend_frames_dropped_total"
+            assert router.metric(dropped, backend="odd", reason="not_json") == 1
+            assert router.metric(dropped, backend="odd", reason="not_jsonrpc") == 2
+            assert router.metric("acp_router_client_errors_total", code="-32700") == 0
