@@ -16,14 +16,17 @@ install: $(BIN)/acp-router
 demo: install                ## start 3 reference agents and the router on ws://127.0.0.1:8765/acp
 	$(BIN)/acp-router demo
 
-test: install                ## lint, type-check and run the test suite
+lint: install                ## ruff, ruff format --check, mypy --strict, and the layer contracts
 	$(BIN)/ruff check router tests bench
 	$(BIN)/ruff format --check router tests bench
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/lint-imports
+
+test: lint                   ## lint, then the test suite with the branch-coverage floor
+	$(BIN)/pytest --cov --cov-report=term
 
 bench: install               ## run the benchmarks (ratios against a baseline measured in the same run)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) .venv-* .mypy_cache .pytest_cache .ruff_cache .coverage .coverage.* htmlcov build dist
