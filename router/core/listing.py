@@ -38,6 +38,11 @@ class ListPage:
 
     @classmethod
     def from_params(cls, params: Any, ready: Sequence[BackendId]) -> ListPage:
+        """The page a client's ``session/list`` params ask for, over the ``ready`` backends.
+
+        Raises :class:`InvalidParams` for a ``cwd`` or ``cursor`` that is not a string,
+        or a cursor this router did not make.
+        """
         params = params if isinstance(params, dict) else {}
         cwd = params.get("cwd")
         if cwd is not None and not isinstance(cwd, str):
@@ -55,6 +60,7 @@ class ListPage:
         return cls(cwd, {BackendId(b): c for b, c in pending.items() if b in ready})
 
     def backend_params(self, backend: BackendId) -> dict[str, Any]:
+        """The ``session/list`` params to send ``backend`` for this page."""
         params: dict[str, Any] = {}
         if self.cwd is not None:
             params["cwd"] = self.cwd

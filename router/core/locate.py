@@ -30,6 +30,8 @@ from router.protocol.ids import BackendId, SessionId
 
 
 class UnknownPolicy(enum.Enum):
+    """What to do when no backend says ``active`` and some backend gave no answer."""
+
     FAIL_CLOSED = "fail_closed"
     PLACE_ANYWAY = "place_anyway"
 
@@ -110,15 +112,19 @@ class LocationCache:
         )
 
     def get(self, session_id: SessionId) -> BackendId | None:
+        """The hinted backend, or None (never seen, expired or evicted)."""
         return self._cache.get(session_id)
 
     def put(self, session_id: SessionId, backend: BackendId) -> None:
+        """Remember that ``session_id`` was last seen on ``backend``."""
         self._cache[session_id] = backend
 
     def invalidate(self, session_id: SessionId) -> None:
+        """Forget the hint for ``session_id`` (its backend did not know it)."""
         self._cache.pop(session_id, None)
 
     def forget_backend(self, backend: BackendId) -> None:
+        """Forget every hint that points at ``backend``."""
         for session_id in [s for s, b in self._cache.items() if b == backend]:
             self._cache.pop(session_id, None)
 

@@ -49,6 +49,7 @@ class Node:
 
     @property
     def seed(self) -> int:
+        """The node's hash, mixed with each key's hash to score it."""
         return _hash64(self.id)
 
 
@@ -67,6 +68,7 @@ class Ranking:
 
     @property
     def nodes(self) -> tuple[Node, ...]:
+        """The ranked nodes, in configuration order."""
         return self._nodes
 
     def rank(self, key: str) -> list[BackendId]:

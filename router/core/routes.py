@@ -162,6 +162,8 @@ class Lost:
 
 @dataclass(frozen=True, slots=True)
 class Drop:
+    """Nothing to send: the frame is ignored, for ``reason`` (logged at debug)."""
+
     reason: str
 
 
@@ -170,6 +172,8 @@ Action = Reply | Send | Deliver | Handle | Relocate | Drop
 
 @dataclass(frozen=True, slots=True)
 class Limits:
+    """Bounds on one connection's tables: calls in flight, sessions, agent requests."""
+
     max_in_flight: int = 1024
     max_sessions: int = 1024
     max_agent_requests: int = 1024
