@@ -21,16 +21,17 @@ from router.agent.connection import Connection
 from router.agent.methods import Agent, AgentSettings
 from router.agent.store import SessionStore
 from router.protocol.errors import ConfigError
+from router.protocol.jsonrpc import DEFAULT_MAX_MESSAGE_BYTES
 
 logger = logging.getLogger(__name__)
 
 PATH = "/acp"
 HEARTBEAT_SECONDS = 20.0
-MAX_FRAME_BYTES = 4 * 1024 * 1024
 SHUTDOWN_TIMEOUT = 5.0
 
 AGENT = web.AppKey("agent", Agent)
 SOCKETS = web.AppKey("sockets", set[web.WebSocketResponse])
+MAX_FRAME_BYTES = web.AppKey("max_frame_bytes", int)
 
 
 def run_agent(args: argparse.Namespace) -> int:
@@ -48,7 +49,8 @@ def run_agent(args: argparse.Namespace) -> int:
     )
     host, port = args.listen
     tls = _tls_context(args.tls_cert, args.tls_key)
-    asyncio.run(serve(Agent(settings, store), host, port, tls))
+    agent = Agent(settings, store)
+    asyncio.run(serve(agent, host, port, tls, max_frame_bytes=args.max_message_bytes))
     return 0
 
 
@@ -63,21 +65,33 @@ def _tls_context(cert: str | None, key: str | None) -> ssl.SSLContext | None:
     return context
 
 
-def create_app(agent: Agent) -> web.Application:
+def create_app(
+    agent: Agent, *, max_frame_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+) -> web.Application:
+    """The agent's web app; a client frame over ``max_frame_bytes`` closes its socket (1009)."""
     app = web.Application()
     app[AGENT] = agent
     app[SOCKETS] = set()
+    app[MAX_FRAME_BYTES] = max_frame_bytes
     app.router.add_get(PATH, _acp)
     app.on_shutdown.append(_close_sockets)
     return app
 
 
-async def serve(agent: Agent, host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
+async def serve(
+    agent: Agent,
+    host: str,
+    port: int,
+    tls: ssl.SSLContext | None = None,
+    *,
+    max_frame_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+) -> None:
     """Serve until a stop signal; announce the bound address on stdout once listening
     (``wss://`` with a TLS context)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    runner = web.AppRunner(create_app(agent), shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None)
+    app = create_app(agent, max_frame_bytes=max_frame_bytes)
+    runner = web.AppRunner(app, shutdown_timeout=SHUTDOWN_TIMEOUT, access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port, ssl_context=tls)
@@ -107,7 +121,8 @@ def _announce(agent_id: str, scheme: str, host: str, port: int) -> None:
 
 
 async def _acp(request: web.Request) -> web.StreamResponse:
-    ws = web.WebSocketResponse(heartbeat=HEARTBEAT_SECONDS, max_msg_size=MAX_FRAME_BYTES)
+    max_frame_bytes = request.app[MAX_FRAME_BYTES]
+    ws = web.WebSocketResponse(heartbeat=HEARTBEAT_SECONDS, max_msg_size=max_frame_bytes)
     await ws.prepare(request)
     sockets = request.app[SOCKETS]
     sockets.add(ws)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from router import __version__
 from router.protocol.errors import AcpRouterError, ConfigError
+from router.protocol.jsonrpc import DEFAULT_MAX_MESSAGE_BYTES
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -67,6 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     agent.add_argument("--tls-cert", metavar="PEM", help="serve wss:// with this certificate")
     agent.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
+    agent.add_argument(
+        "--max-message-bytes",
+        type=_positive_int,
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        metavar="N",
+        help="largest frame accepted from a client; a bigger one closes its connection"
+        f" (default {DEFAULT_MAX_MESSAGE_BYTES}, the router's router.max_message_bytes)",
+    )
     demo = commands.add_parser("demo", help="run reference agents and the router in front of them")
     demo.add_argument("--agents", type=int, default=3, metavar="N", help="how many agents (3)")
     demo.add_argument("--port", type=int, default=8765, metavar="P", help="router port (8765)")

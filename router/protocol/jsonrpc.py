@@ -29,6 +29,11 @@ from router.protocol.jsontext import dumps, loads
 RequestId = int | str
 Params = dict[str, Any] | list[Any] | None
 
+#: The default bound on one frame, on both sides of every hop: the router's
+#: ``router.max_message_bytes`` and the reference agent's ``--max-message-bytes``. Equal,
+#: so a frame the router accepts from a client is never one its agents refuse.
+DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
 
 @dataclass(frozen=True, slots=True)
 class Request:

@@ -24,6 +24,7 @@ from pydantic import (
 
 from router.core.locate import UnknownPolicy
 from router.protocol.errors import ConfigError
+from router.protocol.jsonrpc import DEFAULT_MAX_MESSAGE_BYTES
 
 
 class _Section(BaseModel):
@@ -66,7 +67,7 @@ class RouterSection(_Section):
     #: what to do when no backend says active and some backend did not answer
     unknown_policy: Literal["fail_closed", "place_anyway"] = "fail_closed"
     max_connections: Annotated[int, Field(gt=0)] = 10_000
-    max_message_bytes: Annotated[int, Field(gt=0)] = 16 * 1024 * 1024
+    max_message_bytes: Annotated[int, Field(gt=0)] = DEFAULT_MAX_MESSAGE_BYTES
     max_sessions_per_connection: Annotated[int, Field(gt=0)] = 1024
     max_in_flight_per_connection: Annotated[int, Field(gt=0)] = 1024
     #: a longer params.sessionId is -32602 to that client: it never reaches a probe
