@@ -281,7 +281,7 @@ async def test_status_has_no_side_effects(
 
         result_of(await client.request("session/close", {"sessionId": session_id}))
         before = store_snapshot(store)
-        assert list(before) == [f"{session_id}.jsonl"]
+        assert sorted(before) == [f"{session_id}.jsonl", f"{session_id}.lease"]
         for _ in range(3):
             assert result_of(await other.status(session_id)) == {"status": "inactive"}
         assert store_snapshot(store) == before
@@ -578,6 +578,98 @@ async def test_instances_sharing_a_store_can_resume_each_others_sessions(store: 
                 "hello again",
                 "[agent-b] hello again",
             ]
+
+
+# -- fencing: a session moved to another instance is never written here again -----------------------
+
+
+def records_of(store: Path, session_id: str) -> list[JsonObject]:
+    lines = (store / f"{session_id}.jsonl").read_bytes().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def texts_of(store: Path, session_id: str) -> list[str]:
+    return [record["text"] for record in records_of(store, session_id) if "text" in record]
+
+
+def moved(session_id: str) -> str:
+    return f"session {session_id} moved to another instance: send session/resume again"
+
+
+async def test_a_session_resumed_elsewhere_is_dropped_here_not_appended_to(store: Path) -> None:
+    """A forced double resume: on A, then directly on B (no router to prevent it)."""
+    async with start_agent(store, "agent-a") as a, start_agent(store, "agent-b") as b:
+        async with AcpClient.connect(a.url) as on_a, AcpClient.connect(b.url) as on_b:
+            session_id = await on_a.new_session()
+            result_of(await on_a.prompt(session_id, "one"))
+            result_of(await on_b.request("session/resume", load_params(session_id)))
+
+            assert result_of(await on_a.status(session_id)) == {"status": "inactive"}
+            assert result_of(await on_b.status(session_id)) == {"status": "active"}
+            before = records_of(store, session_id)
+            error = error_of(await on_a.prompt(session_id, "two"))
+            assert (error["code"], error["message"]) == (-32010, moved(session_id))
+            assert error["data"]["sessionId"] == session_id
+            assert records_of(store, session_id) == before
+            await a.wait_for_log(f"session {session_id} moved to another instance")
+            assert result_of(await on_a.status(session_id)) == {"status": "inactive"}
+
+            result_of(await on_b.prompt(session_id, "three"))
+            # Resuming on A again takes it back; now B is the one fenced off.
+            result_of(await on_a.request("session/resume", load_params(session_id)))
+            result_of(await on_a.prompt(session_id, "four"))
+            assert error_of(await on_b.prompt(session_id, "five"))["code"] == -32010
+
+    assert texts_of(store, session_id) == [
+        "one",
+        "[agent-a] one",
+        "three",
+        "[agent-b] three",
+        "four",
+        "[agent-a] four",
+    ]
+
+
+async def test_a_running_turn_stops_writing_when_its_session_moves(store: Path) -> None:
+    async with start_agent(store, "agent-a") as a, start_agent(store, "agent-b") as b:
+        async with AcpClient.connect(a.url) as on_a, AcpClient.connect(b.url) as on_b:
+            session_id = await on_a.new_session()
+            turn = asyncio.create_task(on_a.prompt(session_id, "/slow 5"))
+            try:
+                assert await next_chunk(on_a) == ("agent_message_chunk", "[agent-a] slow 1")
+                result_of(await on_b.request("session/resume", load_params(session_id)))
+                result_of(await on_b.prompt(session_id, "mine now"))
+                error = error_of(await turn)  # at A's next write, not after 5 s
+                assert (error["code"], error["message"]) == (-32010, moved(session_id))
+            finally:
+                turn.cancel()
+            sent_by_a = ["[agent-a] slow 1", *(t for _, t in text_chunks(on_a.drain_incoming()))]
+
+    texts = texts_of(store, session_id)
+    assert texts[0] == "/slow 5"
+    mine_now = texts.index("mine now")
+    assert texts[1:mine_now] == sent_by_a  # A wrote what it sent, and nothing after B took it
+    assert texts[mine_now:] == ["mine now", "[agent-b] mine now"]
+
+
+# -- frame size --------------------------------------------------------------------------------------
+
+
+async def test_frames_up_to_the_routers_default_limit_are_accepted(client: AcpClient) -> None:
+    """A 5 MB frame passes the router's default limit (16 MiB), so the agent takes it too."""
+    response = await client.request("session/list", {"cwd": "/" + "x" * (5 * 1024 * 1024)})
+    assert result_of(response)["sessions"] == []
+
+
+async def test_max_message_bytes_closes_on_a_bigger_frame(store: Path) -> None:
+    async with (
+        start_agent(store, AGENT_ID, "--max-message-bytes", "4096") as agent,
+        AcpClient.connect(agent.url) as client,
+    ):
+        result_of(await client.request("session/list", {"cwd": "/" + "x" * 3000}))
+        with pytest.raises(ConnectionError):
+            await client.request("session/list", {"cwd": "/" + "x" * 5000})
+        assert client.ws.close_code == 1009
 
 
 # -- failing to start -----------------------------------------------------------------------------

@@ -12,13 +12,14 @@ import orjson
 import pytest
 
 from router.agent.store import (
+    Lease,
     Message,
     SessionInfo,
     SessionStore,
     Speaker,
     is_valid_session_id,
 )
-from router.protocol.errors import ConfigError
+from router.protocol.errors import ConfigError, SessionMoved
 
 CREATED = datetime(2026, 8, 1, 10, 0, tzinfo=UTC)
 
@@ -33,10 +34,10 @@ def lines_of(store: SessionStore, session_id: str) -> list[bytes]:
 
 
 def test_create_append_load_round_trip(store: SessionStore) -> None:
-    store.create("sess_a", "/work/a", CREATED)
-    store.set_title("sess_a", "Fix the tests")
-    store.append_message("sess_a", Message(Speaker.USER, "hello\nthere"))
-    store.append_message("sess_a", Message(Speaker.AGENT, "[A] hello"))
+    lease_a = store.create("sess_a", "/work/a", CREATED)
+    store.set_title(lease_a, "Fix the tests")
+    store.append_message(lease_a, Message(Speaker.USER, "hello\nthere"))
+    store.append_message(lease_a, Message(Speaker.AGENT, "[A] hello"))
 
     stored = store.load("sess_a")
 
@@ -58,14 +59,14 @@ def test_create_append_load_round_trip(store: SessionStore) -> None:
 
 
 def test_every_record_is_one_line(store: SessionStore) -> None:
-    store.create("sess_a", "/w", CREATED)
-    store.append_message("sess_a", Message(Speaker.USER, "multi\nline\n"))
+    lease_a = store.create("sess_a", "/w", CREATED)
+    store.append_message(lease_a, Message(Speaker.USER, "multi\nline\n"))
     assert [orjson.loads(line)["kind"] for line in lines_of(store, "sess_a")] == ["header", "user"]
 
 
 def test_create_is_exclusive(store: SessionStore) -> None:
-    store.create("sess_a", "/w", CREATED)
-    store.append_message("sess_a", Message(Speaker.USER, "kept"))
+    lease_a = store.create("sess_a", "/w", CREATED)
+    store.append_message(lease_a, Message(Speaker.USER, "kept"))
     with pytest.raises(FileExistsError):
         store.create("sess_a", "/elsewhere", CREATED)
     stored = store.load("sess_a")
@@ -76,12 +77,12 @@ def test_create_is_exclusive(store: SessionStore) -> None:
 
 def test_append_needs_an_existing_session(store: SessionStore) -> None:
     with pytest.raises(FileNotFoundError):
-        store.append_message("sess_missing", Message(Speaker.USER, "x"))
+        store.append_message(Lease("sess_missing", "t"), Message(Speaker.USER, "x"))
 
 
 def test_torn_last_line_is_ignored_and_not_glued_to_the_next(store: SessionStore) -> None:
-    store.create("sess_a", "/w", CREATED)
-    store.append_message("sess_a", Message(Speaker.USER, "whole"))
+    lease_a = store.create("sess_a", "/w", CREATED)
+    store.append_message(lease_a, Message(Speaker.USER, "whole"))
     with store.path("sess_a").open("ab") as file:
         file.write(b'{"kind":"agent","text":"cut sh')  # a crash mid-record
 
@@ -89,7 +90,7 @@ def test_torn_last_line_is_ignored_and_not_glued_to_the_next(store: SessionStore
     assert stored is not None
     assert stored.history == (Message(Speaker.USER, "whole"),)
 
-    store.append_message("sess_a", Message(Speaker.AGENT, "after the crash"))
+    store.append_message(lease_a, Message(Speaker.AGENT, "after the crash"))
     stored = store.load("sess_a")
     assert stored is not None
     assert stored.history == (
@@ -99,10 +100,10 @@ def test_torn_last_line_is_ignored_and_not_glued_to_the_next(store: SessionStore
 
 
 def test_unreadable_lines_are_skipped(store: SessionStore) -> None:
-    store.create("sess_a", "/w", CREATED)
+    lease_a = store.create("sess_a", "/w", CREATED)
     with store.path("sess_a").open("ab") as file:
         file.write(b"not json\n\n[1, 2]\n")
-    store.append_message("sess_a", Message(Speaker.USER, "still here"))
+    store.append_message(lease_a, Message(Speaker.USER, "still here"))
     stored = store.load("sess_a")
     assert stored is not None
     assert stored.history == (Message(Speaker.USER, "still here"),)
@@ -134,8 +135,8 @@ def test_valid_ids() -> None:
 
 
 def test_list_sessions_reads_heads(store: SessionStore) -> None:
-    store.create("sess_a", "/w/a", CREATED)
-    store.set_title("sess_a", "first")
+    lease_a = store.create("sess_a", "/w/a", CREATED)
+    store.set_title(lease_a, "first")
     store.create("sess_b", "/w/b", CREATED)
     store.root.joinpath("notes.txt").write_text("not a session")
     store.root.joinpath("bad name.jsonl").write_text("{}\n")
@@ -170,31 +171,75 @@ def test_open_rejects_a_file(tmp_path: Path) -> None:
         SessionStore.open(path)
 
 
-_WRITER = """
+# -- fencing: one writer per session ------------------------------------------------------------
+
+
+def test_a_take_fences_the_previous_holder(store: SessionStore) -> None:
+    first = store.create("sess_a", "/w", CREATED)
+    store.append_message(first, Message(Speaker.USER, "mine"))
+    second = store.take("sess_a")
+    assert second is not None
+    assert (store.holds(first), store.holds(second)) == (False, True)
+    before = store.path("sess_a").read_bytes()
+
+    with pytest.raises(SessionMoved) as moved:
+        store.append_message(first, Message(Speaker.AGENT, "too late"))
+    with pytest.raises(SessionMoved):
+        store.set_title(first, "too late")
+    assert moved.value.code == -32010
+    assert moved.value.data == {"sessionId": "sess_a", "retryable": False}
+    assert store.path("sess_a").read_bytes() == before
+
+    store.append_message(second, Message(Speaker.AGENT, "theirs"))
+    stored = store.load("sess_a")
+    assert stored is not None
+    assert [m.text for m in stored.history] == ["mine", "theirs"]
+
+
+def test_take_of_an_unknown_session_is_none(store: SessionStore) -> None:
+    assert store.take("sess_missing") is None
+    assert store.take("../etc/passwd") is None
+    assert not store.holds(Lease("sess_missing", "t"))
+
+
+def test_leases_are_not_sessions(store: SessionStore) -> None:
+    store.create("sess_a", "/w", CREATED)
+    store.take("sess_a")
+    assert store.lease_path("sess_a").exists()
+    assert [info.session_id for info in store.list_sessions()] == ["sess_a"]
+    assert sorted(p.name for p in store.root.iterdir()) == ["sess_a.jsonl", "sess_a.lease"]
+
+
+_TAKER = """
 import sys
 from pathlib import Path
 from router.agent.store import Message, SessionStore, Speaker
+from router.protocol.errors import SessionMoved
 store = SessionStore(Path(sys.argv[1]))
-for n in range(int(sys.argv[3])):
-    store.append_message("sess_shared", Message(Speaker.USER, sys.argv[2] + str(n) + "x" * 3000))
+name, rounds = sys.argv[2], int(sys.argv[3])
+for take in range(rounds):
+    lease = store.take("sess_shared")
+    try:
+        for n in range(20):
+            store.append_message(lease, Message(Speaker.USER, f"{name}:{take}:{n}"))
+    except SessionMoved:
+        pass
 """
 
 
-def test_two_processes_appending_never_corrupt_each_other(store: SessionStore) -> None:
+def test_two_processes_taking_turns_never_interleave(store: SessionStore) -> None:
+    """Two processes keep taking one session and appending until fenced: every record
+    is whole, and once a take's records stop, no record of that take comes later."""
     store.create("sess_shared", "/w", CREATED)
-    count = 300
     writers = [
-        subprocess.Popen([sys.executable, "-c", _WRITER, str(store.root), name, str(count)])
+        subprocess.Popen([sys.executable, "-c", _TAKER, str(store.root), name, "60"])
         for name in ("left", "right")
     ]
-    assert [writer.wait(timeout=30) for writer in writers] == [0, 0]
+    assert [writer.wait(timeout=60) for writer in writers] == [0, 0]
 
-    # A writer that sees the other one mid-write starts on a fresh line: blank lines
-    # may appear, torn or glued records may not.
     lines = [line for line in lines_of(store, "sess_shared") if line != b"\n"]
-    assert len(lines) == 1 + 2 * count
     assert all(line.endswith(b"\n") for line in lines)
-    texts = [orjson.loads(line).get("text", "") for line in lines[1:]]
-    for name in ("left", "right"):
-        mine = [t.removesuffix("x" * 3000) for t in texts if t.startswith(name)]
-        assert mine == [f"{name}{n}" for n in range(count)]  # whole, and in order
+    takes = [orjson.loads(line)["text"].rpartition(":")[0] for line in lines[1:]]
+    runs = [take for n, take in enumerate(takes) if n == 0 or takes[n - 1] != take]
+    assert len(runs) == len(set(runs)), "a fenced take appended after another take"
+    assert {run.partition(":")[0] for run in runs} == {"left", "right"}

@@ -4,6 +4,11 @@ Session state lives in two places: the :class:`SessionTable` (what this process 
 memory, and which connections are attached) and the :class:`SessionStore` (every
 session any instance sharing the folder created). ``session/status`` reads both and
 changes neither.
+
+A session in memory is held under a store lease. When another instance resumes it, the
+lease moves there: this instance notices on the session's next write, prompt or resume,
+drops its copy (``session/prompt`` then answers :class:`SessionMoved`, -32010) and
+never appends to that file again; meanwhile ``session/status`` says ``inactive``.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from router.agent.sessions import ConnectionId, LiveSession, SessionTable
 from router.agent.store import Message, SessionStore, Speaker, StoredSession
 from router.agent.turns import TurnScope, parse_command, run_turn
 from router.protocol import acp
-from router.protocol.errors import InvalidParams, MethodNotFound, SessionNotFound
+from router.protocol.errors import InvalidParams, MethodNotFound, SessionMoved, SessionNotFound
 from router.protocol.jsonrpc import Notification, Request
 
 logger = logging.getLogger(__name__)
@@ -115,12 +120,9 @@ class Agent:
         cwd = params.cwd(p)
         params.mcp_servers(p, required=True)
         session_id = f"sess_{uuid.uuid4().hex}"
-        session = self.sessions.add(session_id, cwd, needs_title=True)
-        try:
-            self.store.create(session_id, cwd, datetime.now(UTC))
-        except BaseException:
-            self.sessions.remove(session_id)
-            raise
+        self.sessions.check_room()
+        lease = self.store.create(session_id, cwd, datetime.now(UTC))
+        session = self.sessions.add(lease, cwd, needs_title=True)
         self.sessions.attach(session, connection.id)
         logger.info("session %s created in %s", session_id, cwd)
         return {"sessionId": session_id}
@@ -129,8 +131,8 @@ class Agent:
         session_id = params.session_id(p)
         params.cwd(p)
         params.mcp_servers(p, required=True)
-        stored = self._stored(session_id)
-        session = self.sessions.get(session_id) or self._bring_in(stored)
+        session = self._take(session_id)
+        stored = self._stored(session_id)  # read once it is ours: nobody else appends now
         self.sessions.attach(session, connection.id)
         logger.info("session %s loaded (%d messages to replay)", session_id, len(stored.history))
         for message in stored.history:
@@ -141,7 +143,7 @@ class Agent:
         session_id = params.session_id(p)
         params.cwd(p)
         params.mcp_servers(p, required=False)
-        session = self.sessions.get(session_id) or self._bring_in(self._stored(session_id))
+        session = self._take(session_id)
         self.sessions.attach(session, connection.id)
         logger.info("session %s resumed", session_id)
         return {}
@@ -170,7 +172,8 @@ class Agent:
     async def session_status(self, connection: Connection, p: dict[str, Any]) -> Any:
         """The RFD's ``session/status``: active, inactive or -32002. No side effects."""
         session_id = params.session_id(p)
-        if self.sessions.get(session_id) is not None:
+        session = self.sessions.get(session_id)
+        if session is not None and self.store.holds(session.lease):
             return {"status": "active"}
         if self.store.exists(session_id):
             return {"status": "inactive"}
@@ -180,10 +183,16 @@ class Agent:
         session = self._attached(connection, params.session_id(p))
         prompt = params.prompt(p)
         command = parse_command(prompt)
+        if not self.store.holds(session.lease):
+            self.sessions.drop_moved(session)
+            raise SessionMoved(session.session_id)
         turn = self.sessions.begin_turn(session, connection.id)
         scope = TurnScope(self.settings.agent_id, self.store, session, turn, connection)
         try:
             stop_reason = await run_turn(scope, prompt, command)
+        except SessionMoved:
+            self.sessions.drop_moved(session)
+            raise
         finally:
             self.sessions.end_turn(session, turn)
         return {"stopReason": stop_reason.value}
@@ -196,10 +205,24 @@ class Agent:
             raise SessionNotFound(session_id)
         return stored
 
-    def _bring_in(self, stored: StoredSession) -> LiveSession:
-        """Put a stored session in memory (not attached to anything yet)."""
+    def _take(self, session_id: str) -> LiveSession:
+        """The session in memory under a lease this instance holds (not attached yet).
+
+        A copy whose lease another instance took is dropped; the session is then taken
+        back from the store, from whichever instance had it.
+        """
+        session = self.sessions.get(session_id)
+        if session is not None:
+            if self.store.holds(session.lease):
+                return session
+            self.sessions.drop_moved(session)
+        self.sessions.check_room()
+        lease = self.store.take(session_id)
+        stored = self.store.load(session_id) if lease is not None else None
+        if lease is None or stored is None:
+            raise SessionNotFound(session_id)
         needs_title = stored.info.title is None and not stored.history
-        return self.sessions.add(stored.info.session_id, stored.info.cwd, needs_title=needs_title)
+        return self.sessions.add(lease, stored.info.cwd, needs_title=needs_title)
 
     def _attached(self, connection: Connection, session_id: str) -> LiveSession:
         session = self.sessions.attached(session_id, connection.id)

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterator
 from typing import NewType
 
+from router.agent.store import Lease
 from router.protocol.errors import InternalError, InvalidParams
 from router.protocol.jsonrpc import Response
 
@@ -73,10 +74,14 @@ class Turn:
 
 
 class LiveSession:
-    """A session in memory. ``needs_title`` is true until its first text prompt."""
+    """A session in memory, held under ``lease`` (see :mod:`router.agent.store`).
 
-    def __init__(self, session_id: str, cwd: str, *, needs_title: bool) -> None:
-        self.session_id = session_id
+    ``needs_title`` is true until its first text prompt.
+    """
+
+    def __init__(self, lease: Lease, cwd: str, *, needs_title: bool) -> None:
+        self.lease = lease
+        self.session_id = lease.session_id
         self.cwd = cwd
         self.needs_title = needs_title
         self.connections: set[ConnectionId] = set()
@@ -109,12 +114,16 @@ class SessionTable:
     def __iter__(self) -> Iterator[LiveSession]:
         return iter(list(self._sessions.values()))
 
-    def add(self, session_id: str, cwd: str, *, needs_title: bool) -> LiveSession:
-        """Put a session in memory (it starts idle until attached)."""
+    def check_room(self) -> None:
+        """Raise InternalError when no more sessions fit in memory."""
         if len(self._sessions) >= self._max_sessions:
             raise InternalError(f"this agent already holds {self._max_sessions} sessions")
-        session = LiveSession(session_id, cwd, needs_title=needs_title)
-        self._sessions[session_id] = session
+
+    def add(self, lease: Lease, cwd: str, *, needs_title: bool) -> LiveSession:
+        """Put a session taken under ``lease`` in memory (it starts idle until attached)."""
+        self.check_room()
+        session = LiveSession(lease, cwd, needs_title=needs_title)
+        self._sessions[session.session_id] = session
         return session
 
     def connection_opened(self, connection_id: ConnectionId) -> None:
@@ -142,6 +151,14 @@ class SessionTable:
         if session is not None:
             _stop_idle_timer(session)
         return session
+
+    def drop_moved(self, session: LiveSession) -> None:
+        """Forget ``session``: another instance took it. Its turn, if any, is cancelled."""
+        if self._sessions.get(session.session_id) is session:
+            self.remove(session.session_id)
+        if session.turn is not None:
+            session.turn.cancel()
+        logger.info("session %s moved to another instance: dropped from memory", session.session_id)
 
     def begin_turn(self, session: LiveSession, connection_id: ConnectionId) -> Turn:
         if session.turn is not None:

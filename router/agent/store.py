@@ -2,18 +2,31 @@
 
 Several agent processes may share one store. A file is created with ``O_CREAT|O_EXCL``
 and every record is appended with one ``os.write`` of the whole line on an ``O_APPEND``
-descriptor, so concurrent writers interleave whole lines and a crash loses at most the
-record being written; readers skip a torn or unreadable line. A session's ``updatedAt``
-is its file's mtime. Plain blocking file I/O, no asyncio: the records are small.
+descriptor, so a crash loses at most the record being written; readers skip a torn or
+unreadable line. A session's ``updatedAt`` is its file's mtime. Plain blocking file I/O,
+no asyncio: the records are small.
+
+**Fencing.** Only one instance may append to a session: the one that took it last. An
+instance takes a session (on ``session/new``, ``session/load``, ``session/resume``) by
+writing a fresh random token to ``<root>/<sessionId>.lease`` (a temporary file, then
+``rename()`` over the old lease: atomic, so a reader sees one token or the other), and
+appends only while that file still holds its token. Taking and check-then-append each
+run under ``flock(LOCK_EX)`` on the session file, held for that one operation and
+released when the descriptor closes (a crashed process releases it too), so a takeover
+can never fall between an append's check and its write. An instance whose session was
+taken learns it on its next append (:class:`SessionMoved`) or check (:meth:`holds`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import errno
+import fcntl
 import logging
 import os
 import re
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,11 +35,12 @@ from typing import Any, TypeGuard
 
 import orjson
 
-from router.protocol.errors import ConfigError
+from router.protocol.errors import ConfigError, SessionMoved
 
 logger = logging.getLogger(__name__)
 
 SUFFIX = ".jsonl"
+LEASE_SUFFIX = ".lease"
 #: A session id is a file name stem: nothing else ever reaches the file system.
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 #: Longest line the listing reads from a file's head (header and title records).
@@ -81,6 +95,14 @@ class StoredSession:
     history: tuple[Message, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One instance's claim on a session: the token it wrote to the session's lease file."""
+
+    session_id: str
+    token: str
+
+
 class SessionStore:
     """The folder of session files. Invalid session ids are never looked up on disk."""
 
@@ -109,8 +131,11 @@ class SessionStore:
             raise ValueError(f"not a valid session id: {session_id!r}")
         return self.root / f"{session_id}{SUFFIX}"
 
-    def create(self, session_id: str, cwd: str, created_at: datetime) -> None:
-        """Create the session's file with its header record.
+    def lease_path(self, session_id: str) -> Path:
+        return self.path(session_id).with_suffix(LEASE_SUFFIX)
+
+    def create(self, session_id: str, cwd: str, created_at: datetime) -> Lease:
+        """Create the session's file with its header record, and take the session.
 
         Raises:
             FileExistsError: a session with this id is already stored.
@@ -126,16 +151,61 @@ class SessionStore:
         )
         try:
             _write_line(fd, header)
+            return self._take_locked(fd, session_id)
         finally:
             os.close(fd)
 
-    def append_message(self, session_id: str, message: Message) -> None:
-        self._append(session_id, {"kind": message.speaker.value, "text": message.text})
+    def take(self, session_id: str) -> Lease | None:
+        """Take the session from whichever instance held it (None when it is not stored).
 
-    def set_title(self, session_id: str, title: str) -> None:
+        Every later append under an older lease raises :class:`SessionMoved`.
+        """
+        if not is_valid_session_id(session_id):
+            return None
+        try:
+            fd = os.open(self.path(session_id), os.O_RDWR | os.O_APPEND)
+        except FileNotFoundError:
+            return None
+        try:
+            return self._take_locked(fd, session_id)
+        finally:
+            os.close(fd)
+
+    def _take_locked(self, fd: int, session_id: str) -> Lease:
+        lease = Lease(session_id, uuid.uuid4().hex)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        staged = self.root / f".{session_id}.{lease.token}{LEASE_SUFFIX}"
+        try:
+            staged.write_text(lease.token)
+            os.replace(staged, self.lease_path(session_id))
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                staged.unlink()
+        return lease
+
+    def holds(self, lease: Lease) -> bool:
+        """True while ``lease`` is the session's current lease. No side effects."""
+        try:
+            return self.lease_path(lease.session_id).read_text() == lease.token
+        except FileNotFoundError:
+            return False
+
+    def append_message(self, lease: Lease, message: Message) -> None:
+        """Append one history record.
+
+        Raises:
+            SessionMoved: another instance took the session since ``lease``.
+        """
+        self._append(lease, {"kind": message.speaker.value, "text": message.text})
+
+    def set_title(self, lease: Lease, title: str) -> None:
         """Record the session's title. Listing reads only a file's first two records, so
-        set it before the first message (later titles still show in :meth:`load`)."""
-        self._append(session_id, {"kind": RecordKind.TITLE, "title": title[:TITLE_LENGTH]})
+        set it before the first message (later titles still show in :meth:`load`).
+
+        Raises:
+            SessionMoved: another instance took the session since ``lease``.
+        """
+        self._append(lease, {"kind": RecordKind.TITLE, "title": title[:TITLE_LENGTH]})
 
     def exists(self, session_id: str) -> bool:
         """True when the session is stored with a readable header (so it can be loaded)."""
@@ -178,9 +248,12 @@ class SessionStore:
                 if entry.name.endswith(SUFFIX) and is_valid_session_id(stem):
                     yield stem
 
-    def _append(self, session_id: str, record: dict[str, Any]) -> None:
-        fd = os.open(self.path(session_id), os.O_RDWR | os.O_APPEND)
+    def _append(self, lease: Lease, record: dict[str, Any]) -> None:
+        fd = os.open(self.path(lease.session_id), os.O_RDWR | os.O_APPEND)
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # no take can fall between the check and the write
+            if not self.holds(lease):
+                raise SessionMoved(lease.session_id)
             _write_line(fd, record, after_torn_line=_ends_torn(fd))
         finally:
             os.close(fd)

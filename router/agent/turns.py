@@ -100,16 +100,16 @@ def _record_prompt(scope: TurnScope, prompt: Prompt) -> None:
     session = scope.session
     if session.needs_title and prompt.texts:
         first_line = prompt.texts[0].strip().partition("\n")[0]
-        scope.store.set_title(session.session_id, first_line or "untitled")
+        scope.store.set_title(session.lease, first_line or "untitled")
         session.needs_title = False
     for text in prompt.texts:
-        scope.store.append_message(session.session_id, Message(Speaker.USER, text))
+        scope.store.append_message(session.lease, Message(Speaker.USER, text))
 
 
 async def _say(scope: TurnScope, text: str) -> None:
     """Send (and record) one agent message chunk naming this instance."""
     text = f"[{scope.agent_id}] {text}"
-    scope.store.append_message(scope.session.session_id, Message(Speaker.AGENT, text))
+    scope.store.append_message(scope.session.lease, Message(Speaker.AGENT, text))
     update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
     await scope.connection.notify(
         acp.SESSION_UPDATE, {"sessionId": scope.session.session_id, "update": update}

@@ -16,6 +16,7 @@ is a :class:`JsonRpcError` carrying its code, so exactly one function
         ├── SessionNotFound             -32002, data.sessionId (ACP "Resource not found")
         └── RoutingError                router-specific, -32010..-32019
             ├── SessionNotAttached      -32010, resume the session on this connection first
+            │   └── SessionMoved        -32010, another instance took the session: resume it again
             ├── NoBackendAvailable      -32011, retryable: no backend is up
             ├── LocateInconclusive      -32012, retryable: a backend did not answer the probe
             ├── BackendLinkLost         -32013, retryable: the backend went away mid-request
@@ -122,8 +123,17 @@ class SessionNotAttached(RoutingError):
     code = -32010
     default_message = "Session is not attached to this connection: send session/resume first"
 
+    def __init__(self, session_id: str, message: str | None = None) -> None:
+        super().__init__(message, {"sessionId": session_id})
+
+
+class SessionMoved(SessionNotAttached):
+    """An agent instance lost a session it held: another instance sharing the store
+    resumed it (the reference agent's fence). Resume it again to reach its holder."""
+
     def __init__(self, session_id: str) -> None:
-        super().__init__(None, {"sessionId": session_id})
+        message = f"session {session_id} moved to another instance: send session/resume again"
+        super().__init__(session_id, message)
 
 
 class NoBackendAvailable(RoutingError):
