@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,13 +66,17 @@ def router_settings(backends: Backends, **sections: dict[str, Any]) -> Settings:
 
 @contextlib.asynccontextmanager
 async def start_router(
-    backends: Backends, *, wait_for: int | None = None, **sections: dict[str, Any]
+    backends: Backends,
+    *,
+    wait_for: int | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    **sections: dict[str, Any],
 ) -> AsyncIterator[RouterUnderTest]:
     """Run the router in this process on 127.0.0.1:0, waiting until its backends are up
     (``wss://`` when ``router`` names a certificate)."""
     metrics = Metrics()
     settings = router_settings(backends, **sections)
-    app = create_app(settings, metrics)
+    app = create_app(settings, metrics, clock=clock)
     runner = web.AppRunner(app)
     await runner.setup()
     try:

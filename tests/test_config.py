@@ -165,6 +165,11 @@ def test_settings_are_frozen() -> None:
         (_with(router={"allowed_origins": ["https://e.example/path"]}), "router.allowed_origins"),
         (_with(router={"allowed_origins": "https://e.example"}), "router.allowed_origins"),
         (_with(router={"max_connections_per_address": 0}), "router.max_connections_per_address"),
+        (
+            _with(router={"new_sessions_per_minute_per_address": 0}),
+            "router.new_sessions_per_minute_per_address",
+        ),
+        (_with(router={"new_sessions_per_minute": -5}), "router.new_sessions_per_minute"),
         (_backend(tls_ca="/ca.pem"), "backends.0"),
         (_backend(url="wss://h/acp", tls_cert="/c.pem"), "backends.0"),
         (_with(auth={}), "auth"),

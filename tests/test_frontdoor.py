@@ -18,7 +18,7 @@ from websockets.asyncio.client import connect
 
 from router.server.app import TOKENS
 from tests.fleet import start_router, start_scripted
-from tests.support import WAIT, AcpClient, run_cli, start_agent, text_chunks
+from tests.support import WAIT, AcpClient, run_cli, run_cli_to_exit, start_agent, text_chunks
 
 TOKEN = "tok-alpha-5f1c2a"
 OTHER = "tok-bravo-93d0e7"
@@ -241,3 +241,27 @@ async def test_metrics_on_a_separate_listen_address(tmp_path: Path) -> None:
                 async with http.get(f"{base}/healthz") as response:
                     assert response.status == 200
             assert serve.stderr.text.count(open_door) == 1, serve.stderr.text
+
+
+# -- the client side: connect, status and the demo ------------------------------------------------
+
+
+async def test_the_demo_with_a_token_prints_how_to_connect(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with run_cli("demo", "--port", "0", "--agents", "1", "--token", TOKEN) as demo:
+        front = demo.first_line.rpartition(" behind ")[2]
+        line = await demo.stdout.wait_for("Try it:")
+        assert f"ACP_ROUTER_TOKEN='{TOKEN}' " in line, line
+        assert line.rstrip().endswith(f"-m router connect {front}"), line
+        await demo.wait_for_log("backend agent-1 is up")
+        initialize = (
+            b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}\n'
+        )
+        refused = await run_cli_to_exit("connect", front, stdin=initialize)
+        assert refused.returncode != 0
+        assert "401" in refused.stderr, refused.stderr
+        monkeypatch.setenv("ACP_ROUTER_TOKEN", TOKEN)
+        bridged = await run_cli_to_exit("connect", front, stdin=initialize)
+        assert bridged.returncode == 0, bridged.stderr
+        assert '"protocolVersion":1' in bridged.stdout.replace(" ", "")
+        status = await run_cli_to_exit("status", front, "sess_nobody")
+        assert (status.returncode, status.stdout.strip()) == (4, "sess_nobody: unknown")

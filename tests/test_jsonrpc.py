@@ -23,6 +23,7 @@ from router.protocol.jsonrpc import (
     is_request_id,
     parse,
     replace_id,
+    replace_member,
     replace_param,
 )
 
@@ -516,3 +517,47 @@ def test_replace_param_changes_exactly_that_member(
     params = obj.get("params")
     expected = obj | {"params": {**(params if isinstance(params, dict) else {}), name: value}}
     assert json.loads(replace_param(text, name, value)) == expected
+
+
+# -- replace_member ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"params":{"sessionId":"a"}}', '{"params":{"sessionId":"B"}}'),
+        (
+            '{ "id" : 1 , "params" : { "x" : [1, {"sessionId":"no"}] , "sessionId" : "a" } }',
+            '{ "id" : 1 , "params" : { "x" : [1, {"sessionId":"no"}] , "sessionId" : "B" } }',
+        ),
+        ('{"params":{"session\\u0049d":"a"}}', '{"params":{"session\\u0049d":"B"}}'),
+        (
+            '{"params":{"sessionId":"a","sessionId":"b"}}',
+            '{"params":{"sessionId":"B","sessionId":"B"}}',
+        ),
+        (
+            '{"params":{"sessionId":"a"},"params":{"sessionId":"b"}}',
+            '{"params":{"sessionId":"B"},"params":{"sessionId":"B"}}',
+        ),
+        ('{"params":[{"sessionId":"a"}]}', '{"params":[{"sessionId":"a"}]}'),
+        ('{"params":{"other":"sessionId"}}', '{"params":{"other":"sessionId"}}'),
+        ('{"result":{"sessionId":"a"}}', '{"result":{"sessionId":"a"}}'),
+    ],
+)
+def test_replace_member_splices_only_the_path(text: str, expected: str) -> None:
+    assert replace_member(text, ("params", "sessionId"), "B") == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data(), _message(), _JSON, st.text(max_size=8))
+def test_replace_member_changes_exactly_that_member(
+    data: st.DataObject, obj: dict[str, Any], nested: Any, session_id: str
+) -> None:
+    params = obj.get("params")
+    if isinstance(params, dict):  # a sessionId among other members, some holding their own
+        obj["params"] = params | {"sessionId": session_id, "x": {"sessionId": nested}}
+    text, _ = data.draw(_formatted(obj))
+    expected = obj
+    if isinstance(params, dict):
+        expected = obj | {"params": obj["params"] | {"sessionId": "sealed"}}
+    assert json.loads(replace_member(text, ("params", "sessionId"), "sealed")) == expected

@@ -79,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="run reference agents and the router in front of them")
     demo.add_argument("--agents", type=int, default=3, metavar="N", help="how many agents (3)")
     demo.add_argument("--port", type=int, default=8765, metavar="P", help="router port (8765)")
+    demo.add_argument(
+        "--token", default=None, metavar="TOKEN", help="require this bearer token from clients"
+    )
 
     serve = commands.add_parser("serve", help="run the router")
     serve.add_argument("--config", required=True, metavar="FILE", help="TOML configuration")
@@ -86,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     connect = commands.add_parser(
         "connect", help="bridge stdio (an editor's agent command) to a router or agent URL"
     )
-    connect.add_argument("url", metavar="URL", help="ws://HOST:PORT/acp")
+    connect.add_argument(
+        "url", metavar="URL", help="ws://HOST:PORT/acp (token: $ACP_ROUTER_TOKEN, if set)"
+    )
 
     status = commands.add_parser("status", help="ask a router or an agent for one session's status")
     status.add_argument("url", metavar="URL", help="ws://HOST:PORT/acp")
@@ -118,7 +123,7 @@ def _run(args: argparse.Namespace) -> int:
 
         if not 1 <= args.agents <= 64:
             raise ConfigError("--agents: expected 1 to 64")
-        asyncio.run(run_demo(args.agents, args.port))
+        asyncio.run(run_demo(args.agents, args.port, token=args.token))
         return 0
     if args.command == "serve":
         import asyncio

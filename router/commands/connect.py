@@ -25,6 +25,7 @@ import orjson
 import websockets
 from websockets.asyncio.client import ClientConnection
 
+from router.commands.bearer import auth_headers
 from router.protocol.errors import AcpRouterError, ProtocolError
 from router.protocol.jsonrpc import Request, RequestId, Response, parse
 
@@ -36,7 +37,9 @@ DRAIN_SECONDS = 60.0
 
 async def run_bridge(url: str) -> int:
     try:
-        ws = await websockets.connect(url, max_size=None, compression=None)
+        ws = await websockets.connect(
+            url, max_size=None, compression=None, additional_headers=auth_headers()
+        )
     except (OSError, websockets.InvalidURI, websockets.InvalidHandshake) as exc:
         raise AcpRouterError(f"cannot connect to {url}: {exc}") from None
     async with ws:

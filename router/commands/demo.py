@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from router.commands.bearer import TOKEN_ENV
 from router.protocol.errors import AcpRouterError
 from router.server.app import serve
 from router.server.config import Settings, settings_from
@@ -48,18 +49,20 @@ async def agent_process(store: Path, agent_id: str, log_level: str) -> AsyncIter
         await process.wait()
 
 
-def demo_settings(port: int, agent_urls: dict[str, str]) -> Settings:
-    return settings_from(
-        {
-            "router": {"listen": f"127.0.0.1:{port}"},
-            "backends": [{"id": i, "url": url} for i, url in agent_urls.items()],
-            "probe": {"timeout_ms": 500},
-        },
-        source="demo",
-    )
+def demo_settings(port: int, agent_urls: dict[str, str], token: str | None = None) -> Settings:
+    data: dict[str, object] = {
+        "router": {"listen": f"127.0.0.1:{port}"},
+        "backends": [{"id": i, "url": url} for i, url in agent_urls.items()],
+        "probe": {"timeout_ms": 500},
+    }
+    if token is not None:
+        data["auth"] = {"tokens": [token]}
+    return settings_from(data, source="demo")
 
 
-async def run_demo(agents: int, port: int, log_level: str = "WARNING") -> None:
+async def run_demo(
+    agents: int, port: int, log_level: str = "WARNING", *, token: str | None = None
+) -> None:
     with tempfile.TemporaryDirectory(prefix="acp-router-demo-") as store:
         async with contextlib.AsyncExitStack() as stack:
             ids = [f"agent-{n}" for n in range(1, agents + 1)]
@@ -68,20 +71,25 @@ async def run_demo(agents: int, port: int, log_level: str = "WARNING") -> None:
             )
             agent_urls = dict(zip(ids, urls, strict=True))
             await serve(
-                demo_settings(port, agent_urls),
-                lambda front: _print_banner(front, agent_urls, store),
+                demo_settings(port, agent_urls, token),
+                lambda front: _print_banner(front, agent_urls, store, token),
             )
 
 
-def _print_banner(front: str, agents: dict[str, str], store: str) -> None:
+def _print_banner(front: str, agents: dict[str, str], store: str, token: str | None) -> None:
     metrics = front.replace("ws://", "http://").removesuffix("/acp") + "/metrics"
+    if token is None:
+        try_it = f"{sys.executable} -m websockets {front}"
+    else:  # the websockets CLI sends no headers: the bridge does, from the environment
+        try_it = f"{TOKEN_ENV}='{token}' {sys.executable} -m router connect {front}"
     lines = [
         f"acp-router demo: {len(agents)} reference agents behind {front}",
         *(f"  {agent_id:<10} {url}" for agent_id, url in agents.items()),
         f"  session store  {store}",
         f"  metrics        {metrics}",
+        f"  clients need   Authorization: Bearer {token}" if token else "  no token needed",
         "",
-        f"Try it:  {sys.executable} -m websockets {front}",
+        f"Try it:  {try_it}",
         '  then paste:  {"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":1}}',
         '               {"jsonrpc":"2.0","id":1,"method":"session/new","params":{"cwd":"/tmp","mcpServers":[]}}',
         "Press Ctrl-C to stop.",

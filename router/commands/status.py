@@ -11,6 +11,7 @@ import sys
 
 import websockets
 
+from router.commands.bearer import auth_headers
 from router.protocol import acp
 from router.protocol.errors import AcpRouterError
 from router.protocol.jsonrpc import Params, Response, encode_request, parse
@@ -21,7 +22,10 @@ EXIT_CODES = {"active": 0, "inactive": 3}
 
 async def ask_status(url: str, session_id: str, *, time_limit: float) -> int:
     try:
-        async with asyncio.timeout(time_limit), websockets.connect(url) as ws:
+        async with (
+            asyncio.timeout(time_limit),
+            websockets.connect(url, additional_headers=auth_headers()) as ws,
+        ):
             init = await _call(ws, 0, acp.INITIALIZE, INITIALIZE_PARAMS)
             if not acp.has_session_capability(init.result, "status"):
                 print(f"{url} does not advertise session/status", file=sys.stderr)

@@ -21,6 +21,7 @@ is a :class:`JsonRpcError` carrying its code, so exactly one function
             ├── LocateInconclusive      -32012, retryable: a backend did not answer the probe
             ├── BackendLinkLost         -32013, retryable: the backend went away mid-request
             ├── TooManyInFlight         -32014, retryable: this connection's request limit
+            ├── TooManyNewSessions      -32014, retryable: new sessions per minute (address, process)
             └── TooManySessions         -32015, this connection's session limit
 
 Router codes sit in the implementation-defined range and avoid the codes ACP and
@@ -160,6 +161,17 @@ class TooManyInFlight(RoutingError):
     code = -32014
     retryable = True
     default_message = "Too many requests in flight on this connection"
+
+
+class TooManyNewSessions(RoutingError):
+    """A session rate limit: ``data.limit`` says which, ``data.retryAfterMs`` when to retry."""
+
+    code = -32014
+    retryable = True
+    default_message = "Too many new sessions: retry later"
+
+    def __init__(self, limit: str, retry_after_ms: int) -> None:
+        super().__init__(None, {"limit": limit, "retryAfterMs": retry_after_ms})
 
 
 class TooManySessions(RoutingError):

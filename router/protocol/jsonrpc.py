@@ -190,9 +190,8 @@ _STRING = re.compile(_STRING_BODY, re.DOTALL)
 _TOKEN = re.compile(_STRING_BODY + r"|[{}\[\]]", re.DOTALL)
 _SCALAR_END = re.compile(r"[\s,}\]]")
 _SPACE = re.compile(r"\s*")
-# Where another "id" key could start: the plain key, or any \u escape (which could spell
-# it). Two literal searches: an alternation in one pattern scans ten times slower.
-_ID_KEY = re.compile(r'"id"')
+# Where another key could start: the plain key (a str.find), or any \u escape (which could
+# spell it). Two literal searches: an alternation in one pattern scans ten times slower.
 _ESCAPE_U = re.compile(r"\\u")
 
 
@@ -221,7 +220,11 @@ def replace_param(text: str, name: str, value: Any) -> str:
     """
     member = f"{dumps(name)}:{dumps(value)}"
     top = _skip_space(text, 0)
-    params = [(start, end) for key, start, end in _members(text, top) if _key_is(key, "params")]
+    params = [
+        (start, _value_end(text, start))
+        for key, start in _members(text, top)
+        if _key_is(key, "params")
+    ]
     if not params:
         return _insert_member(text, top, f'"params":{{{member}}}')
     out: list[str] = []
@@ -237,7 +240,9 @@ def _with_member(obj: str, name: str, value: Any, member: str) -> str:
     """The JSON value ``obj`` made an object whose ``name`` member is ``value``."""
     if not obj.startswith("{"):
         return "{" + member + "}"
-    spans = [(start, end) for key, start, end in _members(obj, 0) if _key_is(key, name)]
+    spans = [
+        (start, _value_end(obj, start)) for key, start in _members(obj, 0) if _key_is(key, name)
+    ]
     if not spans:
         return _insert_member(obj, 0, member)
     return _splice(obj, spans, dumps(value))
@@ -261,15 +266,36 @@ def _splice(text: str, spans: Iterable[tuple[int, int]], encoded: str) -> str:
 
 def _top_level_ids(text: str) -> Iterator[tuple[int, int]]:
     """Spans of the values of the object's top-level ``"id"`` members."""
-    for key, start, end in _members(text, _skip_space(text, 0)):
-        if _key_is(key, "id"):
-            yield start, end
-            if not _may_repeat_id(text, end):
+    return _path_spans(text, _skip_space(text, 0), ("id",))
+
+
+def replace_member(text: str, path: tuple[str, ...], value: Any) -> str:
+    """Return ``text`` with the value at ``path`` (e.g. ``("params", "sessionId")``)
+    replaced wherever the path leads, repeated keys included; the rest byte for byte.
+
+    ``text`` must be a frame :func:`parse` accepted; a path that leads nowhere (or
+    through something that is not an object) leaves it as it was. As in
+    :func:`replace_id`, the walk stops after a match unless the key could come again,
+    so a large value after the match (a prompt, a tool call's output) is never walked.
+    """
+    return _splice(text, _path_spans(text, _skip_space(text, 0), path), dumps(value))
+
+
+def _path_spans(text: str, brace: int, path: tuple[str, ...]) -> Iterator[tuple[int, int]]:
+    name, rest = path[0], path[1:]
+    for key, start in _members(text, brace):
+        if _key_is(key, name):
+            if not rest:
+                yield start, _value_end(text, start)
+            elif text[start] == "{":
+                yield from _path_spans(text, start, rest)
+            if not _may_repeat(text, start + 1, name):
                 return
 
 
-def _members(text: str, brace: int) -> Iterator[tuple[str, int, int]]:
-    """Key token, value start and value end of each member of the object at ``brace``."""
+def _members(text: str, brace: int) -> Iterator[tuple[str, int]]:
+    """Key token and value start of each member of the object at ``brace``; a value is
+    measured only when the caller asks for the next member."""
     i = brace + 1
     while True:
         i = _skip_space(text, i)
@@ -281,9 +307,8 @@ def _members(text: str, brace: int) -> Iterator[tuple[str, int, int]]:
         assert key_match is not None, "splicing needs a frame parse() accepted"
         i = _skip_space(text, key_match.end()) + 1  # past ":"
         start = _skip_space(text, i)
-        end = _value_end(text, start)
-        yield key_match.group(), start, end
-        i = end
+        yield key_match.group(), start
+        i = _value_end(text, start)
 
 
 def _key_is(token: str, name: str) -> bool:
@@ -291,13 +316,17 @@ def _key_is(token: str, name: str) -> bool:
     return token[1:-1] == name or ("\\" in token and loads(token) == name)
 
 
-def _may_repeat_id(text: str, start: int) -> bool:
-    if _ID_KEY.search(text, start) is not None:
+def _may_repeat(text: str, start: int, name: str) -> bool:
+    """Whether a ``name`` key could come after ``start``: spelled plainly, or behind any
+    ``\\u`` escape (which could spell it)."""
+    if text.find(f'"{name}"', start) >= 0:
         return True
     return text.find("\\", start) >= 0 and _ESCAPE_U.search(text, start) is not None
 
 
 def _skip_space(text: str, i: int) -> int:
+    if text[i] not in " \t\r\n":  # compact JSON: no regex call at all
+        return i
     match = _SPACE.match(text, i)
     return match.end() if match else i
 

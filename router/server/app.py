@@ -14,16 +14,19 @@ import contextlib
 import logging
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 from aiohttp import hdrs, web
 
 from router.core.frontdoor import Admitted, DoorPolicy
+from router.core.ownership import SessionSeal
 from router.core.quotas import ConnectionCounts
-from router.server.auth import TokenSource
+from router.server.auth import TokenSource, session_secret
 from router.server.client import ClientConnection
 from router.server.config import Settings
+from router.server.gate import Gatekeeper
 from router.server.metrics import CONTENT_TYPE, Metrics
 from router.server.pool import Pool
 from router.server.tls import backend_context, server_context
@@ -50,13 +53,20 @@ DOOR = web.AppKey("door", DoorPolicy)
 #: the client tokens, re-readable
 TOKENS = web.AppKey("tokens", TokenSource)
 PER_ADDRESS = web.AppKey("per_address", ConnectionCounts)
+GATEKEEPER = web.AppKey("gatekeeper", Gatekeeper)
 
 
-def create_app(settings: Settings, metrics: Metrics | None = None) -> web.Application:
-    """The router's application.
+def create_app(
+    settings: Settings,
+    metrics: Metrics | None = None,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+) -> web.Application:
+    """The router's application; ``clock`` paces the new-session limits.
 
     Raises:
-        ConfigError: a token source or a TLS file named in the settings is unusable.
+        ConfigError: a token source, the session secret or a TLS file named in the
+            settings is unusable.
     """
     app = web.Application()
     app[SETTINGS] = settings
@@ -66,6 +76,10 @@ def create_app(settings: Settings, metrics: Metrics | None = None) -> web.Applic
     app[DOOR] = DoorPolicy.of(settings.router.allowed_origins)
     app[TOKENS] = TokenSource(settings.auth)
     app[PER_ADDRESS] = ConnectionCounts(settings.router.max_connections_per_address)
+    secret = session_secret(settings.auth) if settings.auth is not None else None
+    app[GATEKEEPER] = Gatekeeper(
+        settings.router, app[METRICS], clock, SessionSeal(secret) if secret else None
+    )
     for backend in settings.backends:
         backend_context(backend)  # read the TLS files now: a bad one stops the start
     app.cleanup_ctx.append(_pool_context)
@@ -129,7 +143,7 @@ async def _acp(request: web.Request) -> web.StreamResponse:
         metrics.limited.labels("connections_per_address").inc()
         return web.Response(status=429, text="too many connections from your address\n")
     try:
-        return await _serve_client(request)
+        return await _serve_client(request, admission, address)
     finally:
         app[PER_ADDRESS].close(address)
 
@@ -153,7 +167,9 @@ def _admit(request: web.Request) -> Admitted | web.Response:
     return web.Response(status=admission.status, text=admission.text, headers=headers)
 
 
-async def _serve_client(request: web.Request) -> web.StreamResponse:
+async def _serve_client(
+    request: web.Request, admission: Admitted, address: str
+) -> web.StreamResponse:
     app = request.app
     metrics, sockets = app[METRICS], app[SOCKETS]
     if len(sockets) >= app[SETTINGS].router.max_connections:
@@ -176,7 +192,8 @@ async def _serve_client(request: web.Request) -> web.StreamResponse:
     metrics.active_connections.inc()
     sockets.add(ws)
     try:
-        await ClientConnection(ws, app[POOL], app[HTTP]).serve()
+        gate = app[GATEKEEPER].gate(address, admission.principal)
+        await ClientConnection(ws, app[POOL], app[HTTP], gate).serve()
     except Exception:  # the one boundary catch of a connection: log it, close 1011
         logger.exception("client connection failed")
         await ws.close(code=aiohttp.WSCloseCode.INTERNAL_ERROR)

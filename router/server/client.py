@@ -37,6 +37,7 @@ from router.protocol.errors import BackendLinkLost, InternalError, JsonRpcError,
 from router.protocol.ids import BackendId, SessionId
 from router.protocol.jsonrpc import Request, RequestId, encode_protocol_error, parse
 from router.server.backend_link import BackendLink
+from router.server.gate import Gate, Refusal
 from router.server.metrics import TO_BACKEND, TO_CLIENT, Metrics
 from router.server.pool import Pool
 
@@ -44,8 +45,12 @@ logger = logging.getLogger(__name__)
 
 
 class ClientConnection:
-    def __init__(self, ws: web.WebSocketResponse, pool: Pool, http: aiohttp.ClientSession) -> None:
+    def __init__(
+        self, ws: web.WebSocketResponse, pool: Pool, http: aiohttp.ClientSession, gate: Gate
+    ) -> None:
         self.ws = ws
+        #: where frames enter and leave: session limits, and sealed session ids
+        self.gate = gate
         self.pool = pool
         self.metrics: Metrics = pool.metrics
         self.http = http
@@ -102,12 +107,23 @@ class ClientConnection:
             self.metrics.client_errors.labels(str(exc.code)).inc()
             await self._to_client(encode_protocol_error(exc))
             return
-        await self._do(self.routes.receive_client(message))
+        passed = self.gate.inbound(message)
+        if isinstance(passed, Refusal):
+            await self._refuse(passed)
+            return
+        await self._do(self.routes.receive_client(passed))
+
+    async def _refuse(self, refusal: Refusal) -> None:
+        if refusal.text is None:
+            logger.debug("dropped a notification the gate refused (%d)", refusal.code)
+            return
+        self.metrics.client_errors.labels(str(refusal.code)).inc()
+        await self._to_client(refusal.text)  # as it is: never through gate.reply
 
     async def _do(self, action: Action) -> None:
         match action:
             case Reply(text):
-                await self._to_client(text)
+                await self._to_client(self.gate.reply(text))
             case Send(backend, text):
                 await self._send(backend, text)
             case Deliver(text, settled):
@@ -145,13 +161,14 @@ class ClientConnection:
 
     async def _fail(self, request_id: RequestId, error: JsonRpcError) -> None:
         self.metrics.client_errors.labels(str(error.code)).inc()
-        await self._to_client(self.routes.fail(request_id, error).text)
+        await self._to_client(self.gate.reply(self.routes.fail(request_id, error).text))
 
     # -- requests the router answers or routes itself ------------------------------------------------
 
     async def _handle(self, duty: Duty, request: Request, session_id: SessionId | None) -> None:
         if duty is Duty.INITIALIZE:
-            await self._to_client(self.routes.answer(request.id, self.pool.capabilities()).text)
+            capabilities = self.gate.capabilities(self.pool.capabilities())
+            await self._to_client(self.routes.answer(request.id, capabilities).text)
         elif duty is Duty.AUTHENTICATE:  # the core keeps it, to replay on links opened later
             await self._to_client(self.routes.answer(request.id, {}).text)
         elif duty is Duty.PLACE:
@@ -222,7 +239,9 @@ class ClientConnection:
             await link.run(
                 self.routes.initialize,
                 self.routes.authenticate,
-                lambda message: self._do(self.routes.receive_backend(link.backend, message)),
+                lambda message: self._do(
+                    self.routes.receive_backend(link.backend, self.gate.outbound(message))
+                ),
             )
         except BackendLinkLost as exc:
             reason = str((exc.data or {}).get("reason", exc.message))

@@ -90,6 +90,9 @@ class RouterSection(_Section):
     allowed_origins: list[str] = []
     #: client WebSockets open at once from one client address (more get HTTP 429)
     max_connections_per_address: Annotated[int, Field(gt=0)] = 1000
+    #: session/new and session/fork per minute, from one address and in all (-32014)
+    new_sessions_per_minute_per_address: Annotated[int, Field(gt=0)] = 600
+    new_sessions_per_minute: Annotated[int, Field(gt=0)] = 60_000
 
     @field_validator("listen", "metrics_listen")
     @classmethod

@@ -1,0 +1,97 @@
+"""What one client connection may do past the front door: the new-session quota of its
+address and of the process, and (with ``[auth] bind_sessions``) the sealing of the
+session ids it sees (:mod:`router.core.ownership`).
+
+The :class:`Gatekeeper` is the application's (the buckets, the clock, the seal); each
+client connection gets a :class:`Gate` from it, which the connection applies where
+frames enter (:meth:`Gate.inbound`) and leave (:meth:`Gate.outbound`, :meth:`Gate.reply`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from router.core.frontdoor import Principal
+from router.core.ownership import Ownership, SessionSeal
+from router.core.quotas import SessionQuota
+from router.protocol import acp
+from router.protocol.errors import JsonRpcError, TooManyNewSessions
+from router.protocol.jsonrpc import Message, Request, RequestId, encode_error
+from router.server.config import RouterSection
+from router.server.metrics import Metrics
+
+#: the metric label of each session limit
+_LIMIT_LABELS = {"address": "sessions_per_address", "process": "sessions"}
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A client frame stopped at the gate: ``text`` is its answer (None: a notification,
+    dropped). It goes to the client as it is, never through :meth:`Gate.reply`."""
+
+    text: str | None
+    code: int
+
+
+class Gatekeeper:
+    def __init__(
+        self,
+        router: RouterSection,
+        metrics: Metrics,
+        clock: Callable[[], float],
+        seal: SessionSeal | None,
+    ) -> None:
+        self.quota = SessionQuota(
+            router.new_sessions_per_minute_per_address,
+            router.new_sessions_per_minute,
+            max_addresses=router.max_connections,
+        )
+        self.metrics = metrics
+        self.clock = clock
+        self.seal = seal
+
+    def gate(self, address: str, principal: Principal) -> Gate:
+        ownership = Ownership(self.seal, principal) if self.seal is not None else None
+        return Gate(self, address, ownership)
+
+
+class Gate:
+    def __init__(self, keeper: Gatekeeper, address: str, ownership: Ownership | None) -> None:
+        self._keeper = keeper
+        self._address = address
+        self._ownership = ownership
+
+    def inbound(self, message: Message) -> Message | Refusal:
+        """A client's message as the router routes it, or why it goes no further."""
+        try:
+            if isinstance(message, Request) and message.method in acp.CREATING:
+                self._count_new_session()
+            return message if self._ownership is None else self._ownership.inbound(message)
+        except JsonRpcError as exc:
+            request_id: RequestId | None = message.id if isinstance(message, Request) else None
+            text = encode_error(request_id, exc) if request_id is not None else None
+            return Refusal(text, exc.code)
+
+    def _count_new_session(self) -> None:
+        refused = self._keeper.quota.admit(self._address, self._keeper.clock())
+        if refused is not None:
+            scope, wait = refused
+            self._keeper.metrics.limited.labels(_LIMIT_LABELS[scope]).inc()
+            raise TooManyNewSessions(scope, math.ceil(wait * 1000))
+
+    def outbound(self, message: Message) -> Message:
+        """A backend's message as the client may see it."""
+        return message if self._ownership is None else self._ownership.outbound(message)
+
+    def reply(self, text: str) -> str:
+        """A reply the router made, as the client may see it."""
+        return text if self._ownership is None else self._ownership.reply(text)
+
+    def capabilities(self, capabilities: dict[str, Any]) -> dict[str, Any]:
+        """What the router advertises to this client."""
+        return (
+            capabilities if self._ownership is None else self._ownership.capabilities(capabilities)
+        )
