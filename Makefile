@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench haproxy clean
 
 $(BIN)/acp-router: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +25,14 @@ lint: install                ## ruff, ruff format --check, mypy --strict, and th
 test: lint                   ## lint, then the test suite with the branch-coverage floor
 	$(BIN)/pytest --cov --cov-report=term
 
-bench: install               ## run the benchmarks (ratios against a baseline measured in the same run)
+bench: install               ## run the benchmarks (ratios against baselines measured in the same run)
+	@command -v haproxy >/dev/null 2>&1 || $(MAKE) --no-print-directory haproxy \
+		|| echo "bench: could not install haproxy; the bench skips its rows"
 	$(BIN)/python -m bench
+
+haproxy:                     ## HAProxy, the bench's reference hop (Debian package; needs root)
+	apt-get install -y -qq haproxy >/dev/null || \
+		{ apt-get update -qq && apt-get install -y -qq haproxy >/dev/null; }
 
 clean:
 	rm -rf $(VENV) .venv-* .mypy_cache .pytest_cache .ruff_cache .coverage .coverage.* htmlcov build dist

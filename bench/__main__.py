@@ -1,29 +1,35 @@
 """``python -m bench``: every benchmark, as ratios against same-run baselines.
 
-In-process benchmarks (envelope, placement) run first; then three reference agents
-and two router subprocesses start (one router in front of agent-1 alone for
-forwarding, one in front of all three for locate) and the wire benchmarks run.
+In-process benchmarks (envelope, placement) run first; then the wire benchmarks
+start their processes: a reference agent, the bare forwarder, HAProxy (when
+installed) and a router in front of the agent for forwarding; one process serving
+1,000 scripted backends, and routers in front of 1 to 1,000 of them, for locate,
+memory and the storm.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from bench import envelope, forwarding, locate, placement
+from bench import envelope, forwarding, locate, memory, placement, storm
 from bench.fleet import start_fleet
-from bench.ratios import Budget, Row
+from bench.observe import raise_open_files
+from bench.ratios import Budget, Result
 from bench.report import table, write_json
 
-BENCHES = ("envelope", "placement", "forwarding", "locate")
+BENCHES = ("envelope", "placement", "forwarding", "locate", "memory", "storm")
+SCRIPTED = {"locate": max(locate.POOLS), "memory": 1, "storm": storm.BACKENDS}
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="smaller batches, 5 rounds (~20 s)")
+    parser.add_argument("--quick", action="store_true", help="smaller batches, 5 rounds (~1 min)")
     parser.add_argument("--rounds", type=int, metavar="N", help="interleaved rounds (default 9)")
     parser.add_argument("--only", choices=BENCHES, action="append", help="run only these")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write results here")
@@ -37,37 +43,58 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("--rounds must be at least 1")
     budget = Budget(rounds, args.quick)
     chosen = set(args.only or BENCHES)
+    notes: list[str] = []
+    raise_open_files()
     started = time.perf_counter()
-    rows = _in_process(chosen, budget) + asyncio.run(_on_the_wire(chosen, budget))
+    results = _in_process(chosen, budget) + asyncio.run(_on_the_wire(chosen, budget, notes))
     seconds = time.perf_counter() - started
-    print(table(rows, budget, seconds))
+    print(table(results, budget, seconds, notes))
     if args.json is not None:
-        write_json(args.json, rows, budget, seconds)
+        write_json(args.json, results, budget, seconds, notes)
     return 0
 
 
-def _in_process(chosen: set[str], budget: Budget) -> list[Row]:
-    rows = []
+def _in_process(chosen: set[str], budget: Budget) -> list[Result]:
+    results: list[Result] = []
     if "envelope" in chosen:
-        rows += envelope.run(budget)
+        with _progress("envelope"):
+            results += envelope.run(budget)
     if "placement" in chosen:
-        rows += placement.run(budget)
-    return rows
+        with _progress("placement"):
+            results += placement.run(budget)
+    return results
 
 
-async def _on_the_wire(chosen: set[str], budget: Budget) -> list[Row]:
-    if not chosen & {"forwarding", "locate"}:
-        return []
-    rows = []
-    async with start_fleet(3) as fleet:
-        agent = fleet.agents[0]
+async def _on_the_wire(chosen: set[str], budget: Budget, notes: list[str]) -> list[Result]:
+    results: list[Result] = []
+    async with start_fleet(1 if "forwarding" in chosen else 0) as fleet:
         if "forwarding" in chosen:
-            async with fleet.router("router-forwarding", [agent]) as router:
-                rows += await forwarding.run(fleet, agent, router, budget)
-        if "locate" in chosen:
-            async with fleet.router("router-locate", fleet.agents) as router:
-                rows += await locate.run(fleet, router, budget)
-    return rows
+            agent = fleet.agents[0]
+            with _progress("forwarding"):
+                async with fleet.router("router-forwarding", [agent.backend]) as router:
+                    results += await forwarding.run(fleet, agent, router, budget, notes)
+        scripted = max((SCRIPTED[name] for name in chosen if name in SCRIPTED), default=0)
+        if scripted:
+            async with fleet.scripted(scripted) as backends:
+                if "locate" in chosen:
+                    with _progress("locate"):
+                        results += await locate.run(fleet, backends, budget)
+                if "storm" in chosen:
+                    with _progress("storm"):
+                        results += await storm.run(fleet, backends, budget)
+                if "memory" in chosen:
+                    with _progress("memory"):
+                        results += await memory.run(fleet, backends, budget, notes)
+    return results
+
+
+@contextlib.contextmanager
+def _progress(name: str) -> Iterator[None]:
+    """One line on stderr per bench, so a long run shows where it is."""
+    started = time.perf_counter()
+    print(f"bench: {name} ...", file=sys.stderr, flush=True)
+    yield
+    print(f"bench: {name} done in {time.perf_counter() - started:.0f} s", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,12 @@
-"""Processes for the benchmarks: reference agents and routers, each its own subprocess.
+"""Processes for the benchmarks, each its own subprocess: reference agents, many
+scripted backends in one process, the bare forwarder, HAProxy, and routers.
 
-Everything is on loopback, port 0. A child is ready once it prints its one
-announcement line (a router, once ``/readyz`` also counts all its backends up);
-its stderr goes to a log file in the run's temporary folder, quoted when it fails
-to start. On exit every child gets SIGTERM, then SIGKILL if it lingers. Agents and
-routers log at WARNING, so what is measured is the data path, not log lines.
+Everything is on loopback, port 0 where the program allows it. A child is ready
+once it prints its one announcement line (a router, once ``/readyz`` also counts all
+its backends up; HAProxy, once its port accepts); its stderr goes to a log file in
+the run's temporary folder, quoted when it fails to start. On exit every child gets
+SIGTERM, then SIGKILL if it lingers. Agents and routers log at WARNING, so what is
+measured is the data path, not log lines.
 """
 
 from __future__ import annotations
@@ -12,15 +14,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
+import socket
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 
+from bench import passthrough, scripted
 from bench.wire import WAIT, BenchError
+
+#: what a router config's [[backends]] gets: (id, url)
+Backend = tuple[str, str]
+RouterOption = bool | int | float | str
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,19 +38,51 @@ class Child:
     url: str
     process: asyncio.subprocess.Process
 
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def backend(self) -> Backend:
+        return (self.name, self.url)
+
+
+@dataclass(frozen=True, slots=True)
+class Scripted:
+    """``len(urls)`` scripted backends served by one process (see :mod:`bench.scripted`)."""
+
+    process: Child
+    urls: list[str]
+
+    def backends(self, count: int) -> list[Backend]:
+        return [(scripted.backend_id(i), url) for i, url in enumerate(self.urls[:count])]
+
 
 @dataclass(frozen=True, slots=True)
 class Fleet:
-    """Agents sharing one session store, and the means to put routers in front of them."""
+    """A run's folder and HTTP client, and the means to start processes in it."""
 
     folder: Path
+    #: no connection limit: the memory and storm benches hold thousands of WebSockets
     http: aiohttp.ClientSession
     agents: list[Child]
 
     def router(
-        self, name: str, backends: Sequence[Child]
+        self, name: str, backends: Sequence[Backend], **sections: Mapping[str, RouterOption]
     ) -> contextlib.AbstractAsyncContextManager[Child]:
-        return _router(self, name, backends)
+        """A router in front of ``backends``; ``sections`` add keys to its config's sections
+        (``router={"compression": False}``)."""
+        return _router(self, name, backends, sections)
+
+    def scripted(self, count: int) -> contextlib.AbstractAsyncContextManager[Scripted]:
+        return _scripted(self, count)
+
+    def passthrough(self, target: str) -> contextlib.AbstractAsyncContextManager[Child]:
+        args = ["-m", "bench.passthrough", target]
+        return _child(self.folder, "passthrough", args, passthrough.READY)
+
+    def haproxy(self, target: str) -> contextlib.AbstractAsyncContextManager[Child]:
+        return _haproxy(self, target)
 
 
 @contextlib.asynccontextmanager
@@ -51,7 +92,8 @@ async def start_fleet(agents: int) -> AsyncIterator[Fleet]:
         store = root / "store"
         store.mkdir()
         async with contextlib.AsyncExitStack() as stack:
-            http = await stack.enter_async_context(aiohttp.ClientSession())
+            connector = aiohttp.TCPConnector(limit=0)
+            http = await stack.enter_async_context(aiohttp.ClientSession(connector=connector))
             started = await asyncio.gather(
                 *(
                     stack.enter_async_context(_agent(root, store, f"agent-{n}"))
@@ -63,36 +105,127 @@ async def start_fleet(agents: int) -> AsyncIterator[Fleet]:
 
 def _agent(root: Path, store: Path, name: str) -> contextlib.AbstractAsyncContextManager[Child]:
     args = ["agent", "--listen", "127.0.0.1:0", "--store", str(store), "--id", name]
-    return _child(root, name, args, f"agent {name} listening on ")
+    return _child(root, name, _router_args(args), f"agent {name} listening on ")
+
+
+def _router_args(args: list[str]) -> list[str]:
+    return ["-m", "router", "--log-level", "WARNING", *args]
 
 
 @contextlib.asynccontextmanager
-async def _router(fleet: Fleet, name: str, backends: Sequence[Child]) -> AsyncIterator[Child]:
+async def _router(
+    fleet: Fleet,
+    name: str,
+    backends: Sequence[Backend],
+    sections: Mapping[str, Mapping[str, RouterOption]],
+) -> AsyncIterator[Child]:
     config = fleet.folder / f"{name}.toml"
-    config.write_text(_config(backends))
-    args = ["serve", "--config", str(config)]
+    config.write_text(_config(backends, sections))
+    args = _router_args(["serve", "--config", str(config)])
     async with _child(fleet.folder, name, args, "acp-router listening on ") as router:
         await _wait_ready(fleet.http, router, len(backends))
         yield router
 
 
-def _config(backends: Sequence[Child]) -> str:
-    lines = ["[router]", 'listen = "127.0.0.1:0"']
-    for backend in backends:
-        lines += ["", "[[backends]]", f'id = "{backend.name}"', f'url = "{backend.url}"']
+def _config(backends: Sequence[Backend], sections: Mapping[str, Mapping[str, RouterOption]]) -> str:
+    tables = {"router": {"listen": "127.0.0.1:0"}, **sections}
+    lines = []
+    for section, keys in tables.items():
+        lines += [f"[{section}]", *(f"{key} = {_toml(value)}" for key, value in keys.items()), ""]
+    for backend_id, url in backends:
+        lines += ["[[backends]]", f'id = "{backend_id}"', f'url = "{url}"', ""]
     return "\n".join(lines) + "\n"
+
+
+def _toml(value: RouterOption) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return f'"{value}"' if isinstance(value, str) else repr(value)
 
 
 async def _wait_ready(http: aiohttp.ClientSession, router: Child, backends: int) -> None:
     """Poll ``/readyz`` (bounded) until it counts every backend up."""
     url = router.url.removesuffix("/acp").replace("ws://", "http://") + "/readyz"
     expected = f"ready: {backends} backend(s) up"
-    async with asyncio.timeout(WAIT):
+    async with asyncio.timeout(WAIT * 4):
         while True:
             async with http.get(url) as response:
                 if expected in await response.text():
                     return
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.05)  # polling an HTTP endpoint: there is no event to wait on
+
+
+@contextlib.asynccontextmanager
+async def _scripted(fleet: Fleet, count: int) -> AsyncIterator[Scripted]:
+    urls = fleet.folder / f"scripted-{count}.urls"
+    args = ["-m", "bench.scripted", "--count", str(count), "--urls", str(urls)]
+    async with _child(fleet.folder, f"scripted-{count}", args, scripted.READY) as child:
+        yield Scripted(child, urls.read_text().split())
+
+
+def haproxy_missing() -> str | None:
+    """Why HAProxy cannot take part in this run, or None when it can."""
+    if shutil.which("haproxy") is None:
+        return "haproxy is not installed (Debian: apt-get install haproxy; `make bench` tries)"
+    return None
+
+
+def _free_port() -> int:
+    """A loopback port free now (HAProxy takes a port in its config, not port 0)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+HAPROXY_CONFIG = """\
+global
+    maxconn 4096
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+    timeout tunnel 1h
+frontend acp
+    bind 127.0.0.1:{port}
+    default_backend agent
+backend agent
+    server agent {target}
+"""
+
+
+@contextlib.asynccontextmanager
+async def _haproxy(fleet: Fleet, target: str) -> AsyncIterator[Child]:
+    """HAProxy in HTTP mode in front of ``target``: a byte tunnel after the upgrade."""
+    port = _free_port()
+    address = target.removeprefix("ws://").partition("/")[0]
+    config = fleet.folder / "haproxy.cfg"
+    config.write_text(HAPROXY_CONFIG.format(port=port, target=address))
+    log = fleet.folder / "haproxy.log"
+    with log.open("wb") as errors:
+        process = await asyncio.create_subprocess_exec(
+            "haproxy", "-db", "-f", str(config),
+            stdin=asyncio.subprocess.DEVNULL, stdout=errors, stderr=errors,
+        )  # fmt: skip
+    try:
+        await _until_accepting(port, process, log)
+        yield Child("haproxy", f"ws://127.0.0.1:{port}/acp", process)
+    finally:
+        await _stop(process)
+
+
+async def _until_accepting(port: int, process: asyncio.subprocess.Process, log: Path) -> None:
+    async with asyncio.timeout(WAIT):
+        while True:
+            if process.returncode is not None:
+                raise BenchError(f"haproxy exited: {_tail(log)}")
+            with contextlib.suppress(OSError):
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                await writer.wait_closed()
+                return
+            await asyncio.sleep(0.05)  # nothing to wait on but the port
 
 
 @contextlib.asynccontextmanager
@@ -100,7 +233,8 @@ async def _child(root: Path, name: str, args: list[str], prefix: str) -> AsyncIt
     log = root / f"{name}.log"
     with log.open("wb") as errors:
         process = await asyncio.create_subprocess_exec(
-            *[sys.executable, "-m", "router", "--log-level", "WARNING", *args],
+            sys.executable,
+            *args,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=errors,
@@ -109,7 +243,7 @@ async def _child(root: Path, name: str, args: list[str], prefix: str) -> AsyncIt
     try:
         line = await _first_line(process)
         if not line.startswith(prefix):
-            raise BenchError(f"{name} did not start: {line!r}\n{log.read_text()[-2000:]}")
+            raise BenchError(f"{name} did not start: {line!r}\n{_tail(log)}")
         drain = asyncio.create_task(_discard(process))
         try:
             yield Child(name, line.removeprefix(prefix), process)
@@ -120,10 +254,14 @@ async def _child(root: Path, name: str, args: list[str], prefix: str) -> AsyncIt
         await _stop(process)
 
 
+def _tail(log: Path) -> str:
+    return log.read_text()[-2000:]
+
+
 async def _first_line(process: asyncio.subprocess.Process) -> str:
     assert process.stdout is not None
     with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(WAIT):
+        async with asyncio.timeout(WAIT * 2):
             return (await process.stdout.readline()).decode().rstrip("\n")
     return ""
 
@@ -139,7 +277,7 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
     if process.returncode is None:
         process.terminate()
     try:
-        async with asyncio.timeout(WAIT):
+        async with asyncio.timeout(WAIT * 2):
             await process.wait()
     except TimeoutError:
         process.kill()

@@ -1,35 +1,50 @@
-"""Forwarding: ``session/prompt`` on attached sessions, through the router vs. direct.
+"""Forwarding: ``session/prompt`` on attached sessions to one reference agent, directly
+and through each hop in the same run.
 
-Two connections from this process: one straight to an agent (the baseline) and one
-to a router subprocess whose only backend is that agent. Each prompt is answered by
-one ``session/update`` chunk and the response, so a round trip is one frame out and
-two back. Per round, in alternating order:
+Hops: the router (a subprocess whose only backend is the agent), the bare aiohttp
+pass-through forwarder of :mod:`bench.passthrough` (no parsing at all), and HAProxy
+in HTTP mode (a byte tunnel after the upgrade) when it is installed. Each prompt is
+answered by one ``session/update`` chunk and the response, so a round trip is one
+frame out and two back. Per round, every side in rotating order:
 
 * latency: prompts one at a time on one session; p50 and p99 of each side;
 * throughput: a window of sessions on the connection, each with one prompt always
   in flight (an agent runs one turn per session at a time), for a fixed count.
+
+The hops are held against each other too: "added latency" is a hop's p50 minus
+direct's p50 in the same round, so router/forwarder is the router's price per hop
+in units of the cheapest aiohttp hop there is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from bench.fleet import Child, Fleet
-from bench.ratios import Budget, Row, micro, percentile, rotated, row
+from bench.fleet import Child, Fleet, haproxy_missing
+from bench.ratios import Budget, Result, Target, micro, percentile, rotated, row
 from bench.wire import AcpSocket, BenchError, prompt_params
 
 T = TypeVar("T")
 
 BENCH = "forwarding"
+DIRECT = "direct"
+ROUTER = "router"
+FORWARDER = "forwarder"
+HAPROXY = "haproxy"
 BASELINE = "client -> agent direct"
 PROMPT = "Summarise the routing table of this repository in two sentences, please."
+TURN = Target("prompt turn through the router <= 1.3x direct (p50)", 1.3)
+ADDED = Target("router's added latency <= 1.2x the bare forwarder's (p50)", 1.2)
+PIPELINED = Target("router's pipelined throughput >= 0.8x the bare forwarder's", 0.8, False)
 
 
 @dataclass(frozen=True, slots=True)
 class Side:
+    name: str
     socket: AcpSocket
     sessions: list[str]
 
@@ -41,47 +56,96 @@ class Sizes:
     window: int
 
 
-async def run(fleet: Fleet, agent: Child, router: Child, budget: Budget) -> list[Row]:
-    sizes = Sizes(latency=budget.size(1500, 1000), throughput=budget.size(4000, 3000), window=32)
-    async with (
-        AcpSocket.connect(fleet.http, router.url) as via_router,
-        AcpSocket.connect(fleet.http, agent.url) as direct,
-    ):
-        sides = [await _side(direct, sizes.window), await _side(via_router, sizes.window)]
+@dataclass(frozen=True, slots=True)
+class Round:
+    p50: dict[str, float]
+    p99: dict[str, float]
+    rate: dict[str, float]
+
+
+async def run(
+    fleet: Fleet, agent: Child, router: Child, budget: Budget, notes: list[str]
+) -> list[Result]:
+    sizes = Sizes(latency=budget.size(1500, 400), throughput=budget.size(4000, 800), window=32)
+    async with contextlib.AsyncExitStack() as stack:
+        urls = {DIRECT: agent.url, ROUTER: router.url}
+        urls[FORWARDER] = (await stack.enter_async_context(fleet.passthrough(agent.url))).url
+        missing = haproxy_missing()
+        if missing is None:
+            urls[HAPROXY] = (await stack.enter_async_context(fleet.haproxy(agent.url))).url
+        else:
+            notes.append(f"forwarding: no HAProxy rows: {missing}")
+            print(f"bench: skipping HAProxy: {missing}", flush=True)
+        sides = []
+        for name, url in urls.items():
+            socket = await stack.enter_async_context(AcpSocket.connect(fleet.http, url))
+            sides.append(await _side(name, socket, sizes.window))
         for side in sides:  # warm up: links open, code paths hot
             await _latency(side, sizes.latency // 4)
             await _throughput(side, sizes.throughput // 4)
-        return await _rounds(sides, sizes, budget.rounds)
+        rounds = [await _round(sides, sizes, index) for index in range(budget.rounds)]
+    return _rows(rounds, [side.name for side in sides], sizes)
 
 
-async def _side(socket: AcpSocket, window: int) -> Side:
-    return Side(socket, [await socket.new_session() for _ in range(window)])
+async def _side(name: str, socket: AcpSocket, window: int) -> Side:
+    return Side(name, socket, [await socket.new_session() for _ in range(window)])
 
 
-async def _rounds(sides: list[Side], sizes: Sizes, rounds: int) -> list[Row]:
-    p50: list[tuple[float, float]] = []
-    p99: list[tuple[float, float]] = []
-    rate: list[tuple[float, float]] = []
-    for index in range(rounds):
-        latency = await _both(sides, index, lambda side: _latency(side, sizes.latency))
-        direct, routed = latency[0], latency[1]
-        p50.append((percentile(routed, 50), percentile(direct, 50)))
-        p99.append((percentile(routed, 99), percentile(direct, 99)))
-        speed = await _both(sides, index, lambda side: _throughput(side, sizes.throughput))
-        rate.append((speed[1], speed[0]))
-    return [
-        row(BENCH, "prompt round trip p50", BASELINE, micro(p50), "us"),
-        row(BENCH, "prompt round trip p99", BASELINE, micro(p99), "us"),
-        row(BENCH, f"pipelined prompts/s (window {sizes.window})", BASELINE, rate, "msg/s"),
-    ]
+async def _round(sides: list[Side], sizes: Sizes, index: int) -> Round:
+    latency = await _each(sides, index, lambda side: _latency(side, sizes.latency))
+    rate = await _each(sides, index, lambda side: _throughput(side, sizes.throughput))
+    return Round(
+        {name: percentile(samples, 50) for name, samples in latency.items()},
+        {name: percentile(samples, 99) for name, samples in latency.items()},
+        rate,
+    )
 
 
-async def _both(sides: list[Side], index: int, measure: Callable[[Side], Awaitable[T]]) -> list[T]:
-    """``measure`` on each side, in alternating order; results in the order of ``sides``."""
-    results: dict[int, T] = {}
-    for position in rotated(range(len(sides)), index):
-        results[position] = await measure(sides[position])
-    return [results[position] for position in range(len(sides))]
+def _rows(rounds: Sequence[Round], names: list[str], sizes: Sizes) -> list[Result]:
+    hops = [name for name in names if name != DIRECT]
+    pipelined = f"pipelined prompts/s (window {sizes.window})"
+    rows: list[Result] = []
+    for hop in hops:
+        pairs = [(r.p50[hop], r.p50[DIRECT]) for r in rounds]
+        target = TURN if hop == ROUTER else None
+        rows.append(
+            row(BENCH, f"prompt round trip p50, {hop}", BASELINE, micro(pairs), "us", target)
+        )
+    for hop in hops:
+        pairs = [(r.p99[hop], r.p99[DIRECT]) for r in rounds]
+        rows.append(row(BENCH, f"prompt round trip p99, {hop}", BASELINE, micro(pairs), "us"))
+    for hop in hops:
+        pairs = [(r.rate[hop], r.rate[DIRECT]) for r in rounds]
+        rows.append(row(BENCH, f"{pipelined}, {hop}", BASELINE, pairs, "msg/s"))
+    for other in [hop for hop in hops if hop != ROUTER]:
+        forwarder = other == FORWARDER
+        added = [(r.p50[ROUTER] - r.p50[DIRECT], r.p50[other] - r.p50[DIRECT]) for r in rounds]
+        rows.append(
+            row(
+                BENCH,
+                "added latency p50, router",
+                f"added latency p50, {other}",
+                micro(added),
+                "us",
+                ADDED if forwarder else None,
+            )
+        )
+        rates = [(r.rate[ROUTER], r.rate[other]) for r in rounds]
+        target = PIPELINED if forwarder else None
+        rows.append(
+            row(BENCH, f"{pipelined}, router", f"the same, {other}", rates, "msg/s", target)
+        )
+    return rows
+
+
+async def _each(
+    sides: list[Side], index: int, measure: Callable[[Side], Awaitable[T]]
+) -> dict[str, T]:
+    """``measure`` on every side, starting with a different one each round."""
+    results: dict[str, T] = {}
+    for side in rotated(sides, index):
+        results[side.name] = await measure(side)
+    return results
 
 
 async def _latency(side: Side, count: int) -> list[float]:

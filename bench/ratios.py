@@ -31,6 +31,26 @@ class Budget:
 
 
 @dataclass(frozen=True, slots=True)
+class Target:
+    """A bound from issue 12 that a figure is held to: ``value <= limit`` (or ``>=``)."""
+
+    text: str
+    limit: float
+    at_most: bool = True
+
+    def holds(self, value: float) -> bool:
+        return value <= self.limit if self.at_most else value >= self.limit
+
+    def verdict(self, value: float) -> str:
+        """ "holds" or "misses", and by how much (value / limit)."""
+        word = "holds" if self.holds(value) else "misses"
+        return f"{word} ({value / self.limit:.2f}x the bound)" if self.limit else word
+
+    def to_json(self) -> dict[str, Any]:
+        return {"text": self.text, "limit": self.limit, "at_most": self.at_most}
+
+
+@dataclass(frozen=True, slots=True)
 class Row:
     bench: str
     measure: str
@@ -41,6 +61,7 @@ class Row:
     subject_median: float
     baseline_median: float
     unit: str
+    target: Target | None = None
 
     @property
     def median(self) -> float:
@@ -66,11 +87,40 @@ class Row:
             "subject_median": self.subject_median,
             "baseline_median": self.baseline_median,
             "unit": self.unit,
+            "target": self.target.to_json() if self.target else None,
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """A quantity with no baseline to divide by (a count, a size, CPU time), from this run."""
+
+    bench: str
+    measure: str
+    value: float
+    unit: str
+    target: Target | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bench": self.bench,
+            "measure": self.measure,
+            "value": self.value,
+            "unit": self.unit,
+            "target": self.target.to_json() if self.target else None,
+        }
+
+
+Result = Row | Figure
+
+
 def row(
-    bench: str, measure: str, baseline: str, pairs: Sequence[tuple[float, float]], unit: str
+    bench: str,
+    measure: str,
+    baseline: str,
+    pairs: Sequence[tuple[float, float]],
+    unit: str,
+    target: Target | None = None,
 ) -> Row:
     """A row from one ``(subject, baseline)`` pair per round."""
     return Row(
@@ -81,6 +131,7 @@ def row(
         statistics.median(subject for subject, _ in pairs),
         statistics.median(base for _, base in pairs),
         unit,
+        target,
     )
 
 

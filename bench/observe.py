@@ -1,0 +1,59 @@
+"""What the bench reads off a router process from outside: its CPU time and resident
+memory (``/proc/<pid>/stat`` and ``/proc/<pid>/status``, Linux), and counters from
+its ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from pathlib import Path
+
+import aiohttp
+
+#: clock ticks per second, the unit of utime and stime in /proc/<pid>/stat
+TICKS = os.sysconf("SC_CLK_TCK")
+#: open files the bench wants for itself and its children (10,000 clients through a
+#: router hold ~20,000 sockets in the router: client side and backend link)
+OPEN_FILES = 65536
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    # after the command: state(0) ppid ... utime is field 14 of the line, 11 here
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def raise_open_files() -> int:
+    """Raise RLIMIT_NOFILE as far as allowed (children inherit it); the soft limit now.
+
+    As root the hard limit can go up too; otherwise the soft limit rises to the hard one.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= OPEN_FILES:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILES, max(hard, OPEN_FILES)))
+    except (ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+async def metric_sum(http: aiohttp.ClientSession, ws_url: str, name: str) -> float:
+    """The sum over every label set of the sample ``name`` on the router's /metrics."""
+    url = ws_url.removesuffix("/acp").replace("ws://", "http://") + "/metrics"
+    async with http.get(url) as response:
+        text = await response.text()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and line[len(name) : len(name) + 1] in ("{", " "):
+            total += float(line.rpartition(" ")[2])
+    return total
