@@ -33,6 +33,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, metavar="N", help="interleaved rounds (default 9)")
     parser.add_argument("--only", choices=BENCHES, action="append", help="run only these")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write results here")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="run each router under pyinstrument and save its profile in DIR"
+        " (render one with: pyinstrument --load DIR/router-....pyisession)",
+    )
     return parser
 
 
@@ -46,7 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     notes: list[str] = []
     raise_open_files()
     started = time.perf_counter()
-    results = _in_process(chosen, budget) + asyncio.run(_on_the_wire(chosen, budget, notes))
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        notes.append(f"routers ran under pyinstrument (profiles in {args.profile}): slower")
+    wire = _on_the_wire(chosen, budget, notes, args.profile)
+    results = _in_process(chosen, budget) + asyncio.run(wire)
     seconds = time.perf_counter() - started
     print(table(results, budget, seconds, notes))
     if args.json is not None:
@@ -65,9 +76,11 @@ def _in_process(chosen: set[str], budget: Budget) -> list[Result]:
     return results
 
 
-async def _on_the_wire(chosen: set[str], budget: Budget, notes: list[str]) -> list[Result]:
+async def _on_the_wire(
+    chosen: set[str], budget: Budget, notes: list[str], profile: Path | None
+) -> list[Result]:
     results: list[Result] = []
-    async with start_fleet(1 if "forwarding" in chosen else 0) as fleet:
+    async with start_fleet(1 if "forwarding" in chosen else 0, profile) as fleet:
         if "forwarding" in chosen:
             agent = fleet.agents[0]
             with _progress("forwarding"):

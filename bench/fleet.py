@@ -66,6 +66,8 @@ class Fleet:
     #: no connection limit: the memory and storm benches hold thousands of WebSockets
     http: aiohttp.ClientSession
     agents: list[Child]
+    #: when set, routers run under pyinstrument and save their profile here on exit
+    profile: Path | None = None
 
     def router(
         self, name: str, backends: Sequence[Backend], **sections: Mapping[str, RouterOption]
@@ -86,7 +88,7 @@ class Fleet:
 
 
 @contextlib.asynccontextmanager
-async def start_fleet(agents: int) -> AsyncIterator[Fleet]:
+async def start_fleet(agents: int, profile: Path | None = None) -> AsyncIterator[Fleet]:
     with tempfile.TemporaryDirectory(prefix="acp-bench-") as folder:
         root = Path(folder)
         store = root / "store"
@@ -100,7 +102,7 @@ async def start_fleet(agents: int) -> AsyncIterator[Fleet]:
                     for n in range(1, agents + 1)
                 )
             )
-            yield Fleet(root, http, list(started))
+            yield Fleet(root, http, list(started), profile)
 
 
 def _agent(root: Path, store: Path, name: str) -> contextlib.AbstractAsyncContextManager[Child]:
@@ -122,6 +124,9 @@ async def _router(
     config = fleet.folder / f"{name}.toml"
     config.write_text(_config(backends, sections))
     args = _router_args(["serve", "--config", str(config)])
+    if fleet.profile is not None:
+        session = fleet.profile / f"{name}.pyisession"
+        args = ["-m", "pyinstrument", "--interval", "0.0005", "-o", str(session), *args]
     async with _child(fleet.folder, name, args, "acp-router listening on ") as router:
         await _wait_ready(fleet.http, router, len(backends))
         yield router

@@ -66,7 +66,7 @@ class Round:
 async def run(
     fleet: Fleet, agent: Child, router: Child, budget: Budget, notes: list[str]
 ) -> list[Result]:
-    sizes = Sizes(latency=budget.size(1500, 400), throughput=budget.size(4000, 800), window=32)
+    sizes = Sizes(latency=budget.size(1000, 400), throughput=budget.size(2000, 800), window=32)
     async with contextlib.AsyncExitStack() as stack:
         urls = {DIRECT: agent.url, ROUTER: router.url}
         urls[FORWARDER] = (await stack.enter_async_context(fleet.passthrough(agent.url))).url
