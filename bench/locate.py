@@ -89,9 +89,14 @@ class Pool:
 
 
 def samples_per_round(pool: int, budget: Budget) -> int:
-    full = {1: 30, 10: 30, 100: 15, 1000: 6}
+    full = {1: 20, 10: 20, 100: 10, 1000: 4}
     quick = {1: 8, 10: 8, 100: 4, 1000: 2}
     return budget.size(full[pool], quick[pool])
+
+
+def rounds(pool: int, budget: Budget) -> int:
+    """Fewer rounds where each is long (a cold locate at 1,000 backends is ~0.2 s)."""
+    return min(budget.rounds, 3 if budget.quick else 9 if pool <= 10 else 6)
 
 
 async def run(fleet: Fleet, backends: Scripted, budget: Budget) -> list[Result]:
@@ -120,7 +125,7 @@ async def _pool(
             await _warm(pool, pool.sessions(1, rng))  # opens the warm connection's link
         pairs: dict[str, list[tuple[float, float]]] = {}
         totals = {"cold": Totals(), "hinted": Totals()}
-        for index in range(min(budget.rounds, 3) if budget.quick else budget.rounds):
+        for index in range(rounds(size, budget)):
             cold = pool.sessions(count, rng)
             phases: dict[str, Callable[[], Awaitable[Phase]]] = {
                 "status": partial(_status, pool, count),

@@ -18,6 +18,7 @@ import resource
 
 from bench.clients import Crowd
 from bench.fleet import Fleet, Scripted
+from bench.locate import PROBE_SETTINGS
 from bench.observe import rss_bytes
 from bench.ratios import Budget, Figure, Result, Target
 
@@ -51,7 +52,8 @@ async def run(fleet: Fleet, backends: Scripted, budget: Budget, notes: list[str]
             "compression": compression,
             "max_connections": sizes[-1] + WARM + 100,
         }
-        async with fleet.router(name, backends.backends(1), router=options) as router:
+        pool = backends.backends(1)
+        async with fleet.router(name, pool, router=options, probe=PROBE_SETTINGS) as router:
             crowd = Crowd(fleet.http, compress=True)
             try:
                 await crowd.grow(WARM, router.url, _session)
