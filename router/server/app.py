@@ -71,6 +71,7 @@ def create_app(
     app = web.Application()
     app[SETTINGS] = settings
     app[METRICS] = metrics or Metrics()
+    app[METRICS].max_connections.set(settings.router.max_connections)
     app[SOCKETS] = OpenSockets()
     app[DRAINING] = Draining()
     app[DOOR] = DoorPolicy.of(settings.router.allowed_origins)

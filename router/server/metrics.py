@@ -57,6 +57,11 @@ class Metrics:
             "Client WebSocket connections open now",
             registry=registry,
         )
+        self.max_connections = Gauge(
+            "acp_router_max_connections",
+            "The configured router.max_connections: active connections beyond it get HTTP 503",
+            registry=registry,
+        )
         self.attached_sessions = Gauge(
             "acp_router_attached_sessions",
             "Sessions attached through this router, by backend",

@@ -1,0 +1,252 @@
+"""deploy/prometheus and deploy/grafana: the rules pass promtool, every metric a rule or a
+panel uses is exported by a running router, and a real Prometheus scrapes the compose
+topology, evaluates the rules and fires an alert on a real fault."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from router.server.config import load_settings
+from tests.prometheus_server import INTERVAL, PROMETHEUS, PROMTOOL, receive_alerts, run_prometheus
+from tests.support import WAIT
+from tests.topology import REPO, Topology, router_config_file, run_compose_topology
+
+PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
+DASHBOARD = REPO / "deploy" / "grafana" / "acp-router.json"
+#: series Prometheus makes itself for every target
+SYNTHETIC = {"up"}
+
+needs_promtool = pytest.mark.skipif(
+    PROMTOOL is None,
+    reason="promtool not installed (Debian package prometheus; .ci/run installs it)",
+)
+needs_prometheus = pytest.mark.skipif(
+    PROMETHEUS is None,
+    reason="prometheus not installed (Debian package prometheus; .ci/run installs it)",
+)
+
+
+# -- reading the expressions --------------------------------------------------------------------
+
+_PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and",
+                 "or", "unless", "offset", "inf", "nan"}  # fmt: skip
+
+
+def metric_names(expression: str) -> set[str]:
+    """The metric names a PromQL expression selects (Grafana variables allowed)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expression)  # label values may look like names
+    text = re.sub(r"\$\w+", "", text)
+    text = re.sub(r"\{[^}]*\}|\[[^\]]*\]", "", text)  # matchers and ranges
+    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
+    names = set()
+    for match in re.finditer(r"(?<![\w.])[A-Za-z_:][\w:]*", text):  # not the m of 1m
+        is_function = text[match.end() :].lstrip().startswith("(")
+        if not is_function and match.group().lower() not in _PROMQL_WORDS:
+            names.add(match.group())
+    return names
+
+
+def rules() -> list[dict[str, Any]]:
+    groups = yaml.safe_load((PROMETHEUS_DIR / "alerts.yml").read_text())["groups"]
+    return [rule for group in groups for rule in group["rules"]]
+
+
+def dashboard() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return data
+
+
+def panel_expressions() -> Iterator[tuple[str, str]]:
+    """(panel title, PromQL) of every panel target."""
+    for panel in dashboard()["panels"]:
+        for target in panel.get("targets", []):
+            yield panel["title"], target["expr"]
+
+
+def variable_expressions() -> Iterator[tuple[str, str]]:
+    """(variable name, the selector of its ``label_values(selector, label)`` query)."""
+    for variable in dashboard()["templating"]["list"]:
+        match = re.fullmatch(r"label_values\((.*),\s*\w+\)", variable["query"]["query"])
+        assert match, variable["name"]
+        yield variable["name"], match.group(1)
+
+
+def used_metrics() -> dict[str, set[str]]:
+    """Metric name -> where it is used."""
+    uses: dict[str, set[str]] = {}
+    sources = [(f"rule {r['alert']}", r["expr"]) for r in rules()]
+    sources += [(f"panel {t}", e) for t, e in panel_expressions()]
+    sources += [(f"variable {n}", e) for n, e in variable_expressions()]
+    for where, expression in sources:
+        names = metric_names(expression)
+        assert names, f"{where}: no metric in {expression!r}"
+        for name in names:
+            uses.setdefault(name, set()).add(where)
+    return uses
+
+
+def test_metric_names_are_read_from_promql() -> None:
+    expression = (
+        'sum by (job, le) (rate(acp_router_x_bucket{backend=~"a|b", instance=~"$instance"}[5m]))'
+        " / on (job) group_left sum(acp_router_y) > bool 0.5 and $__all unless up offset 1m"
+    )
+    assert metric_names(expression) == {"acp_router_x_bucket", "acp_router_y", "up"}
+
+
+# -- promtool -----------------------------------------------------------------------------------
+
+
+async def _promtool(*args: str) -> tuple[int, str]:
+    assert PROMTOOL is not None
+    process = await asyncio.create_subprocess_exec(
+        PROMTOOL, *args, cwd=PROMETHEUS_DIR,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    async with asyncio.timeout(30):
+        output, _ = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, output.decode()
+
+
+@needs_promtool
+async def test_promtool_checks_the_rules() -> None:
+    returncode, output = await _promtool("check", "rules", "alerts.yml")
+    assert returncode == 0, output
+    assert f"SUCCESS: {len(rules())} rules found" in output
+
+
+@needs_promtool
+async def test_promtool_unit_tests_pass() -> None:
+    returncode, output = await _promtool("test", "rules", "alerts_test.yml")
+    assert returncode == 0, output
+    assert "SUCCESS" in output
+
+
+def test_every_alert_has_a_unit_test_that_fires_it_and_one_that_does_not() -> None:
+    tests = yaml.safe_load((PROMETHEUS_DIR / "alerts_test.yml").read_text())
+    assert tests["rule_files"] == ["alerts.yml"]
+    cases = [case for test in tests["tests"] for case in test["alert_rule_test"]]
+    for rule in rules():
+        outcomes = {bool(c["exp_alerts"]) for c in cases if c["alertname"] == rule["alert"]}
+        assert outcomes == {True, False}, rule["alert"]
+        assert rule["annotations"]["summary"], rule["alert"]
+        assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
+
+
+# -- against a running router -------------------------------------------------------------------
+
+
+def exported_names(exposition: str) -> set[str]:
+    """Every sample name the exposition's families can carry, whether or not a labelled
+    family has a sample yet (a counter of locates shows none before the first locate)."""
+    suffixes = {
+        "counter": ("_total",),
+        "histogram": ("_bucket", "_sum", "_count"),
+        "summary": ("", "_sum", "_count"),
+    }
+    names: set[str] = set()
+    for family in text_string_to_metric_families(exposition):
+        names.update(family.name + suffix for suffix in suffixes.get(family.type, ("",)))
+    return names
+
+
+async def _scrape(topology: Topology) -> str:
+    async with aiohttp.ClientSession() as http, asyncio.timeout(WAIT):
+        async with http.get(f"{topology.base}/metrics") as response:
+            assert response.status == 200
+            return await response.text()
+
+
+async def test_every_metric_of_the_rules_and_dashboard_is_exported(tmp_path: Path) -> None:
+    async with run_compose_topology(tmp_path) as topology:
+        exposition = await _scrape(topology)
+    exported = exported_names(exposition) | SYNTHETIC
+    uses = used_metrics()
+    missing = {name: sorted(where) for name, where in uses.items() if name not in exported}
+    assert not missing, f"used but not exported by the router: {missing}"
+    assert len(uses) >= 20  # the extraction found the metrics, not just a few words
+    limit = load_settings(router_config_file()).router.max_connections
+    assert f"acp_router_max_connections {float(limit)}" in exposition
+
+
+# -- a real Prometheus --------------------------------------------------------------------------
+
+
+def _test_prometheus_config(topology: Topology, alertmanager: str, workdir: Path) -> dict[str, Any]:
+    """deploy/prometheus/prometheus.yml for the local topology: the router's address, a
+    1 s interval, the rules from alerts.yml with their ``for`` holds removed (promtool's
+    unit tests cover those; here the question is whether the expressions work on the
+    series a real router exports), and the alerts pushed to ``alertmanager``."""
+    config: dict[str, Any] = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
+    config["global"] = {"scrape_interval": INTERVAL, "evaluation_interval": INTERVAL}
+    alerts = yaml.safe_load((PROMETHEUS_DIR / "alerts.yml").read_text())
+    for group in alerts["groups"]:
+        for rule in group["rules"]:
+            rule.pop("for", None)
+    rule_file = workdir / "alerts.yml"
+    rule_file.write_text(yaml.safe_dump(alerts))
+    config["rule_files"] = [str(rule_file)]
+    [job] = config["scrape_configs"]
+    job["static_configs"] = [{"targets": [topology.address]}]
+    config["alerting"] = {
+        "alertmanagers": [{"api_version": "v2", "static_configs": [{"targets": [alertmanager]}]}]
+    }
+    return config
+
+
+def _grafana_to_promql(expression: str) -> str:
+    """A panel expression with Grafana's variables replaced as Grafana would."""
+    for variable, value in {"$__rate_interval": "5s", "$__range": "1m"}.items():
+        expression = expression.replace(variable, value)
+    return re.sub(r"\$\w+", ".*", expression)
+
+
+@needs_prometheus
+async def test_prometheus_scrapes_the_router_and_fires_an_alert(tmp_path: Path) -> None:
+    async with run_compose_topology(tmp_path) as topology, receive_alerts() as alertmanager:
+        config = _test_prometheus_config(topology, alertmanager.url, tmp_path)
+        async with run_prometheus(config, tmp_path) as prometheus:
+            stopped = topology.agents[-1]
+            assert await stopped.stop() == 0  # a real fault: one agent goes away
+
+            def backend_down(alert: dict[str, Any]) -> bool:
+                return bool(alert["labels"]["alertname"] == "AcpRouterBackendDown")
+
+            # Prometheus re-sends a firing alert after each evaluation of its group (resend
+            # delay 1 s): the second notice comes after a whole evaluation of every rule.
+            down = await alertmanager.wait_for(backend_down, count=2)
+            [up] = (await prometheus.api("query", query='up{job="acp-router"}'))["result"]
+            groups = (await prometheus.api("rules"))["groups"]
+            answers = {
+                title: await prometheus.api("query", query=_grafana_to_promql(expression))
+                for title, expression in panel_expressions()
+            }
+    assert up["metric"]["instance"] == topology.address
+    assert up["value"][1] == "1"
+    assert {alert["labels"]["backend"] for alert in down} == {stopped.agent_id}
+    assert down[0]["labels"]["instance"] == topology.address
+    assert down[0]["labels"]["severity"] == "warning"
+    # backends that stayed up never fired, nor did anything that needs every backend down
+    fired = {(a["labels"]["alertname"], a["labels"].get("backend")) for a in alertmanager.received}
+    assert fired == {("AcpRouterBackendDown", stopped.agent_id)}
+    [group] = groups
+    assert {rule["name"] for rule in group["rules"]} == {rule["alert"] for rule in rules()}
+    for rule in group["rules"]:
+        assert rule["health"] == "ok", rule
+    # every panel's query runs on the real series; the backend panel shows all three
+    assert all(answer["resultType"] == "vector" for answer in answers.values())
+    backend_up = {
+        sample["metric"]["backend"]: sample["value"][1]
+        for sample in answers["Backend up"]["result"]
+    }
+    assert backend_up == {"agent-1": "1", "agent-2": "1", "agent-3": "0"}
