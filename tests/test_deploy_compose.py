@@ -88,6 +88,9 @@ def test_dockerfile_copies_only_files_of_the_checkout() -> None:
     for *sources, _target in local:
         for source in sources:
             assert (REPO / source).exists(), f"COPY {source}: no such file in the build context"
+    copied = {source for *sources, _ in local for source in sources}
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert {"pyproject.toml", project["readme"], "router"} <= copied, "what the build reads"
     ignored = (REPO / ".dockerignore").read_text().splitlines()
     for *sources, _target in local:
         for source in sources:

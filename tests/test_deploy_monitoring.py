@@ -143,6 +143,12 @@ def test_every_alert_has_a_unit_test_that_fires_it_and_one_that_does_not() -> No
         assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
 
 
+def test_the_readme_lists_every_alert() -> None:
+    readme = (REPO / "README.md").read_text()
+    listed = set(re.findall(r"^\| `(AcpRouter\w+)` \|", readme, flags=re.MULTILINE))
+    assert listed == {rule["alert"] for rule in rules()}
+
+
 # -- against a running router -------------------------------------------------------------------
 
 
@@ -212,6 +218,7 @@ def _grafana_to_promql(expression: str) -> str:
 
 
 @needs_prometheus
+@pytest.mark.timeout(120)  # four processes and Prometheus on a shared 2-core machine
 async def test_prometheus_scrapes_the_router_and_fires_an_alert(tmp_path: Path) -> None:
     async with run_compose_topology(tmp_path) as topology, receive_alerts() as alertmanager:
         config = _test_prometheus_config(topology, alertmanager.url, tmp_path)
