@@ -42,6 +42,12 @@ class RouterUnderTest:
     def metric(self, name: str, **labels: str) -> float:
         return self.metrics.registry.get_sample_value(name, labels) or 0.0
 
+    async def wait_detached(self) -> None:
+        """Wait until no session is attached on any connection (the clients have left)."""
+        async with asyncio.timeout(WAIT):
+            while sum(self.pool.attached.values()):
+                await self.pool.attached_changed.wait()
+
     async def wait_backends(self, count: int) -> None:
         """Wait until exactly ``count`` backends are up."""
         async with asyncio.timeout(WAIT):

@@ -40,6 +40,7 @@ def test_minimal_config_takes_the_defaults() -> None:
     assert settings.router.policy is UnknownPolicy.FAIL_CLOSED
     assert settings.probe.timeout_ms == 500
     assert settings.cache.ttl_seconds == 30.0
+    assert settings.placement.decay_seconds == 300.0
 
 
 def test_full_config() -> None:
@@ -63,8 +64,10 @@ def test_full_config() -> None:
             "probe": {"timeout_ms": 250},
             "control": {"reconnect_initial_ms": 10, "reconnect_max_ms": 20, "heartbeat_seconds": 1},
             "cache": {"ttl_seconds": 5, "max_entries": 10},
+            "placement": {"decay_seconds": 60},
         }
     )
+    assert settings.placement.decay_seconds == 60.0
     assert settings.router.address == ("::1", 9000)
     assert settings.router.policy is UnknownPolicy.PLACE_ANYWAY
     assert [b.weight for b in settings.backends] == [2.0, 0.5]
@@ -157,6 +160,8 @@ def test_settings_are_frozen() -> None:
         (_with(control={"reconnect_max_ms": 0}), "control.reconnect_max_ms"),
         (_with(cache={"ttl_seconds": -1}), "cache.ttl_seconds"),
         (_with(cache={"max_entries": 0}), "cache.max_entries"),
+        (_with(placement={"decay_seconds": 0}), "placement.decay_seconds"),
+        (_with(placement={"half_life": 5}), "placement.half_life"),
         (_with(proxy={}), "proxy"),
         (_with(router={"tls_cert": "/c.pem"}), "router"),
         (_with(router={"tls_key": "/k.pem"}), "router"),

@@ -1,4 +1,4 @@
-"""router.core.placement: weighted rendezvous ranking."""
+"""router.core.placement: weighted rendezvous ranking, and spreading new sessions."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from collections import Counter
 import pytest
 
 from router.core import placement
-from router.core.placement import Node, Ranking
+from router.core.placement import Node, Ranking, Spread
+from router.protocol.ids import BackendId
 
 KEYS = [f"sess-{n}" for n in range(4000)]
 WEIGHTS = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0}
@@ -180,3 +181,66 @@ def test_scores_grow_with_the_mixed_hash() -> None:
         for mixed in (0, 2**32, 2**62, 2**63, placement._M64 - 2**20, placement._M64)
     ]
     assert scores == sorted(scores)
+
+
+# -- Spread: new sessions ------------------------------------------------------------------------
+
+EQUAL = [Node(BackendId(n)) for n in ("a", "b", "c")]
+NOBODY: dict[BackendId, int] = {}
+
+
+def test_one_session_clients_in_a_row_spread_evenly() -> None:
+    """Each client leaves before the next comes (nothing stays attached): on main all 12
+    went to one backend."""
+    spread = Spread(300.0, salt="replica-1")
+    placed = [spread.place(EQUAL, NOBODY, now=float(t)) for t in range(12)]
+    assert Counter(placed) == {"a": 4, "b": 4, "c": 4}
+    assert all(len(set(placed[i : i + 3])) == 3 for i in range(0, 12, 3))
+
+
+def test_weights_share_new_sessions() -> None:
+    spread = Spread(300.0)
+    nodes = [Node(BackendId("light"), 1.0), Node(BackendId("heavy"), 3.0)]
+    assert Counter(spread.place(nodes, NOBODY, now=0.0) for _ in range(40)) == {
+        "light": 10,
+        "heavy": 30,
+    }
+
+
+def test_attached_sessions_count_too() -> None:
+    spread = Spread(300.0)
+    attached = {BackendId("a"): 3}
+    placed = [spread.place(EQUAL, attached, now=0.0) for _ in range(6)]
+    assert Counter(placed) == {"b": 3, "c": 3}  # until they carry as much as a's three
+
+
+def test_placements_fade_with_the_half_life() -> None:
+    spread = Spread(10.0)
+    only_a = EQUAL[:1]
+    for _ in range(4):
+        assert spread.place(only_a, NOBODY, now=0.0) == "a"
+    assert spread.recent(BackendId("a"), 0.0) == 4.0
+    assert spread.recent(BackendId("a"), 10.0) == pytest.approx(2.0)
+    assert spread.recent(BackendId("a"), 30.0) == pytest.approx(0.5)
+    assert spread.recent(BackendId("b"), 30.0) == 0.0
+    # right after, "a" carries its four; much later it is a peer again
+    assert spread.place(EQUAL, NOBODY, now=0.0) != "a"
+    later = [spread.place(EQUAL, NOBODY, now=1000.0 + t) for t in range(3)]
+    assert set(later) == {"a", "b", "c"}
+
+
+def test_ties_break_by_salt_so_replicas_do_not_pile_up() -> None:
+    firsts = {Spread(300.0, salt=f"replica-{n}").place(EQUAL, NOBODY, now=0.0) for n in range(30)}
+    assert firsts == {"a", "b", "c"}
+    again = [Spread(300.0, salt="same").place(EQUAL, NOBODY, now=0.0) for _ in range(3)]
+    assert len(set(again)) == 1  # the same inputs, the same choice
+
+
+def test_no_candidate_places_nothing() -> None:
+    assert Spread(300.0).place([], NOBODY, now=0.0) is None
+
+
+@pytest.mark.parametrize("half_life", [0.0, -1.0, math.inf, math.nan])
+def test_half_life_must_be_positive_and_finite(half_life: float) -> None:
+    with pytest.raises(ValueError, match="half-life"):
+        Spread(half_life)

@@ -324,6 +324,24 @@ async def test_several_sessions_on_several_backends_over_one_connection(tmp_path
                 assert router.metric("acp_router_attached_sessions", backend=agent.agent_id) == 1
 
 
+async def test_one_session_clients_arriving_one_at_a_time_spread_over_the_pool(
+    tmp_path: Path,
+) -> None:
+    """12 clients in a row, each creating one session and leaving: 4 +/- 1 per instance
+    (on main, least-loaded counted only attached sessions and broke ties by id: 12 of 12
+    landed on agent-1)."""
+    async with start_fleet(tmp_path, 3) as agents, start_router(backends_of(agents)) as router:
+        owners = []
+        for _ in range(12):
+            async with AcpClient.connect(router.url) as client:
+                await client.initialize()
+                session_id = await client.new_session(CWD)
+                owners.append(await answered_by(client, session_id))
+            await router.wait_detached()  # it left: nothing stays attached
+        counts = {agent.agent_id: owners.count(agent.agent_id) for agent in agents}
+        assert all(3 <= n <= 5 for n in counts.values()), counts
+
+
 async def test_agent_requests_with_the_same_id_from_two_backends(tmp_path: Path) -> None:
     async with start_fleet(tmp_path, 2) as agents, start_router(backends_of(agents)) as router:
         async with AcpClient.connect(router.url) as client:

@@ -1,5 +1,5 @@
-"""Where sessions go: weighted rendezvous hashing for sessions nobody has, and the
-least-loaded choice for new sessions, sans-I/O.
+"""Where sessions go: weighted rendezvous hashing for sessions nobody has, and a
+spreading choice for new sessions (:class:`Spread`), sans-I/O.
 
 Every backend gets a score for a session id; the highest score wins, and the full
 order is the session's *ranking* (routing-anchors §2.3). Scores depend only on the
@@ -94,13 +94,59 @@ def _score(key_hash: int, seed: int, weight: float) -> float:
     return -weight / math.log(u)
 
 
-def least_loaded(candidates: Sequence[Node], load: Mapping[BackendId, int]) -> BackendId | None:
-    """Where a new session goes: the candidate with the fewest sessions for its weight.
+class Spread:
+    """Where new sessions go: the candidate with the least load for its weight.
 
-    Ties go to the heavier backend, then to the smaller id. None when there is no
-    candidate.
+    A backend's load is what is attached to it now on this replica plus what this
+    replica placed there, each placement decaying with a half-life of ``half_life``
+    seconds. The attached count alone forgets a session as soon as its client leaves,
+    although the agent keeps it (12 one-session clients in a row all landed on one
+    backend); the decayed count remembers it for a while. A session still attached is
+    counted twice while its placement is recent: a deliberate lean away from backends
+    taking sessions right now.
+
+    Equal loads (a fresh pool) are broken by a rendezvous hash of ``salt`` and the number
+    of placements made so far, so equal backends alternate and two replicas with
+    different salts do not start on the same backend. The shell passes ``now`` (a
+    monotonic clock, in seconds); this class reads no clock. Its table holds one entry
+    per backend ever placed on: bounded by the configured backends.
     """
-    if not candidates:
-        return None
-    best = min(candidates, key=lambda n: (load.get(n.id, 0) / n.weight, -n.weight, n.id))
-    return best.id
+
+    def __init__(self, half_life: float, salt: str = "") -> None:
+        if not 0 < half_life < math.inf:
+            raise ValueError("the half-life must be positive and finite")
+        self._half_life = half_life
+        self._salt = salt
+        self._placed: dict[BackendId, tuple[float, float]] = {}  # backend -> (count, as of)
+        self._placements = 0
+
+    def recent(self, backend: BackendId, now: float) -> float:
+        """What this replica placed on ``backend``, decayed to ``now``."""
+        count, as_of = self._placed.get(backend, (0.0, now))
+        decay: float = 0.5 ** (max(now - as_of, 0.0) / self._half_life)
+        return count * decay
+
+    def place(
+        self, candidates: Sequence[Node], attached: Mapping[BackendId, int], now: float
+    ) -> BackendId | None:
+        """Choose a backend for one new session and count it as placed there; None when
+        there is no candidate."""
+        if not candidates:
+            return None
+        load = {
+            n.id: (attached.get(n.id, 0) + self.recent(n.id, now)) / n.weight for n in candidates
+        }
+        least = min(load.values())
+        tied = [
+            n for n in candidates if math.isclose(load[n.id], least, rel_tol=1e-9, abs_tol=1e-12)
+        ]
+        backend = _first(f"{self._salt}#{self._placements}", tied)
+        self._placements += 1
+        self._placed[backend] = (self.recent(backend, now) + 1.0, now)
+        return backend
+
+
+def _first(key: str, nodes: Sequence[Node]) -> BackendId:
+    """The rendezvous winner for ``key`` among ``nodes`` (weights play no part: they tied)."""
+    key_hash = _hash64(key)
+    return max(nodes, key=lambda n: _mix(key_hash ^ n.seed)).id

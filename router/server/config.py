@@ -166,6 +166,14 @@ class ControlSection(_Section):
     heartbeat_seconds: Annotated[float, Field(gt=0)] = 10.0
 
 
+class PlacementSection(_Section):
+    """Where new sessions go (:class:`router.core.placement.Spread`)."""
+
+    #: half-life of the count of sessions this replica placed on each backend: placements
+    #: keep weighing on a backend's load after their clients leave, fading with this
+    decay_seconds: Annotated[float, Field(gt=0)] = 300.0
+
+
 class CacheSection(_Section):
     """Location hints (session → backend); a hint is probed before it is trusted."""
 
@@ -212,6 +220,7 @@ class Settings(_Section):
     probe: ProbeSection = ProbeSection()
     control: ControlSection = ControlSection()
     cache: CacheSection = CacheSection()
+    placement: PlacementSection = PlacementSection()
     auth: AuthSection | None = None
 
     @field_validator("backends")

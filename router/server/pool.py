@@ -14,6 +14,7 @@ import contextlib
 import logging
 import ssl
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
@@ -21,7 +22,7 @@ import aiohttp
 
 from router.core import listing
 from router.core.locate import Located, LocationCache, Outcome, decide, pool_status
-from router.core.placement import Node, Ranking, least_loaded
+from router.core.placement import Node, Ranking, Spread
 from router.core.routes import Attach, Change
 from router.protocol import acp
 from router.protocol.acp import ProbeResult
@@ -64,9 +65,13 @@ class Pool:
             settings.cache.max_entries, settings.cache.ttl_seconds, time.monotonic
         )
         self.attached: dict[BackendId, int] = dict.fromkeys(self.links, 0)
+        # a random salt: replicas break their ties differently
+        self.spread = Spread(settings.placement.decay_seconds, salt=uuid.uuid4().hex)
         self._inflight: dict[SessionId, asyncio.Task[Located]] = {}
         self._locate_slots = asyncio.Semaphore(MAX_CONCURRENT_LOCATES)
         self.ready_changed = asyncio.Event()
+        #: pulsed whenever ``attached`` changes
+        self.attached_changed = asyncio.Event()
         metrics.declare_backends(list(self.links))
         metrics.watch_cache(self.cache.__len__)
 
@@ -109,9 +114,9 @@ class Pool:
         return backend_context(self.links[backend].spec)
 
     def place_new(self) -> BackendId:
-        """A backend for a new session (:func:`router.core.placement.least_loaded`)."""
+        """A backend for a new session (:meth:`router.core.placement.Spread.place`)."""
         candidates = [node for node in self.ranking.nodes if self.links[node.id].up]
-        backend = least_loaded(candidates, self.attached)
+        backend = self.spread.place(candidates, self.attached, time.monotonic())
         if backend is None:
             raise NoBackendAvailable()
         return backend
@@ -122,6 +127,8 @@ class Pool:
             delta = 1 if isinstance(change, Attach) else -1
             self.attached[change.backend] += delta
             self.metrics.attached_sessions.labels(change.backend).set(self.attached[change.backend])
+        self.attached_changed.set()
+        self.attached_changed.clear()
 
     def capabilities(self) -> dict[str, Any]:
         """What the router advertises: the pool's common ground, plus what it answers itself."""
