@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -197,10 +198,15 @@ class ScriptedBackend:
 
 @contextlib.asynccontextmanager
 async def start_scripted(
-    backend_id: str, status: StatusAnswer, *, advertise_status: bool = True
+    backend_id: str,
+    status: StatusAnswer,
+    *,
+    advertise_status: bool = True,
+    tls: ssl.SSLContext | None = None,
 ) -> AsyncIterator[ScriptedBackend]:
+    """A :class:`ScriptedBackend` on a free loopback port (``wss://`` with ``tls``)."""
     backend = ScriptedBackend(backend_id, status, advertise_status)
-    async with websockets.serve(backend._serve, "127.0.0.1", 0) as server:
+    async with websockets.serve(backend._serve, "127.0.0.1", 0, ssl=tls) as server:
         port = next(iter(server.sockets)).getsockname()[1]
-        backend.url = f"ws://127.0.0.1:{port}/acp"
+        backend.url = f"{'ws' if tls is None else 'wss'}://127.0.0.1:{port}/acp"
         yield backend

@@ -4,9 +4,12 @@ address. Every refusal happens at the WebSocket upgrade, before any ACP frame.""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import re
 import ssl
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,6 +155,7 @@ async def test_connections_per_address_are_limited_and_come_back() -> None:
 @dataclass(frozen=True)
 class Pki:
     ca: trustme.CA
+    issued: trustme.LeafCert
     cert: Path
     key: Path
     ca_file: Path
@@ -171,7 +175,7 @@ def pki(tmp_path: Path) -> Pki:
     issued.cert_chain_pems[0].write_to_path(str(cert))
     issued.private_key_pem.write_to_path(str(key))
     ca.cert_pem.write_to_path(str(ca_file))
-    return Pki(ca, cert, key, ca_file)
+    return Pki(ca, issued, cert, key, ca_file)
 
 
 async def test_a_tls_front_door_before_a_wss_backend(tmp_path: Path, pki: Pki) -> None:
@@ -198,6 +202,41 @@ async def test_a_tls_front_door_before_a_wss_backend(tmp_path: Path, pki: Pki) -
                 )
 
 
+class LogWatch(logging.Handler):
+    """Sets :attr:`seen` when a record containing ``substring`` is logged."""
+
+    def __init__(self, substring: str) -> None:
+        super().__init__()
+        self.substring = substring
+        self.seen = asyncio.Event()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if self.substring in message:
+            self.messages.append(message)
+            self.seen.set()
+
+    @classmethod
+    @contextlib.contextmanager
+    def on(cls, logger: str, substring: str) -> Iterator[LogWatch]:
+        watch = cls(substring)
+        target = logging.getLogger(logger)
+        level = target.level
+        target.addHandler(watch)
+        target.setLevel(logging.INFO)
+        try:
+            yield watch
+        finally:
+            target.removeHandler(watch)
+            target.setLevel(level)
+
+    async def wait(self) -> str:
+        async with asyncio.timeout(WAIT):
+            await self.seen.wait()
+        return self.messages[0]
+
+
 async def test_a_wss_backend_the_router_does_not_trust_stays_down(tmp_path: Path, pki: Pki) -> None:
     other_ca = tmp_path / "other-ca.pem"
     trustme.CA().cert_pem.write_to_path(str(other_ca))
@@ -205,12 +244,44 @@ async def test_a_wss_backend_the_router_does_not_trust_stays_down(tmp_path: Path
         tmp_path, "agent-tls", "--tls-cert", str(pki.cert), "--tls-key", str(pki.key)
     ) as agent:
         backend = {"id": agent.agent_id, "url": agent.url, "tls_ca": str(other_ca)}
-        async with start_router([backend], wait_for=0) as router:
-            assert router.pool.ready() == []
-            async with AcpClient.connect(router.url) as client:
-                await client.initialize()
-                response = await client.request("session/new", {"cwd": CWD, "mcpServers": []})
-                assert response["error"]["code"] == -32011  # no backend is up
+        with LogWatch.on("router.server.control", "control link failed") as failed:
+            async with start_router([backend], wait_for=0) as router:
+                assert "CERTIFICATE_VERIFY_FAILED" in await failed.wait()
+                assert router.pool.ready() == []
+                async with AcpClient.connect(router.url) as client:
+                    await client.initialize()
+                    new = await client.request("session/new", {"cwd": CWD, "mcpServers": []})
+                    assert new["error"]["code"] == -32011  # no backend is up
+
+
+async def test_a_wss_backend_that_asks_for_a_client_certificate(tmp_path: Path, pki: Pki) -> None:
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    pki.issued.configure_cert(server)
+    pki.ca.configure_trust(server)
+    server.verify_mode = ssl.CERT_REQUIRED  # mutual TLS: no client certificate, no link
+    router_cert = pki.ca.issue_cert("acp-router.internal")
+    cert, key = tmp_path / "router-cert.pem", tmp_path / "router-key.pem"
+    router_cert.cert_chain_pems[0].write_to_path(str(cert))
+    router_cert.private_key_pem.write_to_path(str(key))
+    async with start_scripted("a", any_status, tls=server) as backend:
+        assert backend.url.startswith("wss://")
+        with_cert = {
+            "id": "a",
+            "url": backend.url,
+            "tls_ca": str(pki.ca_file),
+            "tls_cert": str(cert),
+            "tls_key": str(key),
+        }
+        async with start_router([with_cert]) as router, AcpClient.connect(router.url) as client:
+            await client.initialize()
+            new = await client.request("session/new", {"cwd": CWD, "mcpServers": []})
+            assert "result" in new, new  # the client's own link presented the certificate too
+        assert [m["method"] for m in backend.received if "method" in m].count("session/new") == 1
+        without = {"id": "a", "url": backend.url, "tls_ca": str(pki.ca_file)}
+        with LogWatch.on("router.server.control", "control link failed") as failed:
+            async with start_router([without], wait_for=0) as router:
+                await failed.wait()
+                assert router.pool.ready() == []
 
 
 # -- /metrics on its own address -------------------------------------------------------------------
