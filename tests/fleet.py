@@ -128,6 +128,16 @@ async def never_answer(session_id: str) -> dict[str, Any] | None:
     return None
 
 
+#: in :attr:`ScriptedBackend.scripted`: close the connection there
+CLOSE = "$CLOSE"
+
+
+def error_reply(code: int, message: str) -> str:
+    """A scripted error answer (``$ID`` is filled in when it is sent)."""
+    error = json.dumps({"code": code, "message": message})
+    return f'{{"jsonrpc":"2.0","id":$ID,"error":{error}}}'
+
+
 @dataclass
 class ScriptedBackend:
     """A WebSocket ACP backend whose ``session/status`` answers come from ``status``.
@@ -146,7 +156,7 @@ class ScriptedBackend:
     #: frames sent, as they are, before the answer to a session/resume
     before_resume: list[str] = field(default_factory=list)
     #: per method, the frames sent instead of the usual answer: as they are, except
-    #: that ``$ID`` becomes the request's id
+    #: that ``$ID`` becomes the request's id, and :data:`CLOSE` closes the connection
     scripted: dict[str, list[str]] = field(default_factory=dict)
 
     async def _serve(self, ws: websockets.ServerConnection) -> None:
@@ -170,7 +180,10 @@ class ScriptedBackend:
         if method in self.scripted:
             for text in self.scripted[method]:
                 with contextlib.suppress(websockets.ConnectionClosed):
-                    await ws.send(text.replace("$ID", json.dumps(message.get("id"))))
+                    if text == CLOSE:
+                        await ws.close()
+                    else:
+                        await ws.send(text.replace("$ID", json.dumps(message.get("id"))))
             return
         if method == "initialize":
             session_caps: dict[str, Any] = {"resume": {}, "list": {}}

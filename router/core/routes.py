@@ -31,6 +31,7 @@ from router.protocol.errors import (
     InvalidRequest,
     JsonRpcError,
     MethodNotFound,
+    ProtocolError,
     SessionNotAttached,
     TooManyInFlight,
     TooManySessions,
@@ -109,9 +110,24 @@ class Settled:
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    """Send ``text`` to the client (an answer the router made)."""
+    """Send ``text`` to the client (an answer the router made).
+
+    ``error`` is the JSON-RPC code when the answer is an error the router made
+    itself (the shell counts it in ``acp_router_client_errors_total{code}``).
+    """
 
     text: str
+    error: int | None = None
+
+
+def refusal(request_id: RequestId | None, error: JsonRpcError) -> Reply:
+    """The router's own error answer to ``request_id``: the one way such answers are made."""
+    return Reply(encode_error(request_id, error), error.code)
+
+
+def unreadable(error: ProtocolError) -> Reply:
+    """The answer to a client frame :func:`~router.protocol.jsonrpc.parse` rejected."""
+    return refusal(error.request_id, error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,13 +225,13 @@ class ClientRoutes:
     def _client_request(self, request: Request) -> Action:
         if request.id in self.calls:
             error = InvalidRequest(f"request id {request.id!r} is already in flight")
-            return Reply(encode_error(request.id, error))
+            return refusal(request.id, error)
         if len(self.calls) >= self.limits.max_in_flight:
-            return Reply(encode_error(request.id, TooManyInFlight()))
+            return refusal(request.id, TooManyInFlight())
         try:
             call, action = self._classify(request)
         except JsonRpcError as exc:
-            return Reply(encode_error(request.id, exc))
+            return refusal(request.id, exc)
         self.calls[request.id] = call
         return action
 
@@ -317,7 +333,7 @@ class ClientRoutes:
     def fail(self, request_id: RequestId, error: JsonRpcError) -> Reply:
         """The router's error answer to a call in flight (KeyError if it was answered)."""
         del self.calls[request_id]
-        return Reply(encode_error(request_id, error))
+        return refusal(request_id, error)
 
     def close(self) -> tuple[Detach, ...]:
         """The client connection is gone: detach every session."""

@@ -32,10 +32,11 @@ from router.core.routes import (
     Reply,
     Send,
     Settled,
+    unreadable,
 )
 from router.protocol.errors import BackendLinkLost, InternalError, JsonRpcError, ProtocolError
 from router.protocol.ids import BackendId, SessionId
-from router.protocol.jsonrpc import Request, RequestId, encode_protocol_error, parse
+from router.protocol.jsonrpc import Request, RequestId, parse
 from router.server.backend_link import BackendLink
 from router.server.gate import Gate, Refusal
 from router.server.metrics import TO_BACKEND, TO_CLIENT, Metrics
@@ -104,8 +105,7 @@ class ClientConnection:
         try:
             message = parse(text)
         except ProtocolError as exc:
-            self.metrics.client_errors.labels(str(exc.code)).inc()
-            await self._to_client(encode_protocol_error(exc))
+            await self._do(unreadable(exc))
             return
         passed = self.gate.inbound(message)
         if isinstance(passed, Refusal):
@@ -122,7 +122,9 @@ class ClientConnection:
 
     async def _do(self, action: Action) -> None:
         match action:
-            case Reply(text):
+            case Reply(text, error):
+                if error is not None:  # every error the core makes passes here, once
+                    self.metrics.client_errors.labels(str(error)).inc()
                 await self._to_client(self.gate.reply(text))
             case Send(backend, text):
                 await self._send(backend, text)
@@ -160,17 +162,16 @@ class ClientConnection:
         await link.send(text)
 
     async def _fail(self, request_id: RequestId, error: JsonRpcError) -> None:
-        self.metrics.client_errors.labels(str(error.code)).inc()
-        await self._to_client(self.gate.reply(self.routes.fail(request_id, error).text))
+        await self._do(self.routes.fail(request_id, error))
 
     # -- requests the router answers or routes itself ------------------------------------------------
 
     async def _handle(self, duty: Duty, request: Request, session_id: SessionId | None) -> None:
         if duty is Duty.INITIALIZE:
             capabilities = self.gate.capabilities(self.pool.capabilities())
-            await self._to_client(self.routes.answer(request.id, capabilities).text)
+            await self._do(self.routes.answer(request.id, capabilities))
         elif duty is Duty.AUTHENTICATE:  # the core keeps it, to replay on links opened later
-            await self._to_client(self.routes.answer(request.id, {}).text)
+            await self._do(self.routes.answer(request.id, {}))
         elif duty is Duty.PLACE:
             try:
                 backend = self.pool.place_new()
@@ -200,7 +201,7 @@ class ClientConnection:
             logger.exception("request %r failed inside the router", request_id)
             await self._fail(request_id, InternalError())
             return
-        await self._to_client(self.routes.answer(request_id, result).text)
+        await self._do(self.routes.answer(request_id, result))
 
     async def _locate(self, request: Request, session_id: SessionId) -> None:
         try:
@@ -255,5 +256,4 @@ class ClientConnection:
         lost = self.routes.backend_lost(link.backend)
         self.pool.record(lost.detached)
         for reply in lost.replies:
-            self.metrics.client_errors.labels(str(BackendLinkLost.code)).inc()
-            await self._to_client(reply.text)
+            await self._do(reply)

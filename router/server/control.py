@@ -161,6 +161,11 @@ class ControlLink:
                 return await future
         finally:
             self._pending.pop(request_id, None)
+            if future.done() and not future.cancelled():
+                # The link going down fails every pending call; a caller that stopped
+                # waiting in the same turn (its deadline, a failed send, cancellation)
+                # never reads that failure, and asyncio would log it as an ERROR.
+                future.exception()
 
     def _set_up(self) -> None:
         self.up = True
