@@ -19,6 +19,7 @@ from hypothesis import given, settings, strategies as st
 from router.core.routes import (
     Action,
     Attach,
+    Broadcast,
     Change,
     ClientRoutes,
     Deliver,
@@ -32,7 +33,7 @@ from router.core.routes import (
 )
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable
 from router.protocol.ids import BackendId, SessionId
-from router.protocol.jsonrpc import Request, RequestId, parse
+from router.protocol.jsonrpc import ErrorObject, Request, RequestId, parse
 
 # -- frames ----------------------------------------------------------------------------------------
 
@@ -158,10 +159,100 @@ def test_initialize_is_handled_by_the_router() -> None:
     assert client.routes.unanswered() == []
 
 
-def test_authenticate_is_handled_by_the_router() -> None:
-    action = Client().send(request(1, "authenticate", {"methodId": "token"}))
-    assert isinstance(action, Handle)
-    assert action.duty is Duty.AUTHENTICATE
+# -- authenticate ----------------------------------------------------------------------------
+
+
+AUTH = (
+    '{"jsonrpc":"2.0","id":"auth-1","method":"authenticate","params":{"methodId":"key","_meta":{}}}'
+)
+
+
+def routed(action: Action) -> tuple[tuple[BackendId, ...], str]:
+    """The backends a broadcast goes to, and the router id it carries."""
+    assert isinstance(action, Broadcast), action
+    routed_id = as_request(action.text).id
+    assert isinstance(routed_id, str)
+    assert action.text == AUTH.replace('"auth-1"', orjson.dumps(routed_id).decode())
+    return action.backends, routed_id
+
+
+def kept(client: Client) -> Request | None:
+    """The authenticate the connection replays on links it opens later."""
+    return client.routes.authenticate
+
+
+def test_authenticate_with_no_link_goes_where_the_shell_picks_and_is_kept_once_accepted() -> None:
+    client = Client()
+    action = client.send(AUTH)
+    assert action == Handle(Duty.AUTHENTICATE, as_request(AUTH))
+    backends, routed_id = routed(client.routes.authenticate_on("auth-1", BackendId("a")))
+    assert backends == ("a",)
+    assert kept(client) is None  # not before a backend accepted it
+    answer = '{"jsonrpc":"2.0","id":%s,"result":{"_meta":{"k":1}}}'
+    delivered = client.backend("a", answer % orjson.dumps(routed_id).decode())
+    assert isinstance(delivered, Deliver)
+    assert delivered.text == answer % '"auth-1"'  # the backend's answer, under the client's id
+    assert kept(client) == as_request(AUTH)
+    assert client.routes.unanswered() == []
+
+
+def test_authenticate_goes_to_every_linked_backend_and_one_refusal_wins() -> None:
+    client = Client()
+    client.new_session(1, "a", "s1")
+    client.new_session(2, "b", "s2")
+    backends, routed_id = routed(client.send(AUTH))
+    assert backends == ("a", "b")
+    assert isinstance(client.backend("a", result(routed_id, {})), Drop)  # b still to answer
+    refused = client.backend("b", error(routed_id, -32000, {"why": "bad key"}))
+    assert isinstance(refused, Deliver)
+    assert orjson.loads(refused.text) == orjson.loads(error("auth-1", -32000, {"why": "bad key"}))
+    assert kept(client) is None  # the backends disagreed: nothing is replayed
+    assert client.routes.unanswered() == []
+    # the next round has another id: a late answer to this one settles nothing
+    _, next_id = routed(client.send(AUTH))
+    assert next_id != routed_id
+    assert isinstance(client.backend("a", result(routed_id, {})), Drop)
+
+
+def test_a_refusal_ends_the_round_at_once_and_late_acceptances_are_dropped() -> None:
+    client = Client()
+    client.new_session(1, "a", "s1")
+    client.new_session(2, "b", "s2")
+    _, routed_id = routed(client.send(AUTH))
+    assert isinstance(client.backend("b", error(routed_id, -32000)), Deliver)
+    assert isinstance(client.backend("a", result(routed_id, {})), Drop)
+    assert kept(client) is None
+
+
+def test_one_authenticate_at_a_time() -> None:
+    client = Client()
+    client.new_session(1, "a", "s1")
+    routed(client.send(AUTH))
+    second = AUTH.replace("auth-1", "auth-2")
+    error_reply(client.send(second), "auth-2", -32600)
+
+
+def test_authenticate_whose_backend_is_lost_is_retryable() -> None:
+    client = Client()
+    client.new_session(1, "a", "s1")
+    routed(client.send(AUTH))
+    (lost,) = client.lost("a")
+    assert error_reply(lost, "auth-1", -32013)["retryable"] is True
+    assert lost.error == -32013
+
+
+def test_a_refused_replay_answers_the_links_requests_with_the_backends_error() -> None:
+    client = Client()
+    client.new_session(1, "a", "s1")
+    client.send(request(2, "session/prompt", sid("s1", prompt=[])))
+    refusal = ErrorObject(-32000, "Authentication required", {"methodIds": ["key"]})
+    (answer,) = client.routes.backend_lost(BackendId("a"), refusal).replies
+    assert reply(answer)["error"] == {
+        "code": -32000,
+        "message": "Authentication required",
+        "data": {"methodIds": ["key"]},
+    }
+    assert answer.error == -32000  # an error the router answered in the backend's name
 
 
 # -- sessions ----------------------------------------------------------------------------------
@@ -880,7 +971,14 @@ _ANY_PARAMS: st.SearchStrategy[Any] = (
     | st.dictionaries(st.sampled_from(["sessionId", "requestId", "cwd"]), _ANY_VALUE, max_size=3)
 )
 _ANY_METHOD = st.sampled_from(
-    [*dict.fromkeys(METHODS), "session/cancel", "$/cancel_request", "session/update", "fs/x"]
+    [
+        *dict.fromkeys(METHODS),
+        "authenticate",
+        "session/cancel",
+        "$/cancel_request",
+        "session/update",
+        "fs/x",
+    ]
 )
 _ANY_ID: st.SearchStrategy[RequestId] = st.integers(0, 3) | st.sampled_from(["a", "0"])
 _ANY_FRAME = st.one_of(
@@ -908,7 +1006,12 @@ def test_no_frame_makes_the_core_raise(steps: list[tuple[str, str]]) -> None:
                 _check_counted(reply)
         elif who == "shell":
             for request_id in [i for i, call in routes.calls.items() if call.backend is None]:
-                routes.forward(request_id, "a")
+                if routes.auth_round is not None and routes.auth_round.request.id == request_id:
+                    continue  # on its way: the backends answer it
+                if routes.calls[request_id].request.method == "authenticate":
+                    routes.authenticate_on(request_id, BackendId("a"))
+                else:
+                    routes.forward(request_id, BackendId("a"))
         else:
             routes.receive_backend(who, message)
 

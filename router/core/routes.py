@@ -11,6 +11,8 @@ Rules this module keeps:
    are rewritten to router-assigned integers, so two backends never collide at the
    client, and the client's replies get the original ids back.
 3. Frames are forwarded as the text they arrived in; only ids are spliced.
+   ``authenticate`` is forwarded truthfully (:class:`AuthRound`): the router never
+   answers it itself.
 4. Nothing here does I/O or reads a clock: methods take messages and return
    :data:`Action` values that the shell carries out. Every decision is made here
    and handed out as data (which sessions attached or detached, what a resume
@@ -38,6 +40,7 @@ from router.protocol.errors import (
 )
 from router.protocol.ids import BackendId, RoutedId, SessionId
 from router.protocol.jsonrpc import (
+    ErrorObject,
     Message,
     Notification,
     Request,
@@ -120,8 +123,12 @@ class Reply:
     error: int | None = None
 
 
-def refusal(request_id: RequestId | None, error: JsonRpcError) -> Reply:
-    """The router's own error answer to ``request_id``: the one way such answers are made."""
+def refusal(request_id: RequestId | None, error: JsonRpcError | ErrorObject) -> Reply:
+    """The router's own error answer to ``request_id``: the one way such answers are made.
+
+    ``error`` is the router's, or a backend's that the router answers in its name (a
+    replayed handshake step the backend refused, so the request never reached it).
+    """
     return Reply(encode_error(request_id, error), error.code)
 
 
@@ -135,6 +142,14 @@ class Send:
     """Send ``text`` to ``backend`` on this connection's link to it."""
 
     backend: BackendId
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Broadcast:
+    """Send ``text`` to each of ``backends`` (opening links as needed)."""
+
+    backends: tuple[BackendId, ...]
     text: str
 
 
@@ -183,7 +198,29 @@ class Drop:
     reason: str
 
 
-Action = Reply | Send | Deliver | Handle | Relocate | Drop
+Action = Reply | Send | Broadcast | Deliver | Handle | Relocate | Drop
+
+#: ids the router gives a forwarded ``authenticate`` (a counter follows), so that no
+#: answer to an earlier round can pass for the answer to a later request
+AUTHENTICATE_ID = "acp-router:authenticate:"
+
+
+@dataclass(frozen=True, slots=True)
+class AuthRound:
+    """The client's ``authenticate`` on its way to backends, forwarded truthfully.
+
+    It goes to every backend the connection has a link to, or, with none yet, to the
+    one the shell picks (where a ``session/new`` would go now), under a router id. The
+    first refusal ends the round: the client gets that backend's own error, which says
+    nothing of retrying; so backends that disagree fail closed. When every target has
+    accepted, the client gets the last acceptance and the request is kept, to be
+    replayed on links opened later. A target lost before it answered ends the round
+    with -32013 (retryable). One round at a time.
+    """
+
+    request: Request
+    routed_id: str
+    waiting: frozenset[BackendId]
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,9 +240,14 @@ class ClientRoutes:
 
     def __init__(self, limits: Limits = Limits()) -> None:
         self.limits = limits
-        #: the client's ``initialize`` and ``authenticate``, replayed on every link opened
+        #: the client's ``initialize``, and the last ``authenticate`` that every backend it
+        #: went to accepted: both are replayed on every link opened later
         self.initialize: Request | None = None
         self.authenticate: Request | None = None
+        self.auth_round: AuthRound | None = None
+        self._auth_rounds = 0
+        #: backends this connection has a link to, or is opening one to
+        self.linked: set[BackendId] = set()
         self.sessions: dict[SessionId, BackendId] = {}
         self.calls: dict[RequestId, PendingCall] = {}
         self.last_backend: BackendId | None = None
@@ -243,8 +285,11 @@ class ClientRoutes:
         if self.initialize is None:
             raise InvalidRequest(f"send initialize before {method}")
         if method == acp.AUTHENTICATE:
-            self.authenticate = request
-            return PendingCall(request, None), Handle(Duty.AUTHENTICATE, request)
+            if self.auth_round is not None:
+                raise InvalidRequest("an authenticate is already in flight on this connection")
+            if not self.linked:
+                return PendingCall(request, None), Handle(Duty.AUTHENTICATE, request)
+            return PendingCall(request, None), self._authenticate(request, sorted(self.linked))
         if method == acp.SESSION_NEW:
             self._check_room(None)
             return PendingCall(request, None), Handle(Duty.PLACE, request)
@@ -286,6 +331,7 @@ class ClientRoutes:
         self, request: Request, session_id: SessionId | None, backend: BackendId
     ) -> tuple[PendingCall, Send]:
         self.last_backend = backend
+        self.linked.add(backend)
         return PendingCall(request, session_id, backend), Send(backend, request.text)
 
     def _client_notification(self, note: Notification) -> Action:
@@ -323,14 +369,27 @@ class ClientRoutes:
         call = replace(self.calls[request_id], backend=backend)
         self.calls[request_id] = call
         self.last_backend = backend
+        self.linked.add(backend)
         return Send(backend, call.request.text)
+
+    def authenticate_on(self, request_id: RequestId, backend: BackendId) -> Broadcast:
+        """Send the client's ``authenticate`` to ``backend``, picked by the shell because
+        the connection had no link yet (see :class:`AuthRound`)."""
+        return self._authenticate(self.calls[request_id].request, [backend])
+
+    def _authenticate(self, request: Request, targets: list[BackendId]) -> Broadcast:
+        self._auth_rounds += 1
+        routed_id = f"{AUTHENTICATE_ID}{self._auth_rounds}"
+        self.auth_round = AuthRound(request, routed_id, frozenset(targets))
+        self.linked.update(targets)
+        return Broadcast(tuple(targets), replace_id(request.text, routed_id))
 
     def answer(self, request_id: RequestId, result: Any) -> Reply:
         """The router's own answer to a call in flight (KeyError if it was answered)."""
         del self.calls[request_id]
         return Reply(encode_result(request_id, result))
 
-    def fail(self, request_id: RequestId, error: JsonRpcError) -> Reply:
+    def fail(self, request_id: RequestId, error: JsonRpcError | ErrorObject) -> Reply:
         """The router's error answer to a call in flight (KeyError if it was answered)."""
         del self.calls[request_id]
         return refusal(request_id, error)
@@ -352,6 +411,9 @@ class ClientRoutes:
         return Deliver(message.text)
 
     def _backend_response(self, backend: BackendId, response: Response) -> Action:
+        auth = self.auth_round
+        if auth is not None and response.id == auth.routed_id and backend in auth.waiting:
+            return self._authenticated(auth, backend, response)
         request_id = response.id
         call = self.calls.get(request_id) if request_id is not None else None
         if request_id is None or call is None or call.backend != backend:
@@ -371,6 +433,17 @@ class ClientRoutes:
         if method == acp.SESSION_CLOSE and session_id is not None:
             return Deliver(response.text, self._settle_close(call, backend, session_id))
         return Deliver(response.text, Settled(call, backend))
+
+    def _authenticated(self, auth: AuthRound, backend: BackendId, response: Response) -> Action:
+        waiting = auth.waiting - {backend}
+        if response.ok and waiting:
+            self.auth_round = replace(auth, waiting=waiting)
+            return Drop(f"{backend} accepted authenticate; {len(waiting)} backend(s) to go")
+        self.auth_round = None
+        call = self.calls.pop(auth.request.id)
+        if response.ok:
+            self.authenticate = auth.request
+        return Deliver(replace_id(response.text, auth.request.id), Settled(call, backend))
 
     def _settle_attach(
         self, call: PendingCall, backend: BackendId, session_id: SessionId, response: Response
@@ -427,10 +500,20 @@ class ClientRoutes:
             return Drop("$/cancel_request for no agent request awaiting the client")
         return Deliver(replace_param(note.text, "requestId", router_id))
 
-    def backend_lost(self, backend: BackendId) -> Lost:
-        """The link to ``backend`` closed: fail its calls, detach its sessions."""
+    def backend_lost(self, backend: BackendId, refused: ErrorObject | None = None) -> Lost:
+        """The link to ``backend`` closed: fail its calls, detach its sessions.
+
+        Its calls are answered -32013 (retryable), or, when the backend ``refused`` a
+        replayed handshake step (``initialize``, ``authenticate``) so that nothing
+        reached it, with the backend's own error.
+        """
+        error: JsonRpcError | ErrorObject = refused or BackendLinkLost(None, {"backend": backend})
         lost = [rid for rid, call in self.calls.items() if call.backend == backend]
-        replies = tuple(self.fail(rid, BackendLinkLost(None, {"backend": backend})) for rid in lost)
+        auth = self.auth_round
+        if auth is not None and backend in auth.waiting:
+            self.auth_round = None
+            lost.append(auth.request.id)
+        replies = tuple(self.fail(rid, error) for rid in lost)
         detached = tuple(
             self._drop_session(s) for s in [s for s, b in self.sessions.items() if b == backend]
         )
@@ -438,6 +521,7 @@ class ClientRoutes:
             del self._agent_calls[router_id]
         if self.last_backend == backend:
             self.last_backend = None
+        self.linked.discard(backend)
         return Lost(replies, detached)
 
     def unanswered(self) -> list[RequestId]:

@@ -20,6 +20,8 @@ is a :class:`JsonRpcError` carrying its code, so exactly one function
             ├── NoBackendAvailable      -32011, retryable: no backend is up
             ├── LocateInconclusive      -32012, retryable: a backend did not answer the probe
             ├── BackendLinkLost         -32013, retryable: the backend went away mid-request
+            │   └── HandshakeRefused    the backend refused a replayed handshake step: its
+            │                           own error answers the link's requests instead
             ├── TooManyInFlight         -32014, retryable: this connection's request limit
             ├── TooManyNewSessions      -32014, retryable: new sessions per minute (address, process)
             └── TooManySessions         -32015, this connection's session limit
@@ -30,7 +32,10 @@ its proposals already use (-32000 auth required, -32001, -32002, -32003).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:  # the envelope module imports this one
+    from router.protocol.jsonrpc import ErrorObject
 
 
 class AcpRouterError(Exception):
@@ -155,6 +160,21 @@ class BackendLinkLost(RoutingError):
     code = -32013
     retryable = True
     default_message = "The agent backend connection was lost before it answered"
+
+
+class HandshakeRefused(BackendLinkLost):
+    """A backend answered a step the router replayed to open a link (``initialize``,
+    ``authenticate``) with an error, so the link does not open.
+
+    Nothing routed to the link reached the backend; its requests are answered with the
+    backend's own error (``refusal``), not with a retryable -32013: a client whose
+    credentials a backend refuses must hear that, not retry forever.
+    """
+
+    def __init__(self, backend: str, step: str, refusal: ErrorObject) -> None:
+        reason = f"the backend refused the replayed {step}: {refusal.message}"
+        super().__init__(None, {"backend": backend, "reason": reason})
+        self.refusal = refusal
 
 
 class TooManyInFlight(RoutingError):

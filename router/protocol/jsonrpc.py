@@ -172,8 +172,17 @@ def encode_result(request_id: RequestId, result: Any) -> str:
     return dumps({"jsonrpc": "2.0", "id": request_id, "result": result})
 
 
-def encode_error(request_id: RequestId | None, error: JsonRpcError) -> str:
-    return dumps({"jsonrpc": "2.0", "id": request_id, "error": error.to_error()})
+def encode_error(request_id: RequestId | None, error: JsonRpcError | ErrorObject) -> str:
+    """An error response; ``error`` is the router's, or one a peer answered."""
+    body = error.to_error() if isinstance(error, JsonRpcError) else _error_object(error)
+    return dumps({"jsonrpc": "2.0", "id": request_id, "error": body})
+
+
+def _error_object(error: ErrorObject) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": error.code, "message": error.message}
+    if error.data is not None:
+        body["data"] = error.data
+    return body
 
 
 def encode_protocol_error(error: ProtocolError) -> str:

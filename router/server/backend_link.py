@@ -15,14 +15,13 @@ import contextlib
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import aiohttp
 
 from router.protocol import acp
-from router.protocol.errors import BackendLinkLost
+from router.protocol.errors import BackendLinkLost, HandshakeRefused
 from router.protocol.ids import BackendId
-from router.protocol.jsonrpc import Message, Request, Response, encode_request
+from router.protocol.jsonrpc import Message, Request, Response, replace_id, replace_param
 from router.server.faults import backend_faults
 from router.server.metrics import Metrics
 from router.server.wire import messages
@@ -34,11 +33,15 @@ HANDSHAKE_AUTHENTICATE = "acp-router:authenticate"
 
 
 def replayed_initialize(client_initialize: Request) -> str:
-    params: dict[str, Any] = (
-        dict(client_initialize.params) if isinstance(client_initialize.params, dict) else {}
-    )
-    params["protocolVersion"] = acp.PROTOCOL_VERSION
-    return encode_request(HANDSHAKE_INITIALIZE, acp.INITIALIZE, params)
+    """The client's ``initialize`` as it came (``_meta`` and all), for one new link: the
+    router's id, and the protocol version the router negotiated."""
+    text = replace_param(client_initialize.text, "protocolVersion", acp.PROTOCOL_VERSION)
+    return replace_id(text, HANDSHAKE_INITIALIZE)
+
+
+def replayed_authenticate(client_authenticate: Request) -> str:
+    """The ``authenticate`` the backends accepted, as the client sent it, for one new link."""
+    return replace_id(client_authenticate.text, HANDSHAKE_AUTHENTICATE)
 
 
 class BackendLink:
@@ -113,24 +116,17 @@ class BackendLink:
         self, ws: aiohttp.ClientWebSocketResponse, initialize: Request, authenticate: Request | None
     ) -> None:
         await ws.send_str(replayed_initialize(initialize))
-        await self._expect_ok(ws, HANDSHAKE_INITIALIZE)
+        await self._expect_ok(ws, HANDSHAKE_INITIALIZE, acp.INITIALIZE)
         if authenticate is not None:
-            await ws.send_str(
-                encode_request(HANDSHAKE_AUTHENTICATE, acp.AUTHENTICATE, authenticate.params)
-            )
-            await self._expect_ok(ws, HANDSHAKE_AUTHENTICATE)
+            await ws.send_str(replayed_authenticate(authenticate))
+            await self._expect_ok(ws, HANDSHAKE_AUTHENTICATE, acp.AUTHENTICATE)
 
-    async def _expect_ok(self, ws: aiohttp.ClientWebSocketResponse, request_id: str) -> None:
+    async def _expect_ok(
+        self, ws: aiohttp.ClientWebSocketResponse, request_id: str, step: str
+    ) -> None:
         async for message in messages(ws, self.backend, self._metrics):
             if isinstance(message, Response) and message.id == request_id:
                 if message.error is not None:
-                    raise BackendLinkLost(
-                        None,
-                        {
-                            "backend": self.backend,
-                            "reason": f"replayed {request_id.split(':')[1]} failed",
-                            "error": {"code": message.error.code, "message": message.error.message},
-                        },
-                    )
+                    raise HandshakeRefused(self.backend, step, message.error)
                 return
         raise BackendLinkLost(None, {"backend": self.backend, "reason": "closed during handshake"})

@@ -22,6 +22,7 @@ from aiohttp import web
 
 from router.core.routes import (
     Action,
+    Broadcast,
     ClientRoutes,
     Deliver,
     Drop,
@@ -34,9 +35,15 @@ from router.core.routes import (
     Settled,
     unreadable,
 )
-from router.protocol.errors import BackendLinkLost, InternalError, JsonRpcError, ProtocolError
+from router.protocol.errors import (
+    BackendLinkLost,
+    HandshakeRefused,
+    InternalError,
+    JsonRpcError,
+    ProtocolError,
+)
 from router.protocol.ids import BackendId, SessionId
-from router.protocol.jsonrpc import Request, RequestId, parse
+from router.protocol.jsonrpc import ErrorObject, Request, RequestId, parse
 from router.server.backend_link import BackendLink
 from router.server.gate import Gate, Refusal
 from router.server.metrics import TO_BACKEND, TO_CLIENT, Metrics
@@ -128,6 +135,9 @@ class ClientConnection:
                 await self._to_client(self.gate.reply(text))
             case Send(backend, text):
                 await self._send(backend, text)
+            case Broadcast(backends, text):
+                for backend in backends:
+                    await self._send(backend, text)
             case Deliver(text, settled):
                 if settled is not None:
                     self._record(settled)
@@ -170,15 +180,16 @@ class ClientConnection:
         if duty is Duty.INITIALIZE:
             capabilities = self.gate.capabilities(self.pool.capabilities())
             await self._do(self.routes.answer(request.id, capabilities))
-        elif duty is Duty.AUTHENTICATE:  # the core keeps it, to replay on links opened later
-            await self._do(self.routes.answer(request.id, {}))
-        elif duty is Duty.PLACE:
+        elif duty in (Duty.PLACE, Duty.AUTHENTICATE):  # where a new session would go now
             try:
                 backend = self.pool.place_new()
             except JsonRpcError as exc:
                 await self._fail(request.id, exc)
                 return
-            await self._do(self.routes.forward(request.id, backend))
+            if duty is Duty.PLACE:
+                await self._do(self.routes.forward(request.id, backend))
+            else:  # no link yet: the one backend the authenticate goes to
+                await self._do(self.routes.authenticate_on(request.id, backend))
         elif duty is Duty.STATUS:
             assert session_id is not None
             self._spawn(self._answer(request.id, self._status(session_id)), "status")
@@ -236,6 +247,7 @@ class ClientConnection:
     async def _run_link(self, link: BackendLink) -> None:
         assert self.routes.initialize is not None
         reason = "closed by the backend"
+        refused: ErrorObject | None = None
         try:
             await link.run(
                 self.routes.initialize,
@@ -246,6 +258,7 @@ class ClientConnection:
             )
         except BackendLinkLost as exc:
             reason = str((exc.data or {}).get("reason", exc.message))
+            refused = exc.refusal if isinstance(exc, HandshakeRefused) else None
         except Exception:  # the link task's boundary: its calls must still be answered
             logger.exception("link to backend %s failed", link.backend)
             reason = "router error"
@@ -253,7 +266,7 @@ class ClientConnection:
             if self.links.get(link.backend) is link:
                 del self.links[link.backend]
         logger.info("link to backend %s ended: %s", link.backend, reason)
-        lost = self.routes.backend_lost(link.backend)
+        lost = self.routes.backend_lost(link.backend, refused)
         self.pool.record(lost.detached)
         for reply in lost.replies:
             await self._do(reply)
