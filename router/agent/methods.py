@@ -31,7 +31,13 @@ from router.agent.sessions import ConnectionId, LiveSession, SessionTable
 from router.agent.store import Message, SessionStore, Speaker, StoredSession
 from router.agent.turns import TurnScope, parse_command, run_turn
 from router.protocol import acp
-from router.protocol.errors import InvalidParams, MethodNotFound, SessionMoved, SessionNotFound
+from router.protocol.errors import (
+    AuthRequired,
+    InvalidParams,
+    MethodNotFound,
+    SessionMoved,
+    SessionNotFound,
+)
 from router.protocol.jsonrpc import Notification, Request
 
 logger = logging.getLogger(__name__)
@@ -45,11 +51,27 @@ AGENT_TITLE = "acp-router reference agent"
 _Method = Callable[[Connection, dict[str, Any]], Awaitable[Any]]
 
 
+#: what ``--require-auth`` guards: everything that makes, reaches or changes a session
+#: (``session/status`` and ``session/list`` stay open: a router's probes ask them)
+GUARDED = frozenset(
+    {
+        acp.SESSION_NEW,
+        acp.SESSION_LOAD,
+        acp.SESSION_RESUME,
+        acp.SESSION_CLOSE,
+        acp.SESSION_PROMPT,
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class AgentSettings:
     agent_id: str
     idle_timeout: float
     page_size: int = DEFAULT_PAGE_SIZE
+    #: with a method id, the agent offers that one auth method and answers the
+    #: :data:`GUARDED` methods -32000 until a connection has authenticated with it
+    auth_method: str | None = None
 
 
 class Agent:
@@ -60,6 +82,7 @@ class Agent:
         self.store = store
         self.sessions = SessionTable(settings.idle_timeout)
         self._connection_ids = itertools.count(1)
+        self._authenticated: set[ConnectionId] = set()
         self._methods: dict[str, _Method] = {
             acp.INITIALIZE: self.initialize,
             acp.SESSION_NEW: self.new_session,
@@ -70,6 +93,8 @@ class Agent:
             acp.SESSION_STATUS: self.session_status,
             acp.SESSION_PROMPT: self.prompt,
         }
+        if settings.auth_method is not None:  # offers no auth method otherwise: -32601
+            self._methods[acp.AUTHENTICATE] = self.authenticate
 
     # -- connections -----------------------------------------------------------------------
 
@@ -82,6 +107,7 @@ class Agent:
         """Give up the connection's awaited replies and detach it from its sessions."""
         connection.close()
         self.sessions.connection_closed(connection.id)
+        self._authenticated.discard(connection.id)
 
     def shutdown(self) -> None:
         self.sessions.cancel_turns()
@@ -90,7 +116,12 @@ class Agent:
         method = self._methods.get(request.method)
         if method is None:
             raise MethodNotFound(request.method)
+        if request.method in GUARDED and not self._may_use_sessions(connection):
+            raise AuthRequired(None, {"authMethods": [self.settings.auth_method]})
         return await method(connection, params.as_object(request.params))
+
+    def _may_use_sessions(self, connection: Connection) -> bool:
+        return self.settings.auth_method is None or connection.id in self._authenticated
 
     def handle_notification(self, connection: Connection, notification: Notification) -> None:
         """``session/cancel`` ends the turn of a session attached here; others are ignored."""
@@ -113,8 +144,25 @@ class Agent:
                 "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "status": {}},
             },
             "agentInfo": {"name": AGENT_NAME, "title": AGENT_TITLE, "version": __version__},
-            "authMethods": [],
+            "authMethods": self._auth_methods(),
         }
+
+    def _auth_methods(self) -> list[dict[str, Any]]:
+        method = self.settings.auth_method
+        if method is None:
+            return []
+        return [{"id": method, "name": method, "description": "the method id is the key"}]
+
+    async def authenticate(self, connection: Connection, p: dict[str, Any]) -> Any:
+        """Accept exactly the method id ``--require-auth`` names."""
+        method_id = params.optional_str(p, "methodId")
+        if method_id != self.settings.auth_method:
+            logger.info("connection %d: authenticate refused (%r)", connection.id, method_id)
+            raise AuthRequired(
+                "Authentication failed: unknown auth method", {"methodId": method_id}
+            )
+        self._authenticated.add(connection.id)
+        return {}
 
     async def new_session(self, connection: Connection, p: dict[str, Any]) -> Any:
         cwd = params.cwd(p)

@@ -46,6 +46,7 @@ def run_agent(args: argparse.Namespace) -> int:
         agent_id=args.agent_id or socket.gethostname(),
         idle_timeout=args.idle_timeout,
         page_size=args.page_size,
+        auth_method=args.require_auth,
     )
     host, port = args.listen
     tls = _tls_context(args.tls_cert, args.tls_key)

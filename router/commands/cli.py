@@ -69,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--tls-cert", metavar="PEM", help="serve wss:// with this certificate")
     agent.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
     agent.add_argument(
+        "--require-auth",
+        metavar="METHOD_ID",
+        help="offer one auth method and refuse session/new, load, resume, close and prompt"
+        " (-32000) until the connection authenticates with exactly that method id",
+    )
+    agent.add_argument(
         "--max-message-bytes",
         type=_positive_int,
         default=DEFAULT_MAX_MESSAGE_BYTES,

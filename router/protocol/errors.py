@@ -13,6 +13,7 @@ is a :class:`JsonRpcError` carrying its code, so exactly one function
         ├── MethodNotFound              -32601
         ├── InvalidParams               -32602
         ├── InternalError               -32603
+        ├── AuthRequired                -32000, ACP's "Authentication required"
         ├── SessionNotFound             -32002, data.sessionId (ACP "Resource not found")
         └── RoutingError                router-specific, -32010..-32019
             ├── SessionNotAttached      -32010, resume the session on this connection first
@@ -101,6 +102,13 @@ class InvalidParams(JsonRpcError):
 class InternalError(JsonRpcError):
     code = -32603
     default_message = "Internal error"
+
+
+class AuthRequired(JsonRpcError):
+    """ACP's "Authentication required": ``authenticate`` first, with a method offered."""
+
+    code = -32000
+    default_message = "Authentication required"
 
 
 class SessionNotFound(JsonRpcError):
