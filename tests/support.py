@@ -267,12 +267,19 @@ class AcpClient:
     @classmethod
     @asynccontextmanager
     async def connect(
-        cls, url: str, *, token: str | None = None, tls: ssl.SSLContext | None = None
+        cls,
+        url: str,
+        *,
+        token: str | None = None,
+        tls: ssl.SSLContext | None = None,
+        source: str | None = None,
     ) -> AsyncIterator[AcpClient]:
-        """Connect to ``url``, with ``Authorization: Bearer token`` when one is given."""
+        """Connect to ``url``, with ``Authorization: Bearer token`` when one is given, from
+        the local address ``source`` when one is given (e.g. ``127.0.0.2``)."""
         headers = {"Authorization": f"Bearer {token}"} if token is not None else None
+        local: dict[str, Any] = {"local_addr": (source, 0)} if source is not None else {}
         async with asyncio.timeout(WAIT):
-            ws = await connect(url, max_size=None, additional_headers=headers, ssl=tls)
+            ws = await connect(url, max_size=None, additional_headers=headers, ssl=tls, **local)
         client = cls(ws)
         client._reader = asyncio.create_task(client._read())
         try:

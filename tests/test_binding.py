@@ -154,3 +154,8 @@ async def test_new_sessions_per_address_are_limited_and_recover(tmp_path: Path) 
         assert router.metric("acp_router_client_errors_total", code="-32014") == 3
         received = [m for m in backend.received if m.get("method") == "session/new"]
         assert len(received) == 3  # refused requests never reached the backend
+        # another address has a bucket of its own
+        assert (await client.request("session/new", new))["error"]["code"] == -32014
+        async with AcpClient.connect(router.url, source="127.0.0.2") as neighbour:
+            await neighbour.initialize()
+            assert "result" in await neighbour.request("session/new", new)
