@@ -133,7 +133,7 @@ async def _router(
 
 
 def _config(backends: Sequence[Backend], sections: Mapping[str, Mapping[str, RouterOption]]) -> str:
-    tables = {"router": {"listen": "127.0.0.1:0"}, **sections}
+    tables = {**sections, "router": {"listen": "127.0.0.1:0", **sections.get("router", {})}}
     lines = []
     for section, keys in tables.items():
         lines += [f"[{section}]", *(f"{key} = {_toml(value)}" for key, value in keys.items()), ""]

@@ -51,6 +51,7 @@ async def run(fleet: Fleet, backends: Scripted, budget: Budget, notes: list[str]
         options: dict[str, bool | int] = {
             "compression": compression,
             "max_connections": sizes[-1] + WARM + 100,
+            "max_connections_per_address": sizes[-1] + WARM + 100,  # all from 127.0.0.1
         }
         pool = backends.backends(1)
         async with fleet.router(name, pool, router=options, probe=PROBE_SETTINGS) as router:

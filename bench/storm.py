@@ -28,9 +28,9 @@ async def run(fleet: Fleet, backends: Scripted, budget: Budget) -> list[Result]:
     rounds = budget.size(3, 1)
     pairs: list[tuple[float, float]] = []
     probes: list[float] = []
-    async with fleet.router(
-        "router-storm", backends.backends(BACKENDS), probe=PROBE_SETTINGS
-    ) as router:
+    room = {"max_connections_per_address": 2 * CLIENTS}  # every client is 127.0.0.1
+    pool = backends.backends(BACKENDS)
+    async with fleet.router("router-storm", pool, router=room, probe=PROBE_SETTINGS) as router:
         for index in range(rounds):
             sessions = [f"b{n % BACKENDS}-storm{index}-{n}" for n in range(SESSIONS)]
             clients = [sessions[n % SESSIONS] for n in range(CLIENTS)]
