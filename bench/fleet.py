@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import os
 import shutil
 import socket
@@ -70,11 +71,16 @@ class Fleet:
     profile: Path | None = None
 
     def router(
-        self, name: str, backends: Sequence[Backend], **sections: Mapping[str, RouterOption]
+        self,
+        name: str,
+        backends: Sequence[Backend],
+        *,
+        uvloop: bool = False,
+        **sections: Mapping[str, RouterOption],
     ) -> contextlib.AbstractAsyncContextManager[Child]:
         """A router in front of ``backends``; ``sections`` add keys to its config's sections
-        (``router={"compression": False}``)."""
-        return _router(self, name, backends, sections)
+        (``router={"compression": False}``); ``uvloop`` runs it on uvloop's event loop."""
+        return _router(self, name, backends, sections, uvloop)
 
     def scripted(self, count: int) -> contextlib.AbstractAsyncContextManager[Scripted]:
         return _scripted(self, count)
@@ -110,8 +116,24 @@ def _agent(root: Path, store: Path, name: str) -> contextlib.AbstractAsyncContex
     return _child(root, name, _router_args(args), f"agent {name} listening on ")
 
 
-def _router_args(args: list[str]) -> list[str]:
-    return ["-m", "router", "--log-level", "WARNING", *args]
+def _router_args(args: list[str], *, uvloop: bool = False) -> list[str]:
+    start = ["-c", UVLOOP_BOOT] if uvloop else ["-m", "router"]
+    return [*start, "--log-level", "WARNING", *args]
+
+
+#: ``python -m router`` on uvloop's event loop, without the router knowing
+UVLOOP_BOOT = (
+    "import asyncio, runpy, uvloop;"
+    " asyncio.set_event_loop_policy(uvloop.EventLoopPolicy());"
+    " runpy.run_module('router', run_name='__main__', alter_sys=True)"
+)
+
+
+def uvloop_missing() -> str | None:
+    """Why routers cannot run on uvloop in this run, or None when they can."""
+    if importlib.util.find_spec("uvloop") is None:
+        return "uvloop is not installed (pip install uvloop; it is in the dev extra)"
+    return None
 
 
 @contextlib.asynccontextmanager
@@ -120,10 +142,11 @@ async def _router(
     name: str,
     backends: Sequence[Backend],
     sections: Mapping[str, Mapping[str, RouterOption]],
+    uvloop: bool,
 ) -> AsyncIterator[Child]:
     config = fleet.folder / f"{name}.toml"
     config.write_text(_config(backends, sections))
-    args = _router_args(["serve", "--config", str(config)])
+    args = _router_args(["serve", "--config", str(config)], uvloop=uvloop)
     if fleet.profile is not None:
         session = fleet.profile / f"{name}.pyisession"
         args = ["-m", "pyinstrument", "--interval", "0.0005", "-o", str(session), *args]

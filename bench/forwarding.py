@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-from bench.fleet import Child, Fleet, haproxy_missing
+from bench.fleet import Child, Fleet, haproxy_missing, uvloop_missing
 from bench.ratios import Budget, Result, Target, micro, percentile, rotated, row
 from bench.wire import AcpSocket, BenchError, prompt_params
 
@@ -35,6 +35,7 @@ DIRECT = "direct"
 ROUTER = "router"
 FORWARDER = "forwarder"
 HAPROXY = "haproxy"
+UVLOOP = "router on uvloop"
 BASELINE = "client -> agent direct"
 PROMPT = "Summarise the routing table of this repository in two sentences, please."
 TURN = Target("prompt turn through the router <= 1.3x direct (p50)", 1.3)
@@ -76,6 +77,12 @@ async def run(
         else:
             notes.append(f"forwarding: no HAProxy rows: {missing}")
             print(f"bench: skipping HAProxy: {missing}", flush=True)
+        no_uvloop = uvloop_missing()
+        if no_uvloop is None:
+            on_uvloop = fleet.router("router-uvloop", [agent.backend], uvloop=True)
+            urls[UVLOOP] = (await stack.enter_async_context(on_uvloop)).url
+        else:
+            notes.append(f"forwarding: no uvloop rows: {no_uvloop}")
         sides = []
         for name, url in urls.items():
             socket = await stack.enter_async_context(AcpSocket.connect(fleet.http, url))
@@ -117,7 +124,7 @@ def _rows(rounds: Sequence[Round], names: list[str], sizes: Sizes) -> list[Resul
     for hop in hops:
         pairs = [(r.rate[hop], r.rate[DIRECT]) for r in rounds]
         rows.append(row(BENCH, f"{pipelined}, {hop}", BASELINE, pairs, "msg/s"))
-    for other in [hop for hop in hops if hop != ROUTER]:
+    for other in [hop for hop in hops if hop not in (ROUTER, UVLOOP)]:
         forwarder = other == FORWARDER
         added = [(r.p50[ROUTER] - r.p50[DIRECT], r.p50[other] - r.p50[DIRECT]) for r in rounds]
         rows.append(
@@ -135,6 +142,13 @@ def _rows(rounds: Sequence[Round], names: list[str], sizes: Sizes) -> list[Resul
         rows.append(
             row(BENCH, f"{pipelined}, router", f"the same, {other}", rates, "msg/s", target)
         )
+    if UVLOOP in hops:
+        added = [(r.p50[UVLOOP] - r.p50[DIRECT], r.p50[ROUTER] - r.p50[DIRECT]) for r in rounds]
+        base = "added latency p50, router (asyncio loop)"
+        rows.append(row(BENCH, f"added latency p50, {UVLOOP}", base, micro(added), "us"))
+        rates = [(r.rate[UVLOOP], r.rate[ROUTER]) for r in rounds]
+        base = "the same, router (asyncio loop)"
+        rows.append(row(BENCH, f"{pipelined}, {UVLOOP}", base, rates, "msg/s"))
     return rows
 
 
