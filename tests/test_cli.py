@@ -234,3 +234,37 @@ async def test_connect_bridges_stdin_lines_to_the_router_and_back(tmp_path: Path
     assert by_id["n"]["result"]["sessionId"].startswith("sess_")
     assert by_id[2]["error"]["code"] == -32002
     assert by_id[None]["error"]["code"] == -32700
+
+
+async def test_connect_pipes_a_resume_and_a_prompt_as_a_script_would(tmp_path: Path) -> None:
+    """The lines go out back to back: the prompt must wait for the resume (on main it got
+    -32010), and a prompt behind a resume that failed gets a truthful -32010."""
+    async with start_fleet(tmp_path, 2) as agents, start_router(backends_of(agents)) as router:
+        async with AcpClient.connect(router.url) as creator:
+            await creator.initialize()
+            session_id = await creator.new_session("/w")
+
+        def call(request_id: int, method: str, **params: object) -> dict[str, object]:
+            return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+
+        hello = [{"type": "text", "text": "hello"}]
+        lines = [
+            call(0, "initialize", protocolVersion=1),
+            call(1, "session/resume", sessionId=session_id, cwd="/w"),
+            call(2, "session/prompt", sessionId=session_id, prompt=hello),
+            call(3, "session/resume", sessionId="sess_nobody", cwd="/w"),
+            call(4, "session/prompt", sessionId="sess_nobody", prompt=hello),
+        ]
+        stdin = "".join(json.dumps(line) + "\n" for line in lines)
+        run = await run_cli_to_exit("connect", router.url, stdin=stdin.encode())
+    assert run.returncode == 0, run.stderr
+    frames = [json.loads(line) for line in run.stdout.splitlines()]
+    answers = {frame["id"]: frame for frame in frames if "id" in frame and "method" not in frame}
+    assert answers[1]["result"] == {}
+    assert answers[2]["result"] == {"stopReason": "end_turn"}, answers[2]
+    chunks = [f["params"]["update"]["content"]["text"] for f in frames if "method" in f]
+    assert len(chunks) == 1
+    assert re.fullmatch(r"\[agent-[12]\] hello", chunks[0]), chunks
+    assert answers[3]["error"]["code"] == -32002
+    assert answers[4]["error"]["code"] == -32010
+    assert answers[4]["error"]["data"]["sessionId"] == "sess_nobody"

@@ -324,6 +324,70 @@ async def test_several_sessions_on_several_backends_over_one_connection(tmp_path
                 assert router.metric("acp_router_attached_sessions", backend=agent.agent_id) == 1
 
 
+async def test_pipelined_resumes_and_prompts_wait_for_their_own_session_only(
+    tmp_path: Path,
+) -> None:
+    """A script sends session/resume and session/prompt back to back, for two sessions:
+    each prompt waits for its session's resume and is routed where it attached (on main
+    the prompts got -32010: the resumes had not attached yet)."""
+    async with start_fleet(tmp_path, 3) as agents, start_router(backends_of(agents)) as router:
+        owners: dict[str, str] = {}
+        async with AcpClient.connect(router.url) as first:
+            await first.initialize()
+            while len(set(owners.values())) < 2:  # two sessions on two instances
+                session_id = await first.new_session(CWD)
+                owners[session_id] = await answered_by(first, session_id)
+        one = next(iter(owners))
+        two = next(s for s in owners if owners[s] != owners[one])
+
+        async with AcpClient.connect(router.url) as second:
+            await second.initialize()
+            calls = [
+                asyncio.create_task(call)  # sent in this order, none awaited before the next
+                for call in (
+                    resume(second, one),
+                    second.prompt(one, "right after"),
+                    resume(second, two),
+                    second.prompt(two, "me too"),
+                )
+            ]
+            resumed_one, prompted_one, resumed_two, prompted_two = await asyncio.gather(*calls)
+            assert resumed_one.get("result") == resumed_two.get("result") == {}
+            assert prompted_one.get("result") == {"stopReason": "end_turn"}, prompted_one
+            assert prompted_two.get("result") == {"stopReason": "end_turn"}, prompted_two
+            messages = second.drain_incoming()
+            assert chunk_texts(messages, one) == [f"[{owners[one]}] right after"]
+            assert chunk_texts(messages, two) == [f"[{owners[two]}] me too"]
+            answered = [json.loads(f).get("id") for f in second.raw_frames]
+            ids = [r["id"] for r in (resumed_one, prompted_one, resumed_two, prompted_two)]
+            assert answered.index(ids[0]) < answered.index(ids[1])
+            assert answered.index(ids[2]) < answered.index(ids[3])
+
+
+async def test_a_session_taken_behind_the_routers_back_is_found_where_it_went(
+    tmp_path: Path,
+) -> None:
+    """Resumed directly on another instance (no router to stop it): the old instance
+    answers -32010 "moved", the router stops routing the session there, and the client's
+    next resume is located on the instance that holds it now."""
+    async with start_fleet(tmp_path, 2) as agents, start_router(backends_of(agents)) as router:
+        async with AcpClient.connect(router.url) as client:
+            await client.initialize()
+            session_id = await client.new_session(CWD)
+            owner = await answered_by(client, session_id)
+            other = next(a for a in agents if a.agent_id != owner)
+            async with AcpClient.connect(other.url) as direct:
+                await direct.initialize()
+                assert (await resume(direct, session_id)).get("result") == {}
+
+                moved = await client.prompt(session_id, "still there?")
+                assert moved["error"]["code"] == -32010, moved
+                assert "moved to another instance" in moved["error"]["message"]
+                assert router.metric("acp_router_attached_sessions", backend=owner) == 0
+                assert (await resume(client, session_id)).get("result") == {}
+                assert await answered_by(client, session_id) == other.agent_id
+
+
 async def test_one_session_clients_arriving_one_at_a_time_spread_over_the_pool(
     tmp_path: Path,
 ) -> None:

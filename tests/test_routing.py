@@ -8,7 +8,7 @@ flight), and the attachments the core reports are tallied, as the shell does.
 from __future__ import annotations
 
 import json
-from collections import Counter
+from collections import Counter, defaultdict, deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -26,11 +26,13 @@ from router.core.routes import (
     Drop,
     Duty,
     Handle,
+    Held,
     Limits,
     Relocate,
     Reply,
     Send,
 )
+from router.protocol import acp
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable
 from router.protocol.ids import BackendId, SessionId
 from router.protocol.jsonrpc import ErrorObject, Request, RequestId, parse
@@ -666,6 +668,159 @@ def test_close_detaches_everything() -> None:
     assert sorted(client.attach_log) == [("a", -1), ("a", 1), ("b", -1), ("b", 1)]
 
 
+# -- per-session order: frames wait behind their session's resume/load/close -----------------------
+
+
+def resume(request_id: RequestId, session_id: str) -> str:
+    return request(request_id, "session/resume", sid(session_id, cwd="/w"))
+
+
+def prompt(request_id: RequestId, session_id: str) -> str:
+    return request(request_id, "session/prompt", sid(session_id, prompt=[]))
+
+
+def released(client: Client) -> list[Action]:
+    """Everything the core releases now, as the shell would take it, one at a time."""
+    actions = []
+    while (action := client.routes.release()) is not None:
+        actions.append(action)
+    return actions
+
+
+def test_a_pipelined_prompt_waits_for_the_resume_then_goes_where_it_attached() -> None:
+    client = Client()
+    assert isinstance(client.send(resume(1, "s1")), Handle)
+    assert client.send(prompt(2, "s1")) == Held(SessionId("s1"))
+    assert client.routes.calls[2].held
+    assert released(client) == []  # not while the resume is in flight
+    client.routes.forward(1, "b")
+    assert released(client) == []
+    assert isinstance(client.backend("b", result(1, {})), Deliver)
+    assert released(client) == [Send(BackendId("b"), prompt(2, "s1"))]
+    assert client.routes.calls[2].backend == "b"
+    assert released(client) == []
+
+
+def test_held_frames_get_what_the_failed_resume_leaves_them() -> None:
+    client = Client()
+    client.send(resume(1, "s1"))
+    client.send(prompt(2, "s1"))
+    client.send(notification("session/cancel", sid("s1")))
+    reply(client.routes.fail(1, LocateInconclusive()))
+    first, second = released(client)
+    data = error_reply(first, 2, -32010)  # truthful: the session is not attached here
+    assert data["sessionId"] == "s1"
+    assert isinstance(second, Drop)
+    assert client.routes.unanswered() == []
+
+
+def test_other_sessions_are_not_held() -> None:
+    client = Client()
+    client.new_session(1, "a", "s2")
+    client.send(resume(2, "s1"))
+    assert client.send(prompt(3, "s2")) == Send(BackendId("a"), prompt(3, "s2"))
+    cancel = notification("session/cancel", sid("s2"))
+    assert client.send(cancel) == Send(BackendId("a"), cancel)
+    assert isinstance(client.send(request(4, "session/status", sid("s3"))), Handle)
+
+
+def test_a_resume_of_an_attached_session_holds_it_too() -> None:
+    """Its answer may move the session (a -32002 relocates): later frames wait for it."""
+    client = Client()
+    client.new_session(1, "a", "s1")
+    assert client.send(resume(2, "s1")) == Send(BackendId("a"), resume(2, "s1"))
+    assert client.send(prompt(3, "s1")) == Held(SessionId("s1"))
+    assert isinstance(client.backend("a", error(2, -32002)), Relocate)
+    assert released(client) == []  # relocating: still in flight
+    client.routes.forward(2, "b")
+    client.backend("b", result(2, {}))
+    assert released(client) == [Send(BackendId("b"), prompt(3, "s1"))]
+
+
+def test_a_released_resume_holds_the_frames_behind_it() -> None:
+    client = Client()
+    client.send(resume(1, "s1"))
+    client.send(prompt(2, "s1"))
+    assert client.send(resume(3, "s1")) == Held(SessionId("s1"))
+    client.send(prompt(4, "s1"))
+    client.routes.forward(1, "b")
+    client.backend("b", result(1, {}))
+    assert released(client) == [
+        Send(BackendId("b"), prompt(2, "s1")),
+        Send(BackendId("b"), resume(3, "s1")),  # attached now: straight there, and holding
+    ]
+    assert client.send(prompt(5, "s1")) == Held(SessionId("s1"))  # behind prompt 4
+    client.backend("b", result(3, {}))
+    assert released(client) == [
+        Send(BackendId("b"), prompt(4, "s1")),
+        Send(BackendId("b"), prompt(5, "s1")),
+    ]
+    assert client.send(prompt(6, "s1")) == Send(BackendId("b"), prompt(6, "s1"))
+
+
+def test_frames_arriving_while_a_queue_drains_queue_behind_it() -> None:
+    client = Client()
+    client.send(resume(1, "s1"))
+    client.send(prompt(2, "s1"))
+    client.send(prompt(3, "s1"))
+    client.routes.forward(1, "b")
+    client.backend("b", result(1, {}))
+    assert client.routes.release() == Send(BackendId("b"), prompt(2, "s1"))
+    assert client.send(prompt(4, "s1")) == Held(SessionId("s1"))  # 3 has not gone yet
+    assert released(client) == [
+        Send(BackendId("b"), prompt(3, "s1")),
+        Send(BackendId("b"), prompt(4, "s1")),
+    ]
+
+
+def test_a_close_of_a_detached_session_holds_it() -> None:
+    client = Client()
+    close = request(1, "session/close", sid("s1"))
+    assert client.send(close) == Handle(Duty.LOCATE_DETACHED, as_request(close), SessionId("s1"))
+    assert client.send(resume(2, "s1")) == Held(SessionId("s1"))
+    client.routes.forward(1, "b")
+    client.backend("b", result(1, {}))
+    (located,) = released(client)
+    assert located == Handle(Duty.LOCATE, as_request(resume(2, "s1")), SessionId("s1"))
+
+
+def test_a_cancel_request_for_a_held_request_waits_behind_it() -> None:
+    client = Client()
+    client.send(resume(1, "s1"))
+    client.send(prompt(2, "s1"))
+    cancel = notification("$/cancel_request", {"requestId": 2})
+    assert client.send(cancel) == Held(SessionId("s1"))
+    client.routes.forward(1, "b")
+    client.backend("b", result(1, {}))
+    assert released(client) == [
+        Send(BackendId("b"), prompt(2, "s1")),
+        Send(BackendId("b"), cancel),
+    ]
+
+
+def test_held_frames_count_against_the_in_flight_limit() -> None:
+    client = Client(Limits(max_in_flight=3))
+    client.send(resume(1, "s1"))
+    assert isinstance(client.send(prompt(2, "s1")), Held)
+    assert isinstance(client.send(notification("session/cancel", sid("s1"))), Held)
+    error_reply(client.send(prompt(3, "s1")), 3, -32014)
+    assert isinstance(client.send(notification("session/cancel", sid("s1"))), Drop)
+    assert sorted(client.routes.unanswered()) == [1, 2]
+
+
+def test_a_backend_saying_not_attached_detaches_the_session() -> None:
+    """The reference agent answers -32010 when another instance took the session: the
+    next resume must be located, not sent back to it."""
+    client = Client()
+    client.new_session(1, "a", "s1")
+    client.send(prompt(2, "s1"))
+    delivered = client.backend("a", error(2, -32010, sid("s1")))
+    assert isinstance(delivered, Deliver)
+    assert client.routes.sessions == {}
+    assert client.attach_log == [("a", 1), ("a", -1)]
+    assert isinstance(client.send(resume(3, "s1")), Handle)
+
+
 # -- limits ------------------------------------------------------------------------------------
 
 
@@ -725,9 +880,12 @@ MAX_AGENT_REQUESTS = 3
 class Model:
     """The shell and the client around one ClientRoutes, keeping count of every answer.
 
-    Each client request is a *serial*; ``open`` maps the ids in flight to theirs, and
-    every answer the client can see is counted against the serial it answers. Each
-    step takes three numbers that choose what it acts on among what exists then.
+    Each client frame is a *serial* (carried in its params as ``_n``); ``open`` maps the
+    request ids in flight to theirs, and every answer the client can see is counted
+    against the serial it answers. Frames of one session must leave the core (sent to a
+    backend, or handed to the shell) in the order they came: ``left`` records that
+    order. Each step takes three numbers that choose what it acts on among what exists
+    then; after every step that can answer a request the shell releases held frames.
     """
 
     def __init__(self) -> None:
@@ -743,52 +901,137 @@ class Model:
         self.handles: dict[RequestId, Handle] = {}
         self.agent_calls: dict[int, tuple[str, RequestId]] = {}
         self.relocated: set[int] = set()
+        self.waiting: set[RequestId] = set()  # held behind their session's resume/load/close
+        self.holders: dict[RequestId, str] = {}  # resume/load/close in flight -> its session
+        self.held_notifications = 0
+        self.notes: set[int] = set()  # serials of notifications (they get no answer)
+        #: per session, the frames waiting behind it: (serial, request id or None for a note)
+        self.queued: dict[str, deque[tuple[int, RequestId | None]]] = defaultdict(deque)
+        self.texts: dict[int, str] = {}
+        self.left: dict[str, list[int]] = {}  # session -> serials, in the order they left
 
     def _answered(self, text: str) -> None:
         request_id = orjson.loads(text)["id"]
         serial = self.open.pop(request_id)
+        self.holders.pop(request_id, None)
         self.answers[serial] += 1
         assert self.answers[serial] == 1, f"request {request_id!r} answered twice"
+
+    def _left(self, text: str) -> None:
+        """A client frame left the core: note its place in its session's order."""
+        frame = orjson.loads(text)
+        if frame.get("method") in acp.SESSION_SCOPED:
+            params = frame["params"]
+            self.left.setdefault(params["sessionId"], []).append(params["_n"])
+
+    def _routed(self, text: str, action: Action) -> None:
+        """What became of a client request the core routed (on arrival or on release)."""
+        request_id = orjson.loads(text)["id"]
+        if isinstance(action, Reply):
+            self._answered(action.text)
+            return
+        assert isinstance(action, Send | Handle), action
+        self._left(text)
+        call = self.routes.calls[request_id]
+        if call.request.method in ("session/resume", "session/load") or (
+            isinstance(action, Handle) and action.duty is Duty.LOCATE_DETACHED
+        ):
+            assert call.session_id is not None
+            self.holders[request_id] = call.session_id
+        if isinstance(action, Send):
+            assert action.text == text
+            assert call.backend == action.backend
+            self.forwarded.add(self.open[request_id])
+        else:
+            assert action.request.text == text
+            self.handles[request_id] = action
+
+    def _is_held(self, session: str) -> bool:
+        """True while a resume/load/close of ``session`` is in flight or frames wait on it."""
+        return session in self.holders.values() or bool(self.queued[session])
+
+    def _room(self) -> bool:
+        return len(self.routes.calls) + self.held_notifications < MAX_IN_FLIGHT
+
+    def release_one(self) -> bool:
+        """The shell takes one released frame and carries it out; False when none is."""
+        session = next(iter(self.routes._releasable), None)  # the core's choice, to check it
+        action = self.routes.release()
+        if action is None:
+            assert session is None
+            return False
+        assert session is not None
+        serial, request_id = self.queued[session].popleft()
+        if request_id is None:  # a notification
+            self.held_notifications -= 1
+            assert isinstance(action, Send | Drop), action
+            if isinstance(action, Send):
+                assert orjson.loads(action.text)["params"].get("_n", serial) == serial
+                self._left(action.text)
+            return True
+        self.waiting.remove(request_id)
+        self._routed(self.texts[serial], action)
+        return True
+
+    def shell_releases(self, x: int, y: int, z: int) -> None:
+        """The shell carries out a few released frames; client frames may come in between."""
+        for _ in range(x % 3 + 1):
+            self.release_one()
 
     # -- the client ----------------------------------------------------------------------------
 
     def client_request(self, x: int, y: int, z: int) -> None:
         request_id, method, session = IDS[x % len(IDS)], METHODS[y % len(METHODS)], SESSIONS[z % 3]
         self.serial += 1
-        text = request(request_id, method, new_params() | sid(session))
+        text = request(request_id, method, new_params() | sid(session, _n=self.serial))
+        self.texts[self.serial] = text
+        scoped = method not in ("session/new", "session/list", "_vendor/x", "initialize")
+        fresh = request_id not in self.open
+        expect_held = scoped and fresh and self._room() and self._is_held(session)
         action = self.routes.receive_client(parse(text))
+        assert isinstance(action, Held) == expect_held, (action, expect_held)
         if isinstance(action, Reply):
             decoded = orjson.loads(action.text)
             assert decoded["id"] == request_id
-            if request_id in self.open:
+            if not fresh:
                 assert decoded["error"]["code"] == -32600  # a refused duplicate
             self.answers[self.serial] += 1
             return
-        assert request_id not in self.open
+        assert fresh
         self.open[request_id] = self.serial
-        if isinstance(action, Send):
-            assert action.text == text
-            assert self.routes.calls[request_id].backend == action.backend
-            self.forwarded.add(self.serial)
-        else:
-            assert isinstance(action, Handle)
-            self.handles[request_id] = action
+        if isinstance(action, Held):
+            assert action.session_id == session
+            assert self.routes.calls[request_id].held
+            self.waiting.add(request_id)
+            self.queued[session].append((self.serial, request_id))
+            return
+        self._routed(text, action)
 
     def client_cancels(self, x: int, y: int, z: int) -> None:
+        self.serial += 1
+        self.notes.add(self.serial)
         if z % 2:
             request_id = IDS[x % len(IDS)]
-            note = notification("$/cancel_request", {"requestId": request_id})
+            note = notification("$/cancel_request", {"requestId": request_id, "_n": self.serial})
             call = self.routes.calls.get(request_id)
             backend = call.backend if call is not None else None
+            held = call.session_id if call is not None and request_id in self.waiting else None
         else:
             session = SESSIONS[y % 3]
-            note = notification("session/cancel", sid(session))
+            note = notification("session/cancel", sid(session, _n=self.serial))
             backend = self.routes.sessions.get(SessionId(session))
+            held = SessionId(session) if self._is_held(session) else None
+        room = self._room()
         action = self.routes.receive_client(parse(note))
-        if backend is None:
+        if held is not None and room:
+            assert action == Held(held)
+            self.held_notifications += 1
+            self.queued[held].append((self.serial, None))
+        elif held is not None or backend is None:
             assert isinstance(action, Drop)
         else:
             assert action == Send(backend, note)
+            self._left(note)
 
     def client_answers_an_agent(self, x: int, y: int, z: int) -> None:
         if not self.agent_calls:
@@ -906,30 +1149,47 @@ class Model:
     def check(self) -> None:
         assert set(self.routes.calls) == set(self.open)
         for request_id, call in self.routes.calls.items():
-            assert (call.backend is None) == (request_id in self.handles)
+            assert (call.backend is None) == (request_id in self.handles or call.held)
+            assert call.held == (request_id in self.waiting)
         assert set(self.answers.values()) <= {1}
         assert +self.attached == Counter(self.routes.sessions.values())
         assert all(count >= 0 for count in self.attached.values())
         assert len(self.routes.sessions) <= MAX_SESSIONS
+        for session, serials in self.left.items():
+            assert serials == sorted(set(serials)), f"{session}'s frames left out of order"
 
     def finish(self) -> None:
+        while self.release_one():
+            pass
         # Every backend goes away: whatever was forwarded has its one answer now ...
         for backend in range(len(BACKENDS)):
             self.backend_lost(backend, 0, 0)
+        while self.release_one():
+            pass
         for serial in self.forwarded - set(self.open.values()):
             assert self.answers[serial] == 1
-        assert set(self.open) == set(self.handles)  # ... and the rest waits on the shell.
-        for request_id in sorted(self.handles, key=repr):
+        # ... and the rest waits on the shell, or behind a call that waits on the shell.
+        assert set(self.open) == set(self.handles) | self.waiting
+        while self.handles:
+            request_id = sorted(self.handles, key=repr)[0]
+            del self.handles[request_id]
             self._answered(self.routes.fail(request_id, NoBackendAvailable()).text)
+            while self.release_one():
+                pass
+        assert not self.waiting
         assert self.routes.unanswered() == []
-        assert sorted(self.answers) == list(range(1, self.serial + 1))
+        assert sorted(self.answers) == sorted(
+            n for n in range(1, self.serial + 1) if n not in self.notes
+        )
         assert set(self.answers.values()) <= {1}
+        self.check()
 
 
 STEPS = (
     *(Model.client_request,) * 4,
     *(Model.shell_decides,) * 3,
     *(Model.backend_answers,) * 3,
+    *(Model.shell_releases,) * 2,
     Model.client_cancels,
     Model.client_answers_an_agent,
     Model.backend_answers_nothing_in_flight,

@@ -13,7 +13,15 @@ Rules this module keeps:
 3. Frames are forwarded as the text they arrived in; only ids are spliced.
    ``authenticate`` is forwarded truthfully (:class:`AuthRound`): the router never
    answers it itself.
-4. Nothing here does I/O or reads a clock: methods take messages and return
+4. Per-session order: while a ``session/resume`` or ``session/load`` of a session, or a
+   ``session/close`` of a session not attached here, is in flight, every later request
+   and notification for that session waits in the session's queue (:class:`Held`), so a
+   pipelined resume + prompt does not get ``-32010``. When the call settles, whatever
+   answered it, :meth:`ClientRoutes.release` hands the waiting frames out one at a time,
+   in arrival order, routed as if they had just arrived; frames that arrive meanwhile
+   queue behind them. Other sessions are never held. Held frames count against
+   ``max_in_flight`` (held requests are in ``calls``), so the queues are bounded.
+5. Nothing here does I/O or reads a clock: methods take messages and return
    :data:`Action` values that the shell carries out. Every decision is made here
    and handed out as data (which sessions attached or detached, what a resume
    came to, where a session was learned to live); the shell records it and never
@@ -23,7 +31,8 @@ Rules this module keeps:
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from collections import deque
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from router.protocol import acp
@@ -74,6 +83,8 @@ class PendingCall:
     session_id: SessionId | None
     backend: BackendId | None = None
     retried: bool = False
+    #: waiting behind its session's resume/load/close (not yet routed anywhere)
+    held: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,13 +203,21 @@ class Lost:
 
 
 @dataclass(frozen=True, slots=True)
+class Held:
+    """Nothing to send yet: the frame waits behind ``session_id``'s resume, load or
+    close; :meth:`ClientRoutes.release` hands it out once that call has settled."""
+
+    session_id: SessionId
+
+
+@dataclass(frozen=True, slots=True)
 class Drop:
     """Nothing to send: the frame is ignored, for ``reason`` (logged at debug)."""
 
     reason: str
 
 
-Action = Reply | Send | Broadcast | Deliver | Handle | Relocate | Drop
+Action = Reply | Send | Broadcast | Deliver | Handle | Relocate | Held | Drop
 
 #: ids the router gives a forwarded ``authenticate`` (a counter follows), so that no
 #: answer to an earlier round can pass for the answer to a later request
@@ -221,6 +240,15 @@ class AuthRound:
     request: Request
     routed_id: str
     waiting: frozenset[BackendId]
+
+
+@dataclass(slots=True)
+class _Queue:
+    """One session's frames waiting behind ``holder``, its resume/load/close in flight
+    (None once that call settled and the frames are being released)."""
+
+    holder: RequestId | None
+    frames: deque[Request | Notification] = field(default_factory=deque)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +281,10 @@ class ClientRoutes:
         self.last_backend: BackendId | None = None
         self._agent_calls: dict[RoutedId, tuple[BackendId, RequestId]] = {}
         self._next_agent_id = 0
+        #: sessions held behind an attaching call, and those whose frames can go now
+        self._queues: dict[SessionId, _Queue] = {}
+        self._releasable: dict[SessionId, None] = {}  # an ordered set
+        self._held_notifications = 0
 
     # -- from the client ---------------------------------------------------------------------
 
@@ -268,14 +300,75 @@ class ClientRoutes:
         if request.id in self.calls:
             error = InvalidRequest(f"request id {request.id!r} is already in flight")
             return refusal(request.id, error)
-        if len(self.calls) >= self.limits.max_in_flight:
+        if self._in_flight() >= self.limits.max_in_flight:
             return refusal(request.id, TooManyInFlight())
+        queue_of = self._held_session(request)
+        if queue_of is not None:
+            self.calls[request.id] = PendingCall(request, queue_of, held=True)
+            self._queues[queue_of].frames.append(request)
+            return Held(queue_of)
+        return self._route_request(request)
+
+    def _route_request(self, request: Request) -> Action:
         try:
             call, action = self._classify(request)
         except JsonRpcError as exc:
             return refusal(request.id, exc)
         self.calls[request.id] = call
+        if call.session_id is not None and _holds_its_session(call, action):
+            queue = self._queues.setdefault(call.session_id, _Queue(request.id))
+            queue.holder = request.id
+            self._releasable.pop(call.session_id, None)
         return action
+
+    def _in_flight(self) -> int:
+        return len(self.calls) + self._held_notifications
+
+    def _held_session(self, message: Request | Notification) -> SessionId | None:
+        """The session ``message`` must wait behind, if that session is held."""
+        if isinstance(message, Notification) and message.method == acp.CANCEL_REQUEST:
+            named = _named_request(message)
+            call = self.calls.get(named) if named is not None else None
+            return call.session_id if call is not None and call.held else None
+        if message.method not in acp.SESSION_SCOPED:
+            return None
+        session_id = acp.session_id_of(message)
+        return session_id if session_id in self._queues else None
+
+    def release(self) -> Action | None:
+        """The next frame that waited behind a settled resume/load/close, routed now as if
+        it had just arrived; None when no frame can go.
+
+        The shell calls this until None after every call that can answer a request
+        (:meth:`receive_backend`, :meth:`answer`, :meth:`fail`, :meth:`backend_lost`), and
+        carries each action out before asking for the next: that keeps the session's order.
+        A released resume/load holds its session again; the frames behind it wait on.
+        """
+        session_id = next(iter(self._releasable), None)
+        if session_id is None:
+            return None
+        queue = self._queues[session_id]
+        frame = queue.frames.popleft()
+        if not queue.frames:
+            del self._queues[session_id]
+            del self._releasable[session_id]
+        if isinstance(frame, Notification):
+            self._held_notifications -= 1
+            return self._route_notification(frame)
+        del self.calls[frame.id]
+        return self._route_request(frame)
+
+    def _settle(self, request_id: RequestId) -> PendingCall:
+        """``request_id`` is answered: forget it; if it held its session, free the queue."""
+        call = self.calls.pop(request_id)
+        queue = self._queues.get(call.session_id) if call.session_id is not None else None
+        if queue is not None and queue.holder == request_id and call.session_id is not None:
+            queue.holder = None
+            if queue.frames:
+                self._releasable[call.session_id] = None
+            else:
+                del self._queues[call.session_id]
+        return call
 
     def _classify(self, request: Request) -> tuple[PendingCall, Action]:
         method = request.method
@@ -335,6 +428,16 @@ class ClientRoutes:
         return PendingCall(request, session_id, backend), Send(backend, request.text)
 
     def _client_notification(self, note: Notification) -> Action:
+        queue_of = self._held_session(note)
+        if queue_of is None:
+            return self._route_notification(note)
+        if self._in_flight() >= self.limits.max_in_flight:
+            return Drop(f"{note.method}: too many frames held on this connection")
+        self._queues[queue_of].frames.append(note)
+        self._held_notifications += 1
+        return Held(queue_of)
+
+    def _route_notification(self, note: Notification) -> Action:
         if note.method == acp.CANCEL_REQUEST:
             named = _named_request(note)
             call = self.calls.get(named) if named is not None else None
@@ -386,12 +489,12 @@ class ClientRoutes:
 
     def answer(self, request_id: RequestId, result: Any) -> Reply:
         """The router's own answer to a call in flight (KeyError if it was answered)."""
-        del self.calls[request_id]
+        self._settle(request_id)
         return Reply(encode_result(request_id, result))
 
     def fail(self, request_id: RequestId, error: JsonRpcError | ErrorObject) -> Reply:
         """The router's error answer to a call in flight (KeyError if it was answered)."""
-        del self.calls[request_id]
+        self._settle(request_id)
         return refusal(request_id, error)
 
     def close(self) -> tuple[Detach, ...]:
@@ -423,11 +526,11 @@ class ClientRoutes:
             if _not_found(response) and not call.retried:
                 self.calls[request_id] = replace(call, backend=None, retried=True)
                 return Relocate(call.request, session_id, backend)
-            del self.calls[request_id]
+            self._settle(request_id)
             return Deliver(response.text, self._settle_attach(call, backend, session_id, response))
-        del self.calls[request_id]
+        self._settle(request_id)
         if not response.ok:
-            return Deliver(response.text, Settled(call, backend))
+            return Deliver(response.text, self._settle_failed(call, backend, response))
         if method in acp.CREATING:
             return Deliver(response.text, self._settle_created(call, backend, response))
         if method == acp.SESSION_CLOSE and session_id is not None:
@@ -461,6 +564,16 @@ class ClientRoutes:
             return Settled(call, backend)
         session_id = SessionId(new_id)
         return Settled(call, backend, None, session_id, self._attach_quietly(session_id, backend))
+
+    def _settle_failed(self, call: PendingCall, backend: BackendId, response: Response) -> Settled:
+        # -32010 from the backend itself: it no longer holds the session for this link (the
+        # reference agent says so when another instance took it): stop routing it there,
+        # so the client's next resume is located instead of sent back to it.
+        session_id = call.session_id
+        moved = response.error is not None and response.error.code == SessionNotAttached.code
+        if not moved or session_id is None or self.sessions.get(session_id) != backend:
+            return Settled(call, backend)
+        return Settled(call, backend, changes=(self._drop_session(session_id),))
 
     def _settle_close(
         self, call: PendingCall, backend: BackendId, session_id: SessionId
@@ -527,6 +640,14 @@ class ClientRoutes:
     def unanswered(self) -> list[RequestId]:
         """Ids of client requests still awaiting an answer."""
         return list(self.calls)
+
+
+def _holds_its_session(call: PendingCall, action: Action) -> bool:
+    """True for the calls later frames of their session wait behind: resume and load (they
+    attach it), and a close of a session not attached here (it is being located)."""
+    if call.request.method in acp.ATTACHING:
+        return True
+    return isinstance(action, Handle) and action.duty is Duty.LOCATE_DETACHED
 
 
 def _not_found(response: Response) -> bool:

@@ -5,8 +5,9 @@ The read loop parses each client frame's envelope, asks the routing core what to
 do, and carries it out: replies and forwards are sent at once (in order); work
 that waits on the pool (locates, placements, pool-wide status and list) runs in
 tasks this connection owns, so one slow locate never stalls another session's
-traffic. When the client goes, every task and link of the connection is
-cancelled and closed.
+traffic. Frames the core holds behind their session's resume/load/close are
+carried out when it releases them, after every answer (:meth:`_release_held`). When
+the client goes, every task and link of the connection is cancelled and closed.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from router.core.routes import (
     Drop,
     Duty,
     Handle,
+    Held,
     Limits,
     Relocate,
     Reply,
@@ -43,7 +45,7 @@ from router.protocol.errors import (
     ProtocolError,
 )
 from router.protocol.ids import BackendId, SessionId
-from router.protocol.jsonrpc import ErrorObject, Request, RequestId, parse
+from router.protocol.jsonrpc import ErrorObject, Message, Request, RequestId, parse
 from router.server.backend_link import BackendLink
 from router.server.gate import Gate, Refusal
 from router.server.metrics import TO_BACKEND, TO_CLIENT, Metrics
@@ -147,6 +149,8 @@ class ClientConnection:
                 await self._handle(duty, request, session_id)
             case Relocate(request, session_id, backend):
                 self._relocate(request, session_id, backend)
+            case Held(session_id):
+                logger.debug("holding a frame behind session %s's resume/load/close", session_id)
             case Drop(reason):
                 logger.debug("dropped a frame: %s", reason)
             case _:
@@ -173,6 +177,14 @@ class ClientConnection:
 
     async def _fail(self, request_id: RequestId, error: JsonRpcError) -> None:
         await self._do(self.routes.fail(request_id, error))
+        await self._release_held()
+
+    async def _release_held(self) -> None:
+        """Carry out the frames the core held behind a resume, load or close that is now
+        answered: one at a time, each reaching its backend link's FIFO before the next is
+        taken, so the session's frames leave in the order they came."""
+        while (action := self.routes.release()) is not None:
+            await self._do(action)
 
     # -- requests the router answers or routes itself ------------------------------------------------
 
@@ -213,6 +225,7 @@ class ClientConnection:
             await self._fail(request_id, InternalError())
             return
         await self._do(self.routes.answer(request_id, result))
+        await self._release_held()
 
     async def _locate(self, request: Request, session_id: SessionId) -> None:
         try:
@@ -252,9 +265,7 @@ class ClientConnection:
             await link.run(
                 self.routes.initialize,
                 self.routes.authenticate,
-                lambda message: self._do(
-                    self.routes.receive_backend(link.backend, self.gate.outbound(message))
-                ),
+                lambda message: self._from_backend(link.backend, message),
             )
         except BackendLinkLost as exc:
             reason = str((exc.data or {}).get("reason", exc.message))
@@ -270,3 +281,8 @@ class ClientConnection:
         self.pool.record(lost.detached)
         for reply in lost.replies:
             await self._do(reply)
+        await self._release_held()
+
+    async def _from_backend(self, backend: BackendId, message: Message) -> None:
+        await self._do(self.routes.receive_backend(backend, self.gate.outbound(message)))
+        await self._release_held()
