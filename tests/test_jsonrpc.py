@@ -25,6 +25,7 @@ from router.protocol.jsonrpc import (
     replace_id,
     replace_member,
     replace_param,
+    replace_parsed_member,
 )
 
 # -- classification --------------------------------------------------------------------------------
@@ -546,6 +547,23 @@ def test_replace_param_changes_exactly_that_member(
 )
 def test_replace_member_splices_only_the_path(text: str, expected: str) -> None:
     assert replace_member(text, ("params", "sessionId"), "B") == expected
+    if expected != text:  # the path leads to a value: the parsed shortcut agrees
+        assert replace_parsed_member(text, ("params", "sessionId"), "B") == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"params":{"abc \\"sessionId":1,"sessionId":"a"}}',  # a key ending in "sessionId
+        '{"params":{"x":"sessionId","sessionId":"a"}}',  # the key spelled as a value
+        '{"params":{"sessionId":"a"},"x":{"session\\u0049d":"b"}}',  # an escaped spelling
+        '{"x":{"y":"\\"sessionId\\":"},"params":{"sessionId" :\t"a"}}',
+    ],
+)
+def test_replace_parsed_member_is_never_fooled_by_lookalikes(text: str) -> None:
+    path = ("params", "sessionId")
+    assert replace_parsed_member(text, path, "B") == replace_member(text, path, "B")
+    assert json.loads(replace_parsed_member(text, path, "B"))["params"]["sessionId"] == "B"
 
 
 @settings(max_examples=200, deadline=None)
@@ -561,3 +579,6 @@ def test_replace_member_changes_exactly_that_member(
     if isinstance(params, dict):
         expected = obj | {"params": obj["params"] | {"sessionId": "sealed"}}
     assert json.loads(replace_member(text, ("params", "sessionId"), "sealed")) == expected
+    if isinstance(params, dict):
+        shortcut = replace_parsed_member(text, ("params", "sessionId"), "sealed")
+        assert json.loads(shortcut) == expected

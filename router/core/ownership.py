@@ -26,6 +26,7 @@ the session, keyed by a secret every replica shares. Rules this module keeps:
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 from dataclasses import dataclass, replace
@@ -37,7 +38,13 @@ from router.core.frontdoor import Principal
 from router.protocol import acp
 from router.protocol.errors import MethodNotFound, SessionNotFound
 from router.protocol.ids import SessionId
-from router.protocol.jsonrpc import Message, Notification, Request, Response, replace_member
+from router.protocol.jsonrpc import (
+    Message,
+    Notification,
+    Request,
+    Response,
+    replace_parsed_member,
+)
 
 SEPARATOR = "."
 MAC_BYTES = 16
@@ -48,26 +55,33 @@ _RESULT_ID = ("result", "sessionId")
 _ERROR_ID = ("error", "data", "sessionId")
 
 
+def _mac(secret: bytes, principal: Principal, session_id: str) -> str:
+    message = principal.encode() + b"\x00" + session_id.encode()
+    digest = hmac.new(secret, message, hashlib.sha256).digest()[:MAC_BYTES]
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+#: Sealing is pure and the same few ids are sealed on every update: remember the last
+#: ones (opening is not cached, so ids a client makes up cannot push these out).
+_cached_mac = functools.lru_cache(maxsize=4096)(_mac)
+
+
 @dataclass(frozen=True, slots=True)
 class SessionSeal:
     """Seals and opens session ids with ``secret`` (the same on every replica)."""
 
     secret: bytes
 
-    def _mac(self, principal: Principal, session_id: str) -> str:
-        message = principal.encode() + b"\x00" + session_id.encode()
-        digest = hmac.new(self.secret, message, hashlib.sha256).digest()[:MAC_BYTES]
-        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-
     def seal(self, principal: Principal, session_id: str) -> str:
-        return f"{session_id}{SEPARATOR}{self._mac(principal, session_id)}"
+        return f"{session_id}{SEPARATOR}{_cached_mac(self.secret, principal, session_id)}"
 
     def open(self, principal: Principal, sealed: str) -> SessionId | None:
         """The agent's id inside ``sealed``, if it was sealed for ``principal``."""
         session_id, separator, mac = sealed.rpartition(SEPARATOR)
         if not separator or len(mac) != MAC_CHARS:
             return None
-        if not hmac.compare_digest(mac.encode(), self._mac(principal, session_id).encode()):
+        expected = _mac(self.secret, principal, session_id)
+        if not hmac.compare_digest(mac.encode(), expected.encode()):
             return None
         return SessionId(session_id)
 
@@ -100,7 +114,7 @@ class Ownership:
             raise SessionNotFound(sealed)
         params = message.params
         assert isinstance(params, dict)  # it had a sessionId
-        text = replace_member(message.text, _PARAMS_ID, session_id)
+        text = replace_parsed_member(message.text, _PARAMS_ID, session_id)
         return replace(message, params={**params, "sessionId": session_id}, text=text)
 
     # -- router -> client (rule 2) ---------------------------------------------------------------
@@ -122,7 +136,7 @@ class Ownership:
         if not isinstance(session_id, str):
             return message
         sealed = self.seal.seal(self.principal, session_id)
-        return replace(message, text=replace_member(message.text, path, sealed))
+        return replace(message, text=replace_parsed_member(message.text, path, sealed))
 
     def reply(self, text: str) -> str:
         """A reply the router made itself, with an error's ``data.sessionId`` sealed."""

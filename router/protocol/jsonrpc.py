@@ -290,6 +290,25 @@ def replace_member(text: str, path: tuple[str, ...], value: Any) -> str:
     return _splice(text, _path_spans(text, _skip_space(text, 0), path), dumps(value))
 
 
+def replace_parsed_member(text: str, path: tuple[str, ...], value: Any) -> str:
+    """:func:`replace_member` for a path the caller has parsed and found in the frame.
+
+    The common frame spells the path's last key once, plainly, with no ``\\u`` escape
+    anywhere: then that one spelling is the member (a value or an escaped quote cannot
+    spell ``"key"`` followed by ``:`` without a second, real spelling), and its value is
+    spliced without walking the frame. Any other frame takes the full walk.
+    """
+    quoted = f'"{path[-1]}"'
+    at = text.find(quoted)
+    if at < 0 or text.find(quoted, at + 1) >= 0 or _ESCAPE_U.search(text) is not None:
+        return replace_member(text, path, value)
+    colon = _skip_space(text, at + len(quoted))
+    if text[colon] != ":":
+        return replace_member(text, path, value)
+    start = _skip_space(text, colon + 1)
+    return _splice(text, [(start, _value_end(text, start))], dumps(value))
+
+
 def _path_spans(text: str, brace: int, path: tuple[str, ...]) -> Iterator[tuple[int, int]]:
     name, rest = path[0], path[1:]
     for key, start in _members(text, brace):
