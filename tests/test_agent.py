@@ -170,6 +170,23 @@ async def test_load_replays_the_history_before_answering(
         ]
 
 
+async def test_a_prompt_cut_inside_an_emoji_is_echoed_stored_and_replayed(
+    agent: AgentProcess, client: AcpClient
+) -> None:
+    # "\ud83d" alone is legal JSON (the client's json.dumps writes it as an escape)
+    session_id = await client.new_session()
+    result_of(await client.prompt(session_id, "cut \ud83d"))
+    assert text_chunks(client.drain_incoming()) == [
+        ("agent_message_chunk", f"[{AGENT_ID}] cut \ud83d")
+    ]
+    async with AcpClient.connect(agent.url) as other:
+        assert result_of(await other.request("session/load", load_params(session_id))) == {}
+        assert text_chunks(other.drain_incoming()) == [
+            ("user_message_chunk", "cut \ud83d"),
+            ("agent_message_chunk", f"[{AGENT_ID}] cut \ud83d"),
+        ]
+
+
 async def test_resume_attaches_without_replay(agent: AgentProcess, client: AcpClient) -> None:
     session_id = await client.new_session()
     result_of(await client.prompt(session_id, "one"))

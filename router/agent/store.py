@@ -33,9 +33,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeGuard
 
-import orjson
-
 from router.protocol.errors import ConfigError, SessionMoved
+from router.protocol.jsontext import dumps, loads
 
 logger = logging.getLogger(__name__)
 
@@ -266,7 +265,7 @@ def _write_line(fd: int, record: dict[str, Any], *, after_torn_line: bool = Fals
     is not glued to the torn one and lost with it. Another process's write in progress
     can look torn too; that only costs a blank line, which readers skip.
     """
-    data = orjson.dumps(record) + b"\n"
+    data = dumps(record).encode() + b"\n"  # a prompt cut inside an emoji is stored too
     if after_torn_line:
         data = b"\n" + data
     written = os.write(fd, data)
@@ -291,8 +290,8 @@ def _decode(line: bytes) -> dict[str, Any] | None:
     if not line.endswith(b"\n") or not line.strip():
         return None
     try:
-        record = orjson.loads(line)
-    except orjson.JSONDecodeError:
+        record = loads(line)
+    except ValueError:
         logger.warning("session store: skipping an unreadable record")
         return None
     return record if isinstance(record, dict) else None
