@@ -189,6 +189,12 @@ def test_the_cursor_round_trips_each_backends_own_cursor() -> None:
     assert third.merge({"c": _page([])}) == {"sessions": []}
 
 
+def test_a_backends_cursor_cut_inside_an_emoji_round_trips() -> None:
+    merged = ListPage.from_params({}, ["a"]).merge({"a": _page([], next_cursor="p\ud83d")})
+    following = ListPage.from_params({"cursor": merged["nextCursor"]}, ["a"])
+    assert following.backend_params("a") == {"cursor": "p\ud83d"}
+
+
 def test_an_empty_backend_cursor_is_still_a_cursor() -> None:
     merged = ListPage.from_params({}, ["a"]).merge({"a": _page([], next_cursor="")})
     following = ListPage.from_params({"cursor": merged["nextCursor"]}, ["a"])

@@ -14,12 +14,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from router import __version__
 from router.protocol import acp
 from router.protocol.errors import InvalidParams
 from router.protocol.ids import BackendId
+from router.protocol.jsontext import dumps, loads
 
 _CURSOR_VERSION = 1
 #: bounds on what ``session/list`` sends every backend's control link: a longer ``cwd`` is no
@@ -101,14 +100,14 @@ def _list(value: Any) -> list[Any]:
 
 
 def _encode_cursor(pending: Mapping[str, str]) -> str:
-    raw = orjson.dumps({"v": _CURSOR_VERSION, "b": dict(pending)})
+    raw = dumps({"v": _CURSOR_VERSION, "b": dict(pending)}).encode()  # backends' cursors: any text
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def _decode_cursor(cursor: str) -> dict[str, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        data = orjson.loads(raw)
+        data = loads(raw)
     except (binascii.Error, ValueError):
         raise InvalidParams("session/list: invalid cursor") from None
     pending = data.get("b") if isinstance(data, dict) and data.get("v") == _CURSOR_VERSION else None
