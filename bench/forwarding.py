@@ -3,7 +3,10 @@ and through each hop in the same run.
 
 Hops: the router (a subprocess whose only backend is the agent), the bare aiohttp
 pass-through forwarder of :mod:`bench.passthrough` (no parsing at all), and HAProxy
-in HTTP mode (a byte tunnel after the upgrade) when it is installed. Each prompt is
+in HTTP mode (a byte tunnel after the upgrade) when it is installed; and two
+variants held against the router: a second router on uvloop (when installed), and
+a client of the same router that offers permessage-deflate (what compression, on
+by default, costs per frame). Each prompt is
 answered by one ``session/update`` chunk and the response, so a round trip is one
 frame out and two back. Per round, every side in rotating order:
 
@@ -24,6 +27,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from bench.clients import DEFLATE as DEFLATE_BITS
 from bench.fleet import Child, Fleet, haproxy_missing, uvloop_missing
 from bench.ratios import Budget, Result, Target, micro, percentile, rotated, row
 from bench.wire import AcpSocket, BenchError, prompt_params
@@ -36,6 +40,9 @@ ROUTER = "router"
 FORWARDER = "forwarder"
 HAPROXY = "haproxy"
 UVLOOP = "router on uvloop"
+DEFLATE = "router, client with deflate"
+#: sides held against the router itself rather than against the other hops
+VARIANTS = (UVLOOP, DEFLATE)
 BASELINE = "client -> agent direct"
 PROMPT = "Summarise the routing table of this repository in two sentences, please."
 TURN = Target("prompt turn through the router <= 1.3x direct (p50)", 1.3)
@@ -83,10 +90,14 @@ async def run(
             urls[UVLOOP] = (await stack.enter_async_context(on_uvloop)).url
         else:
             notes.append(f"forwarding: no uvloop rows: {no_uvloop}")
+        urls[DEFLATE] = router.url  # the same router; this client offers permessage-deflate
         sides = []
         for name, url in urls.items():
-            socket = await stack.enter_async_context(AcpSocket.connect(fleet.http, url))
-            sides.append(await _side(name, socket, sizes.window))
+            compress = DEFLATE_BITS if name == DEFLATE else 0
+            connecting = AcpSocket.connect(fleet.http, url, compress=compress)
+            sides.append(
+                await _side(name, await stack.enter_async_context(connecting), sizes.window)
+            )
         for side in sides:  # warm up: links open, code paths hot
             await _latency(side, sizes.latency // 4)
             await _throughput(side, sizes.throughput // 4)
@@ -124,7 +135,7 @@ def _rows(rounds: Sequence[Round], names: list[str], sizes: Sizes) -> list[Resul
     for hop in hops:
         pairs = [(r.rate[hop], r.rate[DIRECT]) for r in rounds]
         rows.append(row(BENCH, f"{pipelined}, {hop}", BASELINE, pairs, "msg/s"))
-    for other in [hop for hop in hops if hop not in (ROUTER, UVLOOP)]:
+    for other in [hop for hop in hops if hop != ROUTER and hop not in VARIANTS]:
         forwarder = other == FORWARDER
         added = [(r.p50[ROUTER] - r.p50[DIRECT], r.p50[other] - r.p50[DIRECT]) for r in rounds]
         rows.append(
@@ -142,13 +153,12 @@ def _rows(rounds: Sequence[Round], names: list[str], sizes: Sizes) -> list[Resul
         rows.append(
             row(BENCH, f"{pipelined}, router", f"the same, {other}", rates, "msg/s", target)
         )
-    if UVLOOP in hops:
-        added = [(r.p50[UVLOOP] - r.p50[DIRECT], r.p50[ROUTER] - r.p50[DIRECT]) for r in rounds]
-        base = "added latency p50, router (asyncio loop)"
-        rows.append(row(BENCH, f"added latency p50, {UVLOOP}", base, micro(added), "us"))
-        rates = [(r.rate[UVLOOP], r.rate[ROUTER]) for r in rounds]
-        base = "the same, router (asyncio loop)"
-        rows.append(row(BENCH, f"{pipelined}, {UVLOOP}", base, rates, "msg/s"))
+    for variant in [hop for hop in hops if hop in VARIANTS]:
+        added = [(r.p50[variant] - r.p50[DIRECT], r.p50[ROUTER] - r.p50[DIRECT]) for r in rounds]
+        base = "added latency p50, router"
+        rows.append(row(BENCH, f"added latency p50, {variant}", base, micro(added), "us"))
+        rates = [(r.rate[variant], r.rate[ROUTER]) for r in rounds]
+        rows.append(row(BENCH, f"{pipelined}, {variant}", "the same, router", rates, "msg/s"))
     return rows
 
 

@@ -32,9 +32,12 @@ class AcpSocket:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def connect(cls, http: aiohttp.ClientSession, url: str) -> AsyncIterator[AcpSocket]:
-        """An initialized connection to ``url``."""
-        async with http.ws_connect(url, max_msg_size=0) as ws:
+    async def connect(
+        cls, http: aiohttp.ClientSession, url: str, *, compress: int = 0
+    ) -> AsyncIterator[AcpSocket]:
+        """An initialized connection to ``url``; ``compress``: permessage-deflate window
+        bits to offer (0: none)."""
+        async with http.ws_connect(url, max_msg_size=0, compress=compress) as ws:
             socket = cls(ws)
             await socket.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
             yield socket
