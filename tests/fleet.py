@@ -18,6 +18,8 @@ from typing import Any
 import websockets
 from aiohttp import web
 
+from router.core.health import Health
+from router.protocol.ids import BackendId
 from router.server.app import POOL, create_app
 from router.server.config import Settings, settings_from
 from router.server.metrics import Metrics
@@ -48,6 +50,12 @@ class RouterUnderTest:
         async with asyncio.timeout(WAIT):
             while sum(self.pool.attached.values()):
                 await self.pool.attached_changed.wait()
+
+    async def wait_health(self, backend: str, health: Health) -> None:
+        """Wait until ``backend`` is in ``health`` (the pool re-reads it on every event)."""
+        async with asyncio.timeout(WAIT):
+            while self.pool.health(BackendId(backend)) is not health:
+                await self.pool.ready_changed.wait()
 
     async def wait_backends(self, count: int) -> None:
         """Wait until exactly ``count`` backends are up."""

@@ -89,7 +89,13 @@ def load_params(session_id: str) -> JsonObject:
 async def test_initialize_advertises_the_capabilities(client: AcpClient) -> None:
     response = await client.request("initialize", {"protocolVersion": 7}, request_id=0)
     assert response["id"] == 0
-    assert result_of(response) == {
+    result = result_of(response)
+    instance = result.pop("_meta")["instanceId"]
+    assert isinstance(instance, str)
+    assert len(instance) == 32
+    again = await client.request("initialize", {"protocolVersion": 1})
+    assert result_of(again)["_meta"] == {"instanceId": instance}, "one nonce per process"
+    assert result == {
         "protocolVersion": 1,
         "agentCapabilities": {
             "loadSession": True,

@@ -10,10 +10,16 @@ a session runs on one instance, and a client that comes back finds it (issue 7).
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
-from tests.fleet import backends_of, start_fleet, start_router
-from tests.support import AcpClient, JsonObject
+import pytest
+
+from router.core.health import Health
+from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router, start_scripted
+from tests.relay import Relay, start_relay
+from tests.support import WAIT, AcpClient, JsonObject, start_agent
+from tests.test_router import answered_by, direct_statuses, resume
 
 CWD = "/work/project"
 FIVE_MB = 5 * 1024 * 1024
@@ -53,3 +59,206 @@ async def test_oversized_session_ids_and_cwds_are_refused_without_dropping_a_lin
                 router.metric("acp_router_probes_total", backend=agent.agent_id, result="unknown")
                 == 0
             )
+
+
+# -- down is not gone --------------------------------------------------------------------------
+
+#: stalled reconnects fail fast, so a test sees several during one outage
+FAST_CONTROL = {"connect_timeout_ms": 300}
+
+
+async def _session_on(url: str) -> str:
+    """A session created directly on the agent at ``url``: active in its memory."""
+    async with AcpClient.connect(url) as direct:
+        await direct.initialize()
+        return await direct.new_session(CWD)
+
+
+async def _cut_and_stall(router: RouterUnderTest, relay: Relay) -> None:
+    relay.stall()
+    await relay.cut()
+    await router.wait_health("agent-1", Health.UNKNOWN)
+
+
+async def test_a_link_flap_fails_resumes_closed_and_the_session_comes_back_to_its_holder(
+    tmp_path: Path,
+) -> None:
+    async with (
+        start_fleet(tmp_path, 2) as agents,
+        start_relay(agents[0].url) as relay,
+    ):
+        urls = {a.agent_id: a.url for a in agents}
+        backends = [("agent-1", relay.url), ("agent-2", agents[1].url)]
+        async with start_router(backends, router=FAST_CONTROL) as router:
+            session_id = await _session_on(agents[0].url)
+            async with AcpClient.connect(router.url) as client:
+                await client.initialize()
+                assert (await resume(client, session_id)).get("result") == {}
+                assert await answered_by(client, session_id) == "agent-1"
+
+                await _cut_and_stall(router, relay)
+                assert (
+                    router.metric("acp_router_backend_state", backend="agent-1", state="unknown")
+                    == 1
+                )
+                # the client keeps resuming while the router's reconnects are held silent
+                for stalled in range(1, 4):
+                    await relay.wait_stalled(stalled, WAIT)
+                    answer = await resume(client, session_id)
+                    assert answer["error"]["code"] == -32012, answer
+                    assert answer["error"]["data"]["retryable"] is True
+                    assert answer["error"]["data"]["backends"] == ["agent-1"]
+                    assert (await direct_statuses({"agent-2": urls["agent-2"]}, session_id)) == {
+                        "agent-2": "inactive"
+                    }, "a second instance became active"
+                listed = await client.request("session/list", {})
+                assert listed["result"]["_meta"] == {"unlistedBackends": ["agent-1"]}
+
+                await relay.open()
+                await router.wait_health("agent-1", Health.UP)
+                assert (await resume(client, session_id)).get("result") == {}
+                assert await answered_by(client, session_id, "after") == "agent-1"
+            assert await direct_statuses(urls, session_id) == {
+                "agent-1": "active",
+                "agent-2": "inactive",
+            }
+            assert router.metric("acp_router_split_brain_detected_total") == 0
+            assert router.metric("acp_router_backend_restarts_total", backend="agent-1") == 0
+
+
+async def test_a_backend_unreachable_past_the_grace_is_gone(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path, 2) as agents, start_relay(agents[0].url) as relay:
+        backends = [("agent-1", relay.url), ("agent-2", agents[1].url)]
+        control = {"down_grace_ms": 500}
+        async with start_router(backends, router=FAST_CONTROL, control=control) as router:
+            session_id = await _session_on(agents[0].url)
+            await _cut_and_stall(router, relay)
+            await router.wait_health("agent-1", Health.GONE)  # seen at a failed reconnect
+            assert router.metric("acp_router_backend_state", backend="agent-1", state="gone") == 1
+            async with AcpClient.connect(router.url) as client:
+                await client.initialize()
+                assert (await resume(client, session_id)).get("result") == {}
+                assert await answered_by(client, session_id) == "agent-2"
+
+
+async def test_a_backend_that_comes_back_as_a_new_process_is_seen(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path, 2) as agents, start_relay(agents[0].url) as relay:
+        backends = [("agent-1", relay.url), ("agent-2", agents[1].url)]
+        async with start_router(backends, router=FAST_CONTROL) as router:
+            session_id = await _session_on(agents[0].url)
+            async with AcpClient.connect(router.url) as client:
+                await client.initialize()
+                assert (await resume(client, session_id)).get("result") == {}
+            await _cut_and_stall(router, relay)
+            await agents[0].stop()  # the process holding the session dies unseen
+            async with start_agent(tmp_path, "agent-1") as reborn:
+                await relay.open(int(reborn.url.rsplit(":", 1)[1].split("/")[0]))
+                await router.wait_health("agent-1", Health.UP)
+                assert router.metric("acp_router_backend_restarts_total", backend="agent-1") == 1
+                async with AcpClient.connect(router.url) as client:
+                    await client.initialize()
+                    # nobody holds it now: it resumes from the shared store, on one instance
+                    assert (await resume(client, session_id)).get("result") == {}
+                    holder = await answered_by(client, session_id)
+                statuses = await direct_statuses(
+                    {"agent-1": reborn.url, "agent-2": agents[1].url}, session_id
+                )
+                assert [a for a, s in statuses.items() if s == "active"] == [holder]
+
+
+# -- backends without session/status --------------------------------------------------------------
+
+
+async def test_sessions_on_backends_without_status_are_found_on_resume(tmp_path: Path) -> None:
+    # own stores: a session exists only where it was created, as with most real agents
+    async with contextlib.AsyncExitStack() as stack:
+        agents = [
+            await stack.enter_async_context(start_agent(tmp_path / name, name, "--no-status"))
+            for name in ("agent-1", "agent-2", "agent-3")
+        ]
+        async with AcpClient.connect(agents[0].url) as direct:
+            caps = (await direct.initialize())["result"]["agentCapabilities"]
+            assert "status" not in caps["sessionCapabilities"]
+            assert (await direct.status("sess_x"))["error"]["code"] == -32601
+        router = await stack.enter_async_context(start_router(backends_of(agents)))
+        owners: dict[str, str] = {}
+        async with AcpClient.connect(router.url) as first:
+            await first.initialize()
+            for _ in range(4):
+                session_id = await first.new_session(CWD)
+                owners[session_id] = await answered_by(first, session_id)
+        assert len(set(owners.values())) > 1, "the sessions were spread"
+
+        for session_id, owner in owners.items():
+            async with AcpClient.connect(router.url) as client:
+                await client.initialize()
+                assert (await resume(client, session_id)).get("result") == {}
+                assert await answered_by(client, session_id, "again") == owner
+                # attached here: active, though no backend can say so
+                assert (await client.status(session_id))["result"] == {"status": "active"}
+        # the router remembered where it placed each: one try per resume
+        assert router.metric("acp_router_resume_attempts_total", attempt="first") == 4
+        assert router.metric("acp_router_resume_attempts_total", attempt="retry") == 0
+        assert router.metric("acp_router_locate_total", outcome="remembered") == 4
+
+        # a replica that never saw them tries the backends in rendezvous order
+        replica = await stack.enter_async_context(start_router(backends_of(agents)))
+        for session_id, owner in owners.items():
+            async with AcpClient.connect(replica.url) as client:
+                await client.initialize()
+                assert (await resume(client, session_id)).get("result") == {}
+                assert await answered_by(client, session_id, "elsewhere") == owner
+        retries = replica.metric("acp_router_resume_attempts_total", attempt="retry")
+        assert retries <= 2 * len(owners), "at most one -32002 per other backend"
+        assert replica.metric("acp_router_probes_total", backend="agent-1", result="unknown") == 0
+
+
+# -- split brain is seen, not hidden ---------------------------------------------------------------
+
+
+def _probes(router: RouterUnderTest, backends: list[str]) -> float:
+    return sum(
+        router.metric("acp_router_probes_total", backend=b, result=r)
+        for b in backends
+        for r in ("active", "inactive", "not_found", "unknown")
+    )
+
+
+async def _resume_through(router: RouterUnderTest, session_id: str) -> None:
+    async with AcpClient.connect(router.url) as client:
+        await client.initialize()
+        assert (await resume(client, session_id)).get("result") == {}
+
+
+@pytest.mark.parametrize(("verify_seconds", "seen"), [(0.0, True), (3600.0, False)])
+async def test_a_second_active_instance_is_seen_once_the_hint_needs_verifying(
+    verify_seconds: float, seen: bool
+) -> None:
+    # the reference agent fences its sessions, so a second active copy takes a backend
+    # that does not: "b" starts saying active too once the router trusts its hint on "a"
+    rogue = {"active": False}
+
+    async def always_active(session_id: str) -> JsonObject:
+        return {"status": "active"}
+
+    async def active_when_rogue(session_id: str) -> JsonObject:
+        return {"status": "active" if rogue["active"] else "inactive"}
+
+    async with (
+        start_scripted("a", always_active) as first,
+        start_scripted("b", active_when_rogue) as second,
+        start_scripted("c", active_when_rogue) as third,
+    ):
+        pool = [("a", first.url), ("b", second.url), ("c", third.url)]
+        names = [name for name, _ in pool]
+        async with start_router(pool, cache={"verify_seconds": verify_seconds}) as router:
+            await _resume_through(router, "sess_split")  # a fan-out finds it on "a"
+            assert _probes(router, names) == 3
+            rogue["active"] = True
+            await _resume_through(router, "sess_split")
+            # a hint past verify_seconds costs a fan-out (1 + 2 probes), else the hint alone
+            assert _probes(router, names) == (6 if seen else 4)
+            detected = router.metric("acp_router_split_brain_detected_total")
+            assert detected == (1 if seen else 0)
+            hits = router.metric("acp_router_locate_cache_requests_total", result="hit")
+            assert hits == (0 if seen else 1)

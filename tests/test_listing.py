@@ -270,12 +270,20 @@ def test_status_is_always_advertised() -> None:
 def test_session_markers_are_the_intersection() -> None:
     caps = _caps(
         [
-            _init(session={"resume": {}, "close": {}, "fork": {}, "status": {}}),
-            _init(session={"resume": {"_meta": {"x": 1}}, "close": {}}),
-            _init(session={"resume": {}, "close": True, "fork": {}}),  # close: invalid marker
+            _init(session={"close": {}, "fork": {}, "status": {}}),
+            _init(session={"close": {}, "fork": {}}),
+            _init(session={"close": True, "fork": {}}),  # close: invalid marker
+            _init(session={"close": {}}),
         ]
     )
+    assert caps["sessionCapabilities"] == {"status": {}}
+
+
+def test_resume_is_advertised_when_any_backend_resumes() -> None:
+    # one backend without resume does not take it from the sessions on the others
+    caps = _caps([_init(session={"resume": {}}), _init(session={}), _init(session={"resume": 1})])
     assert caps["sessionCapabilities"] == {"resume": {}, "status": {}}
+    assert _caps([_init(session={"resume": True})])["sessionCapabilities"] == {"status": {}}
 
 
 def test_list_is_advertised_when_any_backend_lists() -> None:
@@ -289,11 +297,11 @@ def test_an_invalid_list_marker_does_not_count() -> None:
     assert caps["sessionCapabilities"] == {"status": {}}
 
 
-def test_load_session_only_when_every_backend_loads() -> None:
+def test_load_session_when_any_backend_loads() -> None:
     assert _caps([_init(load=True), _init(load=True)])["loadSession"] is True
-    assert _caps([_init(load=True), _init(load=False)])["loadSession"] is False
-    assert _caps([_init(load=True), _init()])["loadSession"] is False
-    assert _caps([_init(load=True), {"protocolVersion": 1}])["loadSession"] is False
+    assert _caps([_init(load=True), _init(load=False)])["loadSession"] is True
+    assert _caps([_init(load=False), _init()])["loadSession"] is False
+    assert _caps([{"agentCapabilities": {"loadSession": 1}}])["loadSession"] is False
 
 
 def test_flags_are_the_intersection() -> None:
@@ -320,8 +328,8 @@ def test_malformed_agent_capabilities_count_as_none(agent_caps: Any) -> None:
     caps = _caps(
         [{"agentCapabilities": agent_caps}, _init(load=True, session={"resume": {}, "list": {}})]
     )
-    assert caps["loadSession"] is False
-    assert caps["sessionCapabilities"] == {"list": {}, "status": {}}
+    assert caps["loadSession"] is True
+    assert caps["sessionCapabilities"] == {"list": {}, "resume": {}, "status": {}}
     assert caps["promptCapabilities"] == {}
 
 

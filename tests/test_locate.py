@@ -103,8 +103,55 @@ def test_backends_not_probed_count_as_not_knowing() -> None:
 
 def test_answers_from_backends_outside_the_order_are_ignored() -> None:
     # a backend that went down after answering is not in the order any more
-    answers = {"gone": ACTIVE, "other": UNKNOWN, "a": NOT_FOUND}
+    answers = {"gone": ACTIVE, "other": UNKNOWN, "a": NOT_FOUND, "b": NOT_FOUND, "c": NOT_FOUND}
     assert _decide(answers) == Located("a", Outcome.DEFAULT)
+
+
+def test_down_but_not_gone_backends_are_unknown() -> None:
+    answers = {"a": NOT_FOUND, "b": INACTIVE}
+    with pytest.raises(LocateInconclusive) as caught:
+        decide(("a", "b"), answers, session_id="s1", unreachable=("c",))
+    assert caught.value.to_error()["data"]["backends"] == ["c"]
+    # an active answer from a backend that is up still wins: it holds the session
+    located = decide(("a", "b"), {"a": ACTIVE}, session_id="s1", unreachable=("c",))
+    assert located == Located("a", Outcome.ACTIVE)
+    anyway = decide(
+        ("a", "b"), answers, UnknownPolicy.PLACE_ANYWAY, session_id="s1", unreachable=("c",)
+    )
+    assert anyway == Located("b", Outcome.INACTIVE)
+
+
+def test_nothing_but_unreachable_backends_is_no_backend_available() -> None:
+    with pytest.raises(NoBackendAvailable):
+        decide((), {}, session_id="s1", unreachable=("a",))
+
+
+def test_blind_backends_are_tried_remembered_first_then_in_rank_order() -> None:
+    # b and c cannot be probed; a said not found
+    answers = {"a": NOT_FOUND}
+    assert decide(ORDER, answers, session_id="s1", remembered="c") == Located(
+        "c", Outcome.REMEMBERED
+    )
+    assert decide(ORDER, answers, session_id="s1", remembered="c", tried=("c",)) == Located(
+        "b", Outcome.DEFAULT
+    )
+    assert decide(ORDER, answers, session_id="s1", tried=("b",)) == Located("c", Outcome.DEFAULT)
+    with pytest.raises(SessionNotFound):
+        decide(ORDER, answers, session_id="s1", tried=("b", "c"))
+
+
+def test_a_remembered_backend_that_can_be_probed_defers_to_its_answer() -> None:
+    answers = {"a": NOT_FOUND, "b": INACTIVE, "c": NOT_FOUND}
+    located = decide(ORDER, answers, session_id="s1", remembered="c")
+    assert located == Located("b", Outcome.INACTIVE)
+
+
+def test_a_knower_that_said_not_found_on_resume_is_not_tried_again() -> None:
+    answers = {"a": INACTIVE, "b": INACTIVE, "c": NOT_FOUND}
+    assert decide(ORDER, answers, session_id="s1", tried=("a",)) == Located("b", Outcome.INACTIVE)
+    with pytest.raises(SessionNotFound) as caught:
+        decide(ORDER, answers, session_id="s1", tried=("a", "b"))
+    assert caught.value.to_error()["data"] == {"sessionId": "s1"}
 
 
 def test_empty_order_is_no_backend_available() -> None:
@@ -233,6 +280,31 @@ def test_cache_evicts_the_least_recently_used() -> None:
     cache.put("s3", "c")
     assert cache.get("s1") == "a"
     assert cache.get("s2") is None
+
+
+def test_hints_to_backends_that_cannot_be_probed_last_longer() -> None:
+    clock = FakeClock()
+    cache = LocationCache(maxsize=10, ttl=30.0, clock=clock, remember=3600.0)
+    cache.put("probed", "a")
+    cache.put("blind", "b", lasting=True)
+    clock.now += 31
+    assert cache.get("probed") is None
+    assert cache.get("blind") == "b"
+    clock.now += 3600
+    assert cache.get("blind") is None
+
+
+def test_a_hint_is_confirmed_only_for_a_while_after_a_fan_out() -> None:
+    clock = FakeClock()
+    cache = LocationCache(maxsize=10, ttl=30.0, clock=clock)
+    cache.put("never", "a")
+    cache.put("fanned", "a", checked=clock.now)
+    never, fanned = cache.hint("never"), cache.hint("fanned")
+    assert never is not None
+    assert fanned is not None
+    assert not never.confirmed(clock.now, verify_after=5.0)
+    assert fanned.confirmed(clock.now + 4.9, verify_after=5.0)
+    assert not fanned.confirmed(clock.now + 5.0, verify_after=5.0)
 
 
 def test_cache_invalidate() -> None:

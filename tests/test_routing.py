@@ -373,24 +373,36 @@ def test_resume_of_an_attached_session_goes_straight_to_its_backend() -> None:
     assert client.attach_log == [("a", 1)]  # attached once, not twice
 
 
-def test_resume_not_found_relocates_once_then_delivers_the_error() -> None:
-    client = Client()
+def test_resume_not_found_relocates_until_the_attempts_run_out() -> None:
+    client = Client(Limits(max_resume_attempts=3))
     text = request(5, "session/resume", sid("s9"))
     client.send(text)
     client.routes.forward(5, "a")
-    first = error(5, -32002, sid("s9"))
-    relocate = client.backend("a", first)
-    assert relocate == Relocate(as_request(text), "s9", "a")
+    relocate = client.backend("a", error(5, -32002, sid("s9")))
+    assert relocate == Relocate(as_request(text), "s9", "a", ("a",))
     assert client.routes.unanswered() == [5]  # back in flight, to be located again
-    assert client.routes.calls[5].retried
     assert client.routes.calls[5].backend is None
     assert client.routes.forward(5, "b") == Send("b", text)
-    second = error(5, -32002, sid("s9"))
-    delivered = client.backend("b", second)
+    again = client.backend("b", error(5, -32002, sid("s9")))
+    assert again == Relocate(as_request(text), "s9", "b", ("a", "b"))
+    assert client.routes.forward(5, "c") == Send("c", text)
+    third = error(5, -32002, sid("s9"))
+    delivered = client.backend("c", third)
     assert isinstance(delivered, Deliver)
-    assert delivered.text == second
+    assert delivered.text == third
     assert client.routes.unanswered() == []
     assert client.routes.sessions == {}
+
+
+def test_a_retried_resume_attaches_where_it_lands() -> None:
+    client = Client()
+    client.send(request(5, "session/resume", sid("s9")))
+    client.routes.forward(5, "a")
+    client.backend("a", error(5, -32002, sid("s9")))
+    client.routes.forward(5, "b")
+    delivered = client.backend("b", result(5, {}))
+    assert isinstance(delivered, Deliver)
+    assert client.routes.sessions == {"s9": "b"}
 
 
 def test_resume_other_errors_are_delivered_without_relocating() -> None:
@@ -900,7 +912,7 @@ class Model:
         self.forwarded: set[int] = set()
         self.handles: dict[RequestId, Handle] = {}
         self.agent_calls: dict[int, tuple[str, RequestId]] = {}
-        self.relocated: set[int] = set()
+        self.relocated: dict[int, int] = {}
         self.waiting: set[RequestId] = set()  # held behind their session's resume/load/close
         self.holders: dict[RequestId, str] = {}  # resume/load/close in flight -> its session
         self.held_notifications = 0
@@ -1084,9 +1096,9 @@ class Model:
             assert outcome == "not_found"
             assert call.request.method in ("session/resume", "session/load")
             serial = self.open[request_id]
-            assert serial not in self.relocated, "relocated twice"
-            self.relocated.add(serial)
-            assert self.routes.calls[request_id].retried
+            self.relocated[serial] = self.relocated.get(serial, 0) + 1
+            assert self.relocated[serial] < Limits().max_resume_attempts, "relocated unbounded"
+            assert self.routes.calls[request_id].tried[-1] == call.backend
             self.handles[request_id] = Handle(Duty.LOCATE, call.request, call.session_id)
             return
         assert isinstance(action, Deliver)

@@ -72,6 +72,8 @@ class AgentSettings:
     #: with a method id, the agent offers that one auth method and answers the
     #: :data:`GUARDED` methods -32000 until a connection has authenticated with it
     auth_method: str | None = None
+    #: advertise and answer ``session/status`` (off: like every agent before the RFD)
+    status: bool = True
 
 
 class Agent:
@@ -90,11 +92,14 @@ class Agent:
             acp.SESSION_RESUME: self.resume_session,
             acp.SESSION_LIST: self.list_sessions,
             acp.SESSION_CLOSE: self.close_session,
-            acp.SESSION_STATUS: self.session_status,
             acp.SESSION_PROMPT: self.prompt,
         }
         if settings.auth_method is not None:  # offers no auth method otherwise: -32601
             self._methods[acp.AUTHENTICATE] = self.authenticate
+        if settings.status:
+            self._methods[acp.SESSION_STATUS] = self.session_status
+        #: this process, told apart from a restart of it in ``initialize``'s ``_meta``
+        self.instance_id = uuid.uuid4().hex
 
     # -- connections -----------------------------------------------------------------------
 
@@ -141,10 +146,11 @@ class Agent:
             "agentCapabilities": {
                 "loadSession": True,
                 "promptCapabilities": {"image": False, "audio": False, "embeddedContext": False},
-                "sessionCapabilities": {"list": {}, "resume": {}, "close": {}, "status": {}},
+                "sessionCapabilities": self._session_capabilities(),
             },
             "agentInfo": {"name": AGENT_NAME, "title": AGENT_TITLE, "version": __version__},
             "authMethods": self._auth_methods(),
+            "_meta": {"instanceId": self.instance_id},
         }
 
     def _auth_methods(self) -> list[dict[str, Any]]:
@@ -163,6 +169,12 @@ class Agent:
             )
         self._authenticated.add(connection.id)
         return {}
+
+    def _session_capabilities(self) -> dict[str, Any]:
+        capabilities: dict[str, Any] = {"list": {}, "resume": {}, "close": {}}
+        if self.settings.status:
+            capabilities["status"] = {}
+        return capabilities
 
     async def new_session(self, connection: Connection, p: dict[str, Any]) -> Any:
         cwd = params.cwd(p)

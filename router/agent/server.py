@@ -47,6 +47,7 @@ def run_agent(args: argparse.Namespace) -> int:
         idle_timeout=args.idle_timeout,
         page_size=args.page_size,
         auth_method=args.require_auth,
+        status=not args.no_status,
     )
     host, port = args.listen
     tls = _tls_context(args.tls_cert, args.tls_key)

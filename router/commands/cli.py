@@ -82,6 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="largest frame accepted from a client; a bigger one closes its connection"
         f" (default {DEFAULT_MAX_MESSAGE_BYTES}, the router's router.max_message_bytes)",
     )
+    agent.add_argument(
+        "--no-status",
+        action="store_true",
+        help="act like agents without the session-status RFD: no session/status",
+    )
     demo = commands.add_parser("demo", help="run reference agents and the router in front of them")
     demo.add_argument("--agents", type=int, default=3, metavar="N", help="how many agents (3)")
     demo.add_argument("--port", type=int, default=8765, metavar="P", help="router port (8765)")

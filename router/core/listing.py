@@ -120,6 +120,9 @@ def _decode_cursor(cursor: str) -> dict[str, str]:
 
 # -- capabilities ----------------------------------------------------------------------------------
 
+#: session capabilities the router advertises when any backend has them (see below)
+_ANY_BACKEND = ("list", "resume")
+
 ROUTER_INFO = {"name": "acp-router", "title": "acp-router", "version": __version__}
 
 
@@ -127,9 +130,13 @@ def merge_capabilities(results: Sequence[Any]) -> dict[str, Any]:
     """The ``initialize`` result the router gives clients.
 
     A capability is advertised only when every backend that has ever answered
-    ``initialize`` advertises it, so a client never calls a method some instance lacks.
-    ``sessionCapabilities.status`` is always there (the router answers it from the
-    pool), and so is ``list`` whenever any backend lists.
+    ``initialize`` advertises it, so a client never calls a method some instance lacks,
+    with three exceptions. ``sessionCapabilities.status`` is always there (the router
+    answers it from the pool), ``list`` whenever any backend lists, and the ways back
+    into a session (``loadSession``, ``sessionCapabilities.resume``) whenever any backend
+    has them: a session lives on one backend, so one backend without ``resume`` must not
+    take it away from the sessions on all the others. A resume of a session on a backend
+    without it gets that backend's ``-32601``, and the client can fall back.
     """
     agents = [_object(r.get("agentCapabilities")) for r in results if isinstance(r, dict)]
     auth_methods: list[Any] = next(
@@ -146,11 +153,12 @@ def merge_capabilities(results: Sequence[Any]) -> dict[str, Any]:
         for name in _common(set(caps) for caps in session_sets)
         if all(isinstance(caps.get(name), dict) for caps in session_sets)
     }
-    if any(isinstance(caps.get("list"), dict) for caps in session_sets):
-        session_caps["list"] = {}
+    for name in _ANY_BACKEND:
+        if any(isinstance(caps.get(name), dict) for caps in session_sets):
+            session_caps[name] = {}
     session_caps["status"] = {}
     capabilities: dict[str, Any] = {
-        "loadSession": bool(agents) and all(a.get("loadSession") is True for a in agents),
+        "loadSession": any(a.get("loadSession") is True for a in agents),
         "promptCapabilities": _common_flags(a.get("promptCapabilities") for a in agents),
         "mcpCapabilities": _common_flags(a.get("mcpCapabilities") for a in agents),
         "sessionCapabilities": session_caps,

@@ -5,24 +5,28 @@ up, in the session's rendezvous order:
 
 1. Exactly one ``active`` → that backend. Several → the best-ranked of them, and
    the caller is told (split brain).
-2. No ``active`` and some backend *unknown* (up but silent, or an error) → fail
-   closed with a retryable error, unless the policy is ``place_anyway``: that
-   backend may hold the session in memory, and resuming elsewhere could run it
-   twice.
+2. No ``active`` and some backend *unknown* (up but silent, or an error, or down
+   but not gone: :mod:`router.core.health`) → fail closed with a retryable error,
+   unless the policy is ``place_anyway``: that backend may hold the session in
+   memory, and resuming elsewhere could run it twice.
 3. No ``active``, some ``inactive`` → the best-ranked backend that knows it.
-4. Nothing known anywhere → the best-ranked backend (the rendezvous default).
+4. Nothing known by any backend that can be asked → the backends that cannot be
+   asked (no ``session/status``): the one this router remembers placing or finding
+   the session on, else the best-ranked of them; each answers ``-32002`` at most
+   once per resume (``tried``), then the next is tried.
+5. No backend left to try → the best-ranked backend (the rendezvous default) on the
+   first try, ``-32002`` after that.
 
-Backends that do not advertise ``session/status`` are never probed and count as
-not knowing the session.
+Backends that do not advertise ``session/status`` are never probed.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from cachetools import TTLCache
+from cachetools import TLRUCache
 
 from router.protocol.acp import ProbeResult
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
@@ -42,6 +46,8 @@ class Outcome(enum.Enum):
     ACTIVE = "active"
     INACTIVE = "inactive"
     DEFAULT = "default"
+    #: a backend that cannot be probed, where this router placed or found the session
+    REMEMBERED = "remembered"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,24 +66,43 @@ def decide(
     policy: UnknownPolicy = UnknownPolicy.FAIL_CLOSED,
     *,
     session_id: str,
+    unreachable: Sequence[BackendId] = (),
+    remembered: BackendId | None = None,
+    tried: Collection[BackendId] = (),
 ) -> Located:
     """Choose a backend for ``session_id``.
 
     ``order`` is every backend that is up, best-ranked first; ``answers`` holds the
-    probe answer of each backend that was probed. Raises :class:`NoBackendAvailable`
-    when ``order`` is empty and :class:`LocateInconclusive` under rule 2.
+    probe answer of each backend that was probed (and ``active`` for a backend the
+    session is attached to through this router). ``unreachable`` are the backends that
+    are down but not gone (:mod:`router.core.health`): they count as unknown.
+    ``remembered`` is where this router last placed or found the session, and
+    ``tried`` the backends that already answered ``-32002`` to this resume.
+
+    Raises :class:`NoBackendAvailable` when ``order`` is empty, :class:`LocateInconclusive`
+    under rule 2, and :class:`SessionNotFound` when every backend that might know the
+    session has been tried.
     """
     if not order:
         raise NoBackendAvailable(None, {"sessionId": session_id})
     active = tuple(b for b in order if answers.get(b) is ProbeResult.ACTIVE)
     if active:
         return Located(active[0], Outcome.ACTIVE, active if len(active) > 1 else ())
-    unknown = [b for b in order if answers.get(b) is ProbeResult.UNKNOWN]
-    if unknown and policy is UnknownPolicy.FAIL_CLOSED:
-        raise LocateInconclusive(None, {"sessionId": session_id, "backends": unknown})
-    known = [b for b in order if answers.get(b) is ProbeResult.INACTIVE]
+    silent = [b for b in order if answers.get(b) is ProbeResult.UNKNOWN]
+    silent += [b for b in unreachable if b not in silent]
+    if silent and policy is UnknownPolicy.FAIL_CLOSED:
+        raise LocateInconclusive(None, {"sessionId": session_id, "backends": silent})
+    known = [b for b in order if answers.get(b) is ProbeResult.INACTIVE and b not in tried]
     if known:
         return Located(known[0], Outcome.INACTIVE)
+    # nobody that can be asked knows it: try the backends that cannot be asked
+    blind = [b for b in order if b not in answers and b not in tried]
+    if remembered is not None and remembered in blind:
+        return Located(remembered, Outcome.REMEMBERED)
+    if blind:
+        return Located(blind[0], Outcome.DEFAULT)
+    if tried:
+        raise SessionNotFound(session_id)
     return Located(order[0], Outcome.DEFAULT)
 
 
@@ -99,25 +124,72 @@ def pool_status(answers: Mapping[BackendId, ProbeResult], *, session_id: str) ->
     raise SessionNotFound(session_id)
 
 
-class LocationCache:
-    """Bounded session → backend hints with a TTL; the clock is injected.
+@dataclass(frozen=True, slots=True)
+class Hint:
+    """Where this router last placed or found a session."""
 
-    A hint is only ever a guess: the caller probes the hinted backend first and
-    fans out when it does not say ``active``.
+    backend: BackendId
+    #: when a fan-out over the whole pool last confirmed it (the shell's clock); None: never
+    checked: float | None = None
+    #: the backend cannot be probed, so this is the router's only memory of the session
+    lasting: bool = False
+
+    def confirmed(self, now: float, verify_after: float) -> bool:
+        """Whether an ``active`` answer from the hinted backend alone may be trusted.
+
+        Past ``verify_after`` seconds since the last fan-out, the next locate asks the
+        whole pool again even when the hint says ``active``, so a second ``active``
+        instance (split brain) is seen and counted instead of hidden behind the hint.
+        """
+        return self.checked is not None and now - self.checked < verify_after
+
+
+class LocationCache:
+    """Bounded session → :class:`Hint`, each with a TTL; the clock is injected.
+
+    A hint to a backend that can be probed is only a guess: the caller probes it
+    first and fans out when it does not say ``active``; it lives ``ttl`` seconds. A
+    hint to a backend that cannot be probed (``lasting``) is the only memory of
+    where the session is, so it lives ``remember`` seconds (longer); both are bounded
+    by ``maxsize`` (least recently used first out).
     """
 
-    def __init__(self, maxsize: int, ttl: float, clock: Callable[[], float]) -> None:
-        self._cache: TTLCache[SessionId, BackendId] = TTLCache(
-            maxsize=maxsize, ttl=ttl, timer=clock
+    def __init__(
+        self,
+        maxsize: int,
+        ttl: float,
+        clock: Callable[[], float],
+        *,
+        remember: float | None = None,
+    ) -> None:
+        lasting_ttl = ttl if remember is None else remember
+
+        def expires(_: SessionId, hint: Hint, now: float) -> float:
+            return now + (lasting_ttl if hint.lasting else ttl)
+
+        self._cache: TLRUCache[SessionId, Hint] = TLRUCache(
+            maxsize=maxsize, ttu=expires, timer=clock
         )
 
     def get(self, session_id: SessionId) -> BackendId | None:
         """The hinted backend, or None (never seen, expired or evicted)."""
+        hint = self._cache.get(session_id)
+        return None if hint is None else hint.backend
+
+    def hint(self, session_id: SessionId) -> Hint | None:
+        """The whole hint, with when it was last confirmed, or None."""
         return self._cache.get(session_id)
 
-    def put(self, session_id: SessionId, backend: BackendId) -> None:
+    def put(
+        self,
+        session_id: SessionId,
+        backend: BackendId,
+        *,
+        checked: float | None = None,
+        lasting: bool = False,
+    ) -> None:
         """Remember that ``session_id`` was last seen on ``backend``."""
-        self._cache[session_id] = backend
+        self._cache[session_id] = Hint(backend, checked, lasting)
 
     def invalidate(self, session_id: SessionId) -> None:
         """Forget the hint for ``session_id`` (its backend did not know it)."""
@@ -125,7 +197,7 @@ class LocationCache:
 
     def forget_backend(self, backend: BackendId) -> None:
         """Forget every hint that points at ``backend``."""
-        for session_id in [s for s, b in self._cache.items() if b == backend]:
+        for session_id in [s for s, h in self._cache.items() if h.backend == backend]:
             self._cache.pop(session_id, None)
 
     def __len__(self) -> int:

@@ -82,7 +82,8 @@ class PendingCall:
     request: Request
     session_id: SessionId | None
     backend: BackendId | None = None
-    retried: bool = False
+    #: backends that answered this resume/load with ``-32002``, in the order tried
+    tried: tuple[BackendId, ...] = ()
     #: waiting behind its session's resume/load/close (not yet routed anywhere)
     held: bool = False
 
@@ -185,13 +186,16 @@ class Handle:
 class Relocate:
     """``backend`` did not know the session a forwarded resume/load named after all.
 
-    The call is back in flight, marked as retried: the shell forgets the location
-    hint, locates once more and forwards (:meth:`ClientRoutes.forward`).
+    The call is back in flight, with ``backend`` added to the backends it tried: the
+    shell forgets the location hint, locates again among the backends not tried yet
+    and forwards (:meth:`ClientRoutes.forward`), or answers ``-32002`` when none is left.
+    At most :attr:`Limits.max_resume_attempts` backends are tried per call.
     """
 
     request: Request
     session_id: SessionId
     backend: BackendId
+    tried: tuple[BackendId, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +265,9 @@ class Limits:
     #: longest ``sessionId`` routed: longer ones are -32602 here, never a probe that an
     #: agent's frame limit could turn into a dropped control link
     max_session_id_chars: int = 1024
+    #: backends one resume/load may be forwarded to before the ``-32002`` stands: the
+    #: first, then the ones that cannot be probed, in rank order (:mod:`router.core.locate`)
+    max_resume_attempts: int = 8
 
 
 class ClientRoutes:
@@ -523,9 +530,10 @@ class ClientRoutes:
             return Drop(f"a response from {backend} to no request in flight there")
         method, session_id = call.request.method, call.session_id
         if method in acp.ATTACHING and session_id is not None:
-            if _not_found(response) and not call.retried:
-                self.calls[request_id] = replace(call, backend=None, retried=True)
-                return Relocate(call.request, session_id, backend)
+            if _not_found(response) and len(call.tried) + 1 < self.limits.max_resume_attempts:
+                tried = (*call.tried, backend)
+                self.calls[request_id] = replace(call, backend=None, tried=tried)
+                return Relocate(call.request, session_id, backend, tried)
             self._settle(request_id)
             return Deliver(response.text, self._settle_attach(call, backend, session_id, response))
         self._settle(request_id)

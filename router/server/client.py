@@ -37,6 +37,7 @@ from router.core.routes import (
     Settled,
     unreadable,
 )
+from router.protocol import acp
 from router.protocol.errors import (
     BackendLinkLost,
     HandshakeRefused,
@@ -147,8 +148,8 @@ class ClientConnection:
                 await self._to_client(text)
             case Handle(duty, request, session_id):
                 await self._handle(duty, request, session_id)
-            case Relocate(request, session_id, backend):
-                self._relocate(request, session_id, backend)
+            case Relocate(request, session_id, backend, tried):
+                self._relocate(request, session_id, backend, tried)
             case Held(session_id):
                 logger.debug("holding a frame behind session %s's resume/load/close", session_id)
             case Drop(reason):
@@ -156,18 +157,26 @@ class ClientConnection:
             case _:
                 assert_never(action)
 
-    def _relocate(self, request: Request, session_id: SessionId, backend: BackendId) -> None:
-        """The backend did not know the session after all: forget the hint, locate again."""
+    def _relocate(
+        self,
+        request: Request,
+        session_id: SessionId,
+        backend: BackendId,
+        tried: tuple[BackendId, ...],
+    ) -> None:
+        """The backend did not know the session after all: forget the hint, locate again
+        among the backends not tried yet."""
         self.metrics.resumes.labels(backend, "not_found").inc()
         self.pool.forget(session_id)
-        self._spawn(self._locate(request, session_id), "relocate")
+        self._spawn(self._locate(request, session_id, tried), "relocate")
 
     def _record(self, settled: Settled) -> None:
         """Record what a backend's answer changed, as the routing core reported it."""
         if settled.resume is not None:
             self.metrics.resumes.labels(settled.backend, settled.resume).inc()
         if settled.learned is not None:
-            self.pool.cache.put(settled.learned, settled.backend)
+            created = settled.call.request.method in acp.CREATING
+            self.pool.learn(settled.learned, settled.backend, created=created)
         self.pool.record(settled.changes)
 
     async def _send(self, backend: BackendId, text: str) -> None:
@@ -227,9 +236,11 @@ class ClientConnection:
         await self._do(self.routes.answer(request_id, result))
         await self._release_held()
 
-    async def _locate(self, request: Request, session_id: SessionId) -> None:
+    async def _locate(
+        self, request: Request, session_id: SessionId, tried: tuple[BackendId, ...] = ()
+    ) -> None:
         try:
-            located = await self.pool.locate(session_id)
+            located = await self.pool.locate(session_id, tried)
         except JsonRpcError as exc:
             await self._fail(request.id, exc)
             return
@@ -238,6 +249,8 @@ class ClientConnection:
             await self._fail(request.id, InternalError())
             return
         if request.id in self.routes.calls:  # still wanted
+            if request.method in acp.ATTACHING:
+                self.metrics.resume_attempts.labels("retry" if tried else "first").inc()
             await self._do(self.routes.forward(request.id, located.backend))
 
     # -- backend links -------------------------------------------------------------------------------

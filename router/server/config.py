@@ -164,6 +164,10 @@ class ControlSection(_Section):
     reconnect_initial_ms: Annotated[int, Field(gt=0)] = 100
     reconnect_max_ms: Annotated[int, Field(gt=0)] = 5000
     heartbeat_seconds: Annotated[float, Field(gt=0)] = 10.0
+    #: how long a backend whose link is down still counts as maybe holding its sessions
+    #: ("unknown": resumes that need it fail closed) before it counts as gone; a refused
+    #: reconnect or a new process ends it at once
+    down_grace_ms: Annotated[int, Field(ge=0)] = 30_000
 
 
 class PlacementSection(_Section):
@@ -179,6 +183,12 @@ class CacheSection(_Section):
 
     ttl_seconds: Annotated[float, Field(gt=0)] = 30.0
     max_entries: Annotated[int, Field(gt=0)] = 100_000
+    #: how long a hint to a backend without session/status lives: it cannot be probed, so
+    #: the hint is the router's only memory of where the session is
+    remember_seconds: Annotated[float, Field(gt=0)] = 86_400.0
+    #: a hint that says active is trusted alone for this long after a fan-out over the
+    #: whole pool confirmed it; then the next locate asks everyone (split brain is seen)
+    verify_seconds: Annotated[float, Field(ge=0)] = 5.0
 
 
 class AuthSection(_Section):

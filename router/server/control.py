@@ -4,8 +4,9 @@ backend, used for probes and pool-wide requests (``session/status``,
 
 It learns the backend's capabilities from ``initialize``, reconnects with
 exponential backoff and jitter (the first attempt included, so a fleet restart
-does not hammer a backend in step), and while it is down the backend is out of
-the pool: not probed, nothing placed on it.
+does not hammer a backend in step), and reports what it sees to the pool as
+:mod:`router.core.health` events: up (with the process that answered), down, or
+refused (nothing listens). The pool decides what that means.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 import aiohttp
 
 from router import __version__
+from router.core.health import CameUp, Event, Instance, LinkDown
 from router.protocol import acp
 from router.protocol.errors import BackendLinkLost, InvalidRequest, MethodNotFound, ProtocolError
 from router.protocol.ids import BackendId
@@ -32,12 +34,14 @@ from router.protocol.jsonrpc import (
     encode_request,
 )
 from router.server.config import BackendSection, ControlSection
-from router.server.faults import backend_faults, describe
+from router.server.faults import backend_faults, describe, refused
 from router.server.metrics import Metrics
 from router.server.tls import backend_context
 from router.server.wire import messages
 
 logger = logging.getLogger(__name__)
+
+_DOWN = LinkDown()
 
 CLIENT_INFO = {"name": "acp-router", "title": "acp-router control link", "version": __version__}
 INITIALIZE_PARAMS = {
@@ -55,7 +59,7 @@ class ControlLink:
         spec: BackendSection,
         settings: ControlSection,
         http: aiohttp.ClientSession,
-        on_change: Callable[[ControlLink], None],
+        on_event: Callable[[ControlLink, Event], None],
         metrics: Metrics,
         *,
         max_message_bytes: int,
@@ -64,7 +68,7 @@ class ControlLink:
         self.spec = spec
         self._settings = settings
         self._http = http
-        self._on_change = on_change
+        self._on_event = on_event
         self._metrics = metrics
         self._max_message_bytes = max_message_bytes
         self._connect_timeout = connect_timeout
@@ -88,32 +92,40 @@ class ControlLink:
         delay = self._settings.reconnect_initial_ms / 1000
         while True:
             await asyncio.sleep(random.uniform(0, delay))  # jitter, first attempt included
+            down = _DOWN
             try:
                 await self._session()
                 delay = self._settings.reconnect_initial_ms / 1000
             except (BackendLinkLost, ProtocolError) as exc:
                 logger.info("backend %s control link failed: %s", self.id, _reason(exc))
                 delay = min(delay * 2, self._settings.reconnect_max_ms / 1000)
+                down = LinkDown(refused=refused(exc))
             except Exception:  # the link's boundary: a bug here must not stop the router
                 logger.exception("backend %s control link crashed; reconnecting", self.id)
                 delay = self._settings.reconnect_max_ms / 1000
             except asyncio.CancelledError:
                 self._set_down(stopping=True)
                 raise
-            self._set_down()
+            self._set_down(down)
 
     async def _session(self) -> None:
         with backend_faults(self.id):
             await self._connected()
 
     async def _connected(self) -> None:
-        async with self._http.ws_connect(
-            self.spec.url,
-            ssl=backend_context(self.spec) or True,
-            heartbeat=self._settings.heartbeat_seconds,
-            max_msg_size=self._max_message_bytes,
-            autoping=True,
-        ) as ws:
+        async with contextlib.AsyncExitStack() as stack:
+            # the upgrade is bounded too: a backend that accepts and then says nothing
+            # (a stalled host, a half-open relay) must not hold the reconnect loop
+            async with asyncio.timeout(self._connect_timeout):
+                ws = await stack.enter_async_context(
+                    self._http.ws_connect(
+                        self.spec.url,
+                        ssl=backend_context(self.spec) or True,
+                        heartbeat=self._settings.heartbeat_seconds,
+                        max_msg_size=self._max_message_bytes,
+                        autoping=True,
+                    )
+                )
             self._ws = ws
             reader = asyncio.create_task(self._read(ws), name=f"control-read-{self.id}")
             try:
@@ -123,7 +135,7 @@ class ControlLink:
                 if response.error is not None or not isinstance(response.result, dict):
                     raise InvalidRequest(f"initialize failed: {response.text[:200]}")
                 self.capabilities = response.result
-                self._set_up()
+                self._set_up(response.result)
                 await reader
             finally:
                 reader.cancel()
@@ -167,21 +179,24 @@ class ControlLink:
                 # never reads that failure, and asyncio would log it as an ERROR.
                 future.exception()
 
-    def _set_up(self) -> None:
+    def _set_up(self, initialize_result: dict[str, Any]) -> None:
         self.up = True
         logger.info("backend %s is up (%s)", self.id, self.spec.url)
-        self._on_change(self)
+        self._on_event(self, CameUp(Instance.of(initialize_result)))
 
-    def _set_down(self, *, stopping: bool = False) -> None:
+    def _set_down(self, event: LinkDown = _DOWN, *, stopping: bool = False) -> None:
+        """The link is down, or a reconnect failed: every failed attempt is reported, so
+        the pool hears a refusal, and sees the grace run out, while the backend is down."""
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(BackendLinkLost(None, {"backend": self.id}))
         self._pending.clear()
-        if self.up:
-            self.up = False
-            if not stopping:  # the router is shutting down: nothing went wrong
-                logger.warning("backend %s is down", self.id)
-            self._on_change(self)
+        was_up, self.up = self.up, False
+        if stopping:  # the router is shutting down: nothing went wrong, nothing to report
+            return
+        if was_up:
+            logger.warning("backend %s is down", self.id)
+        self._on_event(self, event)
 
 
 def _reason(exc: BackendLinkLost | ProtocolError) -> str:

@@ -33,3 +33,18 @@ def backend_faults(backend: BackendId) -> Iterator[None]:
         yield
     except FOREIGN_FAILURES as exc:
         raise BackendLinkLost(None, {"backend": backend, "reason": describe(exc)}) from exc
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it was raised from) is a refused connection: nothing
+    listens at the backend's address, so the process that held its sessions is gone."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError):
+            return True
+        if isinstance(seen, aiohttp.ClientConnectorError) and isinstance(
+            seen.os_error, ConnectionRefusedError
+        ):
+            return True
+        seen = seen.__cause__
+    return False

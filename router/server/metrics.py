@@ -19,6 +19,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics import MetricWrapperBase
 
 from router import __version__
+from router.core.health import Health
+from router.protocol.ids import BackendId
 
 LATENCY_BUCKETS = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -158,8 +160,27 @@ class Metrics:
         )
         self.backend_state_changes = Counter(
             "acp_router_backend_state_changes_total",
-            "Backend up/down transitions",
+            "Backend transitions: up, down (link lost, maybe still holding sessions), gone",
             ["backend", "to"],
+            registry=registry,
+        )
+        self.backend_state = Gauge(
+            "acp_router_backend_state",
+            "1 for the backend's state now: up, unknown (down, may hold sessions) or gone",
+            ["backend", "state"],
+            registry=registry,
+        )
+        self.backend_restarts = Counter(
+            "acp_router_backend_restarts_total",
+            "Backends that came back as a new process (their sessions left memory)",
+            ["backend"],
+            registry=registry,
+        )
+        self.resume_attempts = Counter(
+            "acp_router_resume_attempts_total",
+            "session/resume and session/load forwarded to a backend: first tries and retries"
+            " after -32002",
+            ["attempt"],
             registry=registry,
         )
         self.messages = Counter(
@@ -219,6 +240,15 @@ class Metrics:
             registry=self.registry,
         ).set_function(size)
 
+    def watch_health(self, backend_ids: list[str], health: Callable[[BackendId], Health]) -> None:
+        """Report each backend's state at scrape time (one-hot over up, unknown, gone):
+        unknown turns into gone when the grace runs out, with no event to count."""
+        for backend in backend_ids:
+            for state in Health:
+                self.backend_state.labels(backend, state.value).set_function(
+                    _is(health, BackendId(backend), state)
+                )
+
     def declare_backends(self, backend_ids: list[str]) -> None:
         """Create the per-backend series at start, so dashboards see zeros, not gaps."""
         for backend in backend_ids:
@@ -228,6 +258,9 @@ class Metrics:
                 self.resumes.labels(backend, result)
             for reason in DROP_REASONS:
                 self.backend_frames_dropped.labels(backend, reason)
+            self.backend_restarts.labels(backend)
+        for attempt in ("first", "retry"):
+            self.resume_attempts.labels(attempt)
 
     def drop_frame(self, backend: str, reason: str) -> None:
         """Count a frame from ``backend`` that was dropped (one of :data:`DROP_REASONS`)."""
@@ -242,3 +275,9 @@ class Metrics:
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _is(
+    health: Callable[[BackendId], Health], backend: BackendId, state: Health
+) -> Callable[[], float]:
+    return lambda: 1.0 if health(backend) is state else 0.0

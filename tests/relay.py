@@ -1,0 +1,130 @@
+"""A TCP relay for fault tests: it passes bytes between a client and a target, and on
+command cuts every connection, holds new ones silent (accepted, never answered) or
+refuses them (nothing listens). Real sockets on 127.0.0.1; nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+from collections.abc import AsyncIterator
+
+
+class Mode(enum.Enum):
+    PASS = "pass"
+    STALL = "stall"  # accept, then never send a byte either way
+
+
+class Relay:
+    """Listens on ``port`` (fixed once chosen, so it can stop and listen again)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = 0
+        self.mode = Mode.PASS
+        #: connections accepted while stalling, counted for tests to wait on
+        self.stalled = 0
+        self._changed = asyncio.Condition()
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/acp"
+
+    async def listen(self) -> None:
+        self._server = await asyncio.start_server(
+            self._accept, "127.0.0.1", self.port, reuse_address=True
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def refuse(self) -> None:
+        """Stop listening (reconnects are refused) and cut every connection."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+        await self.cut()
+
+    def stall(self) -> None:
+        self.mode = Mode.STALL
+
+    async def open(self, target_port: int | None = None) -> None:
+        """Pass bytes again (to ``target_port`` if given); stalled connections are cut."""
+        self.target_port = target_port or self.target_port
+        self.mode = Mode.PASS
+        await self.cut()
+        if self._server is None:
+            await self.listen()
+
+    async def cut(self) -> None:
+        """Close every connection through the relay, both sides."""
+        for writer in list(self._writers):
+            writer.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def wait_stalled(self, count: int, timeout: float) -> None:
+        async with asyncio.timeout(timeout), self._changed:
+            await self._changed.wait_for(lambda: self.stalled >= count)
+
+    async def close(self) -> None:
+        await self.refuse()
+
+    def _own(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # the connection is served by a task the relay owns (and cuts), not by the server's
+        self._writers.add(writer)
+        self._own(asyncio.create_task(self._serve(reader, writer)))
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            if self.mode is Mode.STALL:
+                async with self._changed:
+                    self.stalled += 1
+                    self._changed.notify_all()
+                await asyncio.Event().wait()  # silent until cut
+            target_reader, target_writer = await asyncio.open_connection(
+                "127.0.0.1", self.target_port
+            )
+            self._writers.add(target_writer)
+            try:
+                await asyncio.gather(_pipe(reader, target_writer), _pipe(target_reader, writer))
+            finally:
+                self._writers.discard(target_writer)
+                target_writer.close()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    finally:
+        writer.close()
+
+
+@contextlib.asynccontextmanager
+async def start_relay(target_url: str) -> AsyncIterator[Relay]:
+    """A relay in front of the WebSocket server at ``target_url`` (ws://127.0.0.1:PORT/...)."""
+    relay = Relay(_port_of(target_url))
+    await relay.listen()
+    try:
+        yield relay
+    finally:
+        await relay.close()
+
+
+def _port_of(url: str) -> int:
+    return int(url.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
