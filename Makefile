@@ -3,7 +3,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: install demo test lint bench haproxy clean
+NPM    := $(shell command -v npm 2>/dev/null)
+INTEROP := tests/interop/node_modules/.package-lock.json
+
+.PHONY: install interop demo test lint bench haproxy clean
 
 $(BIN)/acp-router: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,13 +19,25 @@ install: $(BIN)/acp-router
 demo: install                ## start 3 reference agents and the router on ws://127.0.0.1:8765/acp
 	$(BIN)/acp-router demo
 
+# The official TypeScript SDK (and the JSON Schemas it ships) for the interop tests,
+# pinned by tests/interop/package-lock.json. Without npm those tests skip, saying why.
+ifneq ($(NPM),)
+interop: $(INTEROP)           ## npm ci in tests/interop
+$(INTEROP): tests/interop/package.json tests/interop/package-lock.json
+	cd tests/interop && npm ci --no-audit --no-fund
+	touch $@
+else
+interop:
+	@echo "npm not found: the TypeScript SDK interop tests will skip"
+endif
+
 lint: install                ## ruff, ruff format --check, mypy --strict, and the layer contracts
 	$(BIN)/ruff check router tests bench
 	$(BIN)/ruff format --check router tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint                   ## lint, then the test suite with the branch-coverage floor
+test: lint interop           ## lint, then the test suite with the branch-coverage floor
 	$(BIN)/pytest --cov --cov-report=term
 
 bench: install               ## run the benchmarks (ratios against baselines measured in the same run)
@@ -35,4 +50,4 @@ haproxy:                     ## HAProxy, the bench's reference hop (Debian packa
 		{ apt-get update -qq && apt-get install -y -qq haproxy >/dev/null; }
 
 clean:
-	rm -rf $(VENV) .venv-* .mypy_cache .pytest_cache .ruff_cache .coverage .coverage.* htmlcov build dist
+	rm -rf $(VENV) .venv-* .mypy_cache .pytest_cache .ruff_cache .coverage .coverage.* htmlcov build dist tests/interop/node_modules

@@ -7,6 +7,7 @@ never a traceback.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 
@@ -36,6 +37,16 @@ def _positive_int(value: str) -> int:
     if not value.isdigit() or int(value) == 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
     return int(value)
+
+
+def _json_object(value: str) -> dict[str, object]:
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {value!r}") from None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {value!r}")
+    return parsed
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,6 +97,31 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-status",
         action="store_true",
         help="act like agents without the session-status RFD: no session/status",
+    )
+    host = commands.add_parser(
+        "host",
+        help="serve an existing stdio ACP agent over WebSocket, answering session/status for it",
+        usage="acp-router host --listen HOST:PORT [--id NAME] [--client-capabilities JSON] "
+        "[--startup-timeout SECONDS] -- CMD [ARGS...]",
+    )
+    host.add_argument("--listen", type=_host_port, required=True, metavar="HOST:PORT")
+    host.add_argument("--id", dest="host_id", default=None, metavar="NAME")
+    host.add_argument(
+        "--client-capabilities",
+        type=_json_object,
+        default={},
+        metavar="JSON",
+        help="clientCapabilities the host initializes the agent with (default {})",
+    )
+    host.add_argument(
+        "--startup-timeout",
+        type=_positive_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long the agent may take to answer initialize (default 30)",
+    )
+    host.add_argument(
+        "agent_command", nargs="+", metavar="CMD", help="the stdio agent command and its arguments"
     )
     demo = commands.add_parser("demo", help="run reference agents and the router in front of them")
     demo.add_argument("--agents", type=int, default=3, metavar="N", help="how many agents (3)")
@@ -157,6 +193,20 @@ def _run(args: argparse.Namespace) -> int:
         from router.commands.status import ask_status
 
         return asyncio.run(ask_status(args.url, args.session_id, time_limit=args.timeout))
+    if args.command == "host":
+        import asyncio
+        import socket
+
+        from router.host.server import HostSettings, serve as serve_host
+
+        hosted = HostSettings(
+            command=tuple(args.agent_command),
+            host_id=args.host_id or socket.gethostname(),
+            client_capabilities=args.client_capabilities,
+            startup_timeout=args.startup_timeout,
+        )
+        asyncio.run(serve_host(hosted, args.listen))
+        return 0
     if args.command == "agent":
         from router.agent.server import run_agent
 

@@ -9,6 +9,8 @@ came.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, Final
 
 from router.protocol.ids import SessionId
@@ -28,6 +30,8 @@ SESSION_PROMPT: Final = "session/prompt"
 SESSION_CANCEL: Final = "session/cancel"
 SESSION_STATUS: Final = "session/status"
 SESSION_FORK: Final = "session/fork"
+SESSION_ARCHIVE: Final = "session/archive"
+SESSION_DELETE: Final = "session/delete"
 CANCEL_REQUEST: Final = "$/cancel_request"
 
 # agent -> client
@@ -44,7 +48,8 @@ SESSION_SCOPED: Final = frozenset(
         SESSION_PROMPT,
         SESSION_CANCEL,
         SESSION_STATUS,
-        "session/delete",
+        SESSION_DELETE,
+        SESSION_ARCHIVE,
         "session/set_mode",
         "session/set_config_option",
         "session/set_model",
@@ -54,6 +59,9 @@ SESSION_SCOPED: Final = frozenset(
 
 #: Methods that attach a session to the connection that sends them.
 ATTACHING: Final = frozenset({SESSION_LOAD, SESSION_RESUME})
+
+#: Methods that end a session's life in memory, like ``session/close``.
+RELEASING: Final = frozenset({SESSION_CLOSE, SESSION_ARCHIVE, SESSION_DELETE})
 
 #: Methods whose result names a session they created (``result.sessionId``), on the
 #: backend that answered.
@@ -91,6 +99,15 @@ def has_session_capability(initialize_result: Any, name: str) -> bool:
     return isinstance(session_capabilities(initialize_result).get(name), dict)
 
 
+def with_status_capability(initialize_result: dict[str, Any]) -> dict[str, Any]:
+    """``initialize_result`` advertising ``session/status`` too (v1:
+    ``agentCapabilities.sessionCapabilities.status``), everything else as it was."""
+    agent = initialize_result.get("agentCapabilities")
+    agent = dict(agent) if isinstance(agent, dict) else {}
+    agent["sessionCapabilities"] = {**session_capabilities(initialize_result), "status": {}}
+    return {**initialize_result, "agentCapabilities": agent}
+
+
 # -- session/status answers ----------------------------------------------------------------------
 
 
@@ -103,20 +120,41 @@ class ProbeResult(enum.Enum):
     UNKNOWN = "unknown"  # no usable answer: timeout, transport failure or another error
 
 
-def classify_status(response: Response, session_id: str) -> ProbeResult:
+#: Status values in the wild, and what each means. Three dialects answer ``session/status``:
+#: the RFD (``active``/``inactive``), the ACP schema and the TypeScript SDK's unstable
+#: method (``open``/``saved``), and the RFD's first draft (``live``/``not_found``, where
+#: ``not_found`` is an answer rather than the ``-32002`` error).
+DEFAULT_STATUS_ALIASES: Final[Mapping[str, ProbeResult]] = MappingProxyType(
+    {
+        "active": ProbeResult.ACTIVE,
+        "inactive": ProbeResult.INACTIVE,
+        "open": ProbeResult.ACTIVE,
+        "saved": ProbeResult.INACTIVE,
+        "live": ProbeResult.ACTIVE,
+        "not_found": ProbeResult.NOT_FOUND,
+    }
+)
+
+
+def classify_status(
+    response: Response,
+    session_id: str,
+    aliases: Mapping[str, ProbeResult] = DEFAULT_STATUS_ALIASES,
+) -> ProbeResult:
     """Read a ``session/status`` response as the RFD says a client must.
 
-    Only ``"active"`` is active; any other status value counts as ``inactive`` (so a
-    future value is never read as permission to skip ``session/resume``). ``-32002``
-    is "unknown here" when its data names this session (``sessionId``, or ``uri`` as
-    the SDK helpers write it) or names nothing; any other error is UNKNOWN.
+    A status value means what ``aliases`` says; any value it does not list counts as
+    ``inactive`` (so a future value is never read as permission to skip
+    ``session/resume``). ``-32002`` is "unknown here" when its data names this session
+    (``sessionId``, or ``uri`` as the SDK helpers write it) or names nothing; any
+    other error is UNKNOWN.
     """
     if response.error is None:
         result = response.result
         status = result.get("status") if isinstance(result, dict) else None
         if not isinstance(status, str):
             return ProbeResult.UNKNOWN
-        return ProbeResult.ACTIVE if status == "active" else ProbeResult.INACTIVE
+        return aliases.get(status, ProbeResult.INACTIVE)
     if response.error.code == RESOURCE_NOT_FOUND and _names_session(
         response.error.data, session_id
     ):
