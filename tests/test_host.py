@@ -11,6 +11,9 @@ import asyncio
 import os
 import signal
 import sys
+from pathlib import Path
+
+import aiohttp
 
 from tests.hosted import SDK_AGENT, pid_of, start_host
 from tests.support import WAIT, AcpClient, run_cli_to_exit, text_chunks
@@ -134,3 +137,57 @@ async def test_an_agent_command_that_cannot_start_fails_the_host_with_one_line()
     dies = await run_cli_to_exit("host", "--listen", "127.0.0.1:0", "--", sys.executable, "-c", "0")
     assert dies.returncode == 2
     assert "the agent exited during initialize" in dies.stderr
+
+
+ROUGH = (sys.executable, "-m", "tests.agents.rough_agent")
+
+
+async def test_an_agent_that_fails_to_initialize_fails_the_host() -> None:
+    refused = await run_cli_to_exit("host", "--listen", "127.0.0.1:0", "--", *ROUGH, "refuse")
+    assert refused.returncode == 2
+    assert "the agent did not initialize" in refused.stderr
+    silent = await run_cli_to_exit(
+        "host", "--listen", "127.0.0.1:0", "--startup-timeout", "0.5", "--", *ROUGH, "silent"
+    )
+    assert silent.returncode == 2
+    assert "did not answer initialize within 0.5 s" in silent.stderr
+
+
+async def test_a_noisy_stubborn_agent_is_skipped_over_and_killed_on_stop() -> None:
+    async with start_host("h1", *ROUGH, "noisy") as host:
+        await host.cli.wait_for_log("is not JSON-RPC")
+        async with AcpClient.connect(host.url) as client:
+            assert (await client.initialize())["result"]["agentCapabilities"] == {
+                "sessionCapabilities": {"status": {}}
+            }
+        # the agent ignores the end of its stdin and SIGTERM: stopping the host kills it
+        assert await host.cli.stop(timeout=WAIT) == 0
+
+
+async def test_an_agent_that_cannot_come_back_leaves_the_host_up_but_not_ready(
+    tmp_path: Path,
+) -> None:
+    async with start_host("h1", *ROUGH, "once", str(tmp_path / "started")) as host:
+        base = host.url.removesuffix("/acp").replace("ws://", "http://")
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/readyz") as ready:
+                assert ready.status == 200
+            async with http.get(f"{base}/acp") as plain:
+                assert plain.status == 426
+            started = await host.cli.wait_for_log("agent process ")
+            pid = int(started.split("agent process ")[1].split()[0])
+            os.kill(pid, signal.SIGKILL)
+            await host.cli.wait_for_log("restarting the agent failed")
+            async with http.get(f"{base}/readyz") as ready:
+                assert ready.status == 503
+            async with http.get(f"{base}/healthz") as health:
+                assert health.status == 200
+
+
+async def test_client_capabilities_must_be_a_json_object() -> None:
+    for bad in ("[1]", "{nope"):
+        run = await run_cli_to_exit(
+            "host", "--listen", "127.0.0.1:0", "--client-capabilities", bad, "--", "agent"
+        )
+        assert run.returncode == 2
+        assert "expected a JSON object" in run.stderr

@@ -5,7 +5,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from router.host.multiplex import HANDSHAKE_ID, Action, Multiplexer, ToAgent, ToClient
+import pytest
+
+from router.host.multiplex import (
+    HANDSHAKE_ID,
+    Action,
+    HostLimits,
+    Multiplexer,
+    ToAgent,
+    ToClient,
+)
+from router.protocol.errors import InternalError
 from router.protocol.ids import SessionId
 from router.protocol.jsonrpc import Response, parse
 
@@ -122,3 +132,141 @@ def test_close_makes_a_session_inactive_only_when_the_agent_can_restore_it() -> 
             }
         else:
             assert answer["result"] == {"status": expected}
+
+
+def request_of(action: Action) -> dict[str, Any]:
+    answer: dict[str, Any] = json.loads(action.text)
+    return answer
+
+
+def test_limits_and_duplicates_are_answered_by_the_host() -> None:
+    mux = Multiplexer(HostLimits(max_sessions=1, max_in_flight_per_client=2, max_in_flight=3))
+    ready = ready_mux()
+    mux.agent_result = ready.agent_result
+    a, b = joined(mux), joined(mux)
+    new = frame(id=1, method="session/new", params={})
+    assert isinstance(only(mux.receive_client(a, parse(new))), ToAgent)
+    again = request_of(only(mux.receive_client(a, parse(new))))
+    assert again["error"]["code"] == -32600  # id 1 is in flight
+    mux.sessions[SessionId("s")] = a
+    full = request_of(only(mux.receive_client(a, parse(frame(id=2, method="session/new")))))
+    assert full["error"]["code"] == -32015
+    ext = frame(id=3, method="_x/y")
+    assert isinstance(only(mux.receive_client(a, parse(ext))), ToAgent)
+    busy = request_of(only(mux.receive_client(a, parse(frame(id=4, method="_x/y")))))
+    assert busy["error"]["code"] == -32014
+    assert isinstance(only(mux.receive_client(b, parse(ext))), ToAgent)
+    agent_full = request_of(only(mux.receive_client(b, parse(frame(id=5, method="_x/y")))))
+    assert agent_full["error"]["code"] == -32014
+    # notifications pass as they are
+    cancel = frame(method="session/cancel", params={"sessionId": "s"})
+    assert mux.receive_client(a, parse(cancel)) == [ToAgent(cancel)]
+    # answers to nothing go nowhere
+    assert mux.receive_client(a, parse(frame(id=99, result={}))) == []
+    assert mux.receive_agent(parse(frame(id=12345, result={}))) == []
+    # while the agent restarts, requests are refused
+    mux.agent_lost()
+    restarting = request_of(only(mux.receive_client(a, parse(frame(id=7, method="_x/y")))))
+    assert restarting["error"]["code"] == -32013
+
+
+def test_the_agents_own_status_answer_is_translated_from_its_dialect() -> None:
+    mux = ready_mux({"sessionCapabilities": {"status": {}}})
+    a = joined(mux)
+    cases: list[tuple[dict[str, Any], dict[str, Any]]] = [
+        (
+            {"result": {"status": "open", "_meta": {"k": 1}}},
+            {"result": {"status": "active", "_meta": {"k": 1}}},
+        ),
+        ({"result": {"status": "live"}}, {"result": {"status": "active"}}),
+        ({"result": {"status": "saved"}}, {"result": {"status": "inactive"}}),
+        ({"result": {"status": "hibernating"}}, {"result": {"status": "inactive"}}),
+        (
+            {"result": {"status": "not_found"}},
+            {
+                "error": {
+                    "code": -32002,
+                    "message": "Resource not found",
+                    "data": {"sessionId": "s"},
+                }
+            },
+        ),
+        (
+            {"error": {"code": -32002, "message": "nope", "data": {"uri": "s"}}},
+            {
+                "error": {
+                    "code": -32002,
+                    "message": "Resource not found",
+                    "data": {"sessionId": "s"},
+                }
+            },
+        ),
+        # no usable answer: the host's own table (it never saw "s")
+        (
+            {"error": {"code": -32603, "message": "boom"}},
+            {
+                "error": {
+                    "code": -32002,
+                    "message": "Resource not found",
+                    "data": {"sessionId": "s"},
+                }
+            },
+        ),
+    ]
+    for n, (agent_says, client_gets) in enumerate(cases):
+        asked = frame(id=n, method="session/status", params={"sessionId": "s"})
+        host_id = agent_id_of(only(mux.receive_client(a, parse(asked))))
+        answer = only(mux.receive_agent(parse(frame(id=host_id, **agent_says))))
+        assert request_of(answer) == {"jsonrpc": "2.0", "id": n, **client_gets}, agent_says
+
+
+def test_agent_traffic_without_a_session_follows_the_request_it_names() -> None:
+    mux = ready_mux()
+    a, b = joined(mux), joined(mux)
+    host_id = agent_id_of(only(mux.receive_client(b, parse(frame(id=1, method="_long")))))
+    # a request-scoped agent request goes to the client whose request it serves
+    elicit = frame(id="e1", method="elicitation/create", params={"requestId": host_id})
+    assert only(mux.receive_agent(parse(elicit))) == ToClient(b, elicit)
+    # the agent's $/cancel_request for it goes to the same client
+    withdrawn = frame(method="$/cancel_request", params={"requestId": "e1"})
+    assert only(mux.receive_agent(parse(withdrawn))) == ToClient(b, withdrawn)
+    # the answer comes only from that client
+    assert mux.receive_client(a, parse(frame(id="e1", result={}))) == []
+    assert mux.receive_client(b, parse(frame(id="e1", result={}))) == [
+        ToAgent(frame(id="e1", result={}))
+    ]
+    # a notification for a session nobody owns is dropped
+    update = frame(method="session/update", params={"sessionId": "zzz", "update": {}})
+    assert mux.receive_agent(parse(update)) == []
+    # an answer whose client left settles the bookkeeping and goes nowhere
+    mux.client_left(b)
+    assert mux.receive_agent(parse(frame(id=host_id, result={}))) == []
+
+
+def test_too_many_agent_requests_are_refused_and_old_closed_sessions_forgotten() -> None:
+    mux = Multiplexer(HostLimits(max_agent_requests=1, max_remembered=1))
+    mux.agent_result = ready_mux().agent_result
+    a = joined(mux)
+    for name in ("s1", "s2"):
+        mux.sessions[SessionId(name)] = a
+    first = frame(id=1, method="session/request_permission", params={"sessionId": "s1"})
+    assert only(mux.receive_agent(parse(first))) == ToClient(a, first)
+    second = frame(id=2, method="session/request_permission", params={"sessionId": "s2"})
+    assert request_of(only(mux.receive_agent(parse(second))))["error"]["code"] == -32014
+    for n, name in enumerate(("s1", "s2")):
+        close = frame(id=10 + n, method="session/close", params={"sessionId": name})
+        host_id = agent_id_of(only(mux.receive_client(a, parse(close))))
+        mux.receive_agent(parse(frame(id=host_id, result={})))
+    status = frame(id=20, method="session/status", params={"sessionId": "s1"})
+    assert request_of(only(mux.receive_client(a, parse(status))))["error"]["code"] == -32002
+    status = frame(id=21, method="session/status", params={"sessionId": "s2"})
+    assert request_of(only(mux.receive_client(a, parse(status))))["result"] == {
+        "status": "inactive"
+    }
+
+
+def test_an_agent_that_refuses_initialize_is_reported() -> None:
+    refused = parse(frame(id=HANDSHAKE_ID, error={"code": -32603, "message": "no"}))
+    assert isinstance(refused, Response)
+    with pytest.raises(InternalError, match="did not initialize"):
+        Multiplexer().agent_initialized(refused)
