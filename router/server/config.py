@@ -9,6 +9,7 @@ so ``timeout_ms = "500"`` or ``weight = true`` is a mistake, not a number.
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal, Self
 from urllib.parse import SplitResult, urlsplit
@@ -23,6 +24,8 @@ from pydantic import (
 )
 
 from router.core.locate import UnknownPolicy
+from router.protocol import acp
+from router.protocol.acp import ProbeResult
 from router.protocol.errors import ConfigError
 from router.protocol.jsonrpc import DEFAULT_MAX_MESSAGE_BYTES
 
@@ -154,8 +157,20 @@ class BackendSection(_Section):
         return self
 
 
+StatusMeaning = Literal["active", "inactive", "not_found"]
+
+
 class ProbeSection(_Section):
     timeout_ms: Annotated[int, Field(gt=0)] = 500
+    #: what ``session/status`` values mean, added to (or overriding) the defaults: the RFD's
+    #: active/inactive, the ACP schema's and TypeScript SDK's open/saved, the first draft's
+    #: live/not_found. Any value in neither table counts as inactive (the RFD's rule).
+    status_aliases: dict[str, StatusMeaning] = {}
+
+    @property
+    def aliases(self) -> Mapping[str, ProbeResult]:
+        extra = {word: ProbeResult(meaning) for word, meaning in self.status_aliases.items()}
+        return {**acp.DEFAULT_STATUS_ALIASES, **extra}
 
 
 class ControlSection(_Section):

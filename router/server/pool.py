@@ -52,6 +52,7 @@ _LocateKey = tuple[SessionId, tuple[BackendId, ...]]
 class Pool:
     def __init__(self, settings: Settings, metrics: Metrics, http: aiohttp.ClientSession) -> None:
         self.settings = settings
+        self.aliases = settings.probe.aliases
         self.metrics = metrics
         self.ranking = Ranking(Node(BackendId(b.id), b.weight) for b in settings.backends)
         self._clock = time.monotonic
@@ -211,7 +212,7 @@ class Pool:
                 {"sessionId": session_id},
                 timeout=self.settings.probe.timeout_ms / 1000,
             )
-            result = acp.classify_status(response, session_id)
+            result = acp.classify_status(response, session_id, self.aliases)
         except (TimeoutError, BackendLinkLost):
             result = ProbeResult.UNKNOWN
         self.metrics.probe_duration.labels(backend).observe(time.perf_counter() - started)
