@@ -8,6 +8,7 @@ host makes is seen as it is.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import sys
@@ -52,6 +53,20 @@ async def test_a_session_outlives_its_client_on_the_one_agent_process() -> None:
             )
             assert resumed == {"jsonrpc": "2.0", "id": resumed["id"], "result": {}}
             assert await prompted(second, session_id, "again") == pid
+
+            # a load replays the history to the client loading, before its answer
+            async with AcpClient.connect(host.url) as third:
+                await third.initialize()
+                load = {"sessionId": session_id, "cwd": "/work/project", "mcpServers": []}
+                loaded = await third.request("session/load", load)
+                assert loaded.get("result") == {}, loaded
+                replayed = [json.loads(frame) for frame in third.raw_frames[1:]]
+                assert [m.get("method") for m in replayed] == ["session/update"] * 2 + [None]
+                assert [said for _, said in text_chunks(replayed)] == [
+                    f"[pid {pid}] hello",
+                    f"[pid {pid}] again",
+                ]
+                assert second.drain_incoming() == []  # nothing leaked to the other client
 
             closed = await second.request("session/close", {"sessionId": session_id})
             assert closed.get("result") == {}, closed

@@ -270,3 +270,26 @@ def test_an_agent_that_refuses_initialize_is_reported() -> None:
     assert isinstance(refused, Response)
     with pytest.raises(InternalError, match="did not initialize"):
         Multiplexer().agent_initialized(refused)
+
+
+def test_a_child_announced_by_its_parent_belongs_to_the_parents_client() -> None:
+    mux = ready_mux()
+    a = joined(mux)
+    resume = frame(id=1, method="session/resume", params={"sessionId": "p", "cwd": "/"})
+    host_id = agent_id_of(only(mux.receive_client(a, parse(resume))))
+    announce = frame(
+        method="session/update",
+        params={"sessionId": "p", "update": {"sessionUpdate": "subagent_update", "sessionId": "c"}},
+    )
+    # announced while the parent's resume is still being answered
+    assert only(mux.receive_agent(parse(announce))) == ToClient(a, announce)
+    mux.receive_agent(parse(frame(id=host_id, result={})))
+    assert mux.sessions == {"c": a, "p": a}
+    grandchild = frame(
+        method="session/update",
+        params={"sessionId": "c", "update": {"sessionUpdate": "subagent_update", "sessionId": "g"}},
+    )
+    mux.receive_agent(parse(grandchild))
+    assert mux.sessions["g"] == a  # type: ignore[index]
+    ask = frame(id=5, method="session/request_permission", params={"sessionId": "g"})
+    assert only(mux.receive_agent(parse(ask))) == ToClient(a, ask)

@@ -70,7 +70,8 @@ class Duty(enum.Enum):
     AUTHENTICATE = "authenticate"
     PLACE = "place"  # session/new: choose a backend
     LOCATE = "locate"  # session/resume, session/load: locate, forward, attach
-    LOCATE_DETACHED = "locate_detached"  # session/close of a session not attached here
+    #: session/close, session/archive or session/delete of a session not attached here
+    LOCATE_DETACHED = "locate_detached"
     STATUS = "status"  # session/status: answered from the pool
     LIST = "list"  # session/list: merged over the pool
 
@@ -171,6 +172,8 @@ class Deliver:
 
     text: str
     settled: Settled | None = None
+    #: sessions the message itself attached (a ``subagent_update`` announcing a child)
+    changes: tuple[Change, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,7 +421,7 @@ class ClientRoutes:
         if request.method in acp.ATTACHING:
             self._check_room(session_id)
             return PendingCall(request, session_id), Handle(Duty.LOCATE, request, session_id)
-        if request.method == acp.SESSION_CLOSE:
+        if request.method in acp.RELEASING:
             call = PendingCall(request, session_id)
             return call, Handle(Duty.LOCATE_DETACHED, request, session_id)
         raise SessionNotAttached(session_id)
@@ -518,7 +521,33 @@ class ClientRoutes:
             return self._agent_request(backend, message)
         if message.method == acp.CANCEL_REQUEST:
             return self._agent_cancel(backend, message)
-        return Deliver(message.text)
+        return Deliver(message.text, changes=self._adopt_child(backend, message))
+
+    def _adopt_child(self, backend: BackendId, note: Notification) -> tuple[Change, ...]:
+        """A ``subagent_update`` announcing a child session of a session attached here to
+        ``backend``: route the child there too (its cancels and prompts follow)."""
+        child = acp.announced_child(note)
+        parent = acp.session_id_of(note)
+        if (
+            child is None
+            or parent is None
+            or not self._lives_on(parent, backend)
+            or child in self.sessions
+            or len(child) > self.limits.max_session_id_chars
+        ):
+            return ()
+        return self._attach_quietly(child, backend)
+
+    def _lives_on(self, session_id: SessionId, backend: BackendId) -> bool:
+        """Attached to ``backend`` here, or being resumed there (its answer not yet in)."""
+        if self.sessions.get(session_id) == backend:
+            return True
+        return any(
+            call.session_id == session_id
+            and call.backend == backend
+            and call.request.method in acp.ATTACHING
+            for call in self.calls.values()
+        )
 
     def _backend_response(self, backend: BackendId, response: Response) -> Action:
         auth = self.auth_round
@@ -541,7 +570,7 @@ class ClientRoutes:
             return Deliver(response.text, self._settle_failed(call, backend, response))
         if method in acp.CREATING:
             return Deliver(response.text, self._settle_created(call, backend, response))
-        if method == acp.SESSION_CLOSE and session_id is not None:
+        if method in acp.RELEASING and session_id is not None:
             return Deliver(response.text, self._settle_close(call, backend, session_id))
         return Deliver(response.text, Settled(call, backend))
 

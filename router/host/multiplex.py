@@ -127,6 +127,8 @@ class Multiplexer:
         self._calls: dict[int, _Call] = {}
         self._client_calls: dict[ClientId, dict[RequestId, int]] = {}
         self._agent_requests: dict[RequestId, ClientId] = {}
+        #: sessions being loaded or resumed right now, and by which client
+        self._loading: dict[SessionId, ClientId] = {}
         self._next_id = 0
 
     # -- the agent process -----------------------------------------------------------------------
@@ -179,6 +181,7 @@ class Multiplexer:
         for calls in self._client_calls.values():
             calls.clear()
         self._agent_requests.clear()
+        self._loading.clear()
         return actions
 
     # -- clients -------------------------------------------------------------------------------
@@ -202,6 +205,8 @@ class Multiplexer:
         for session_id, owner in self.sessions.items():
             if owner == client:
                 self.sessions[session_id] = None
+        for session_id in [s for s, loader in self._loading.items() if loader == client]:
+            del self._loading[session_id]
         gone = InternalError("The client that was asked disconnected")
         orphaned = [rid for rid, owner in self._agent_requests.items() if owner == client]
         for request_id in orphaned:
@@ -258,6 +263,8 @@ class Multiplexer:
         self._next_id += 1
         self._calls[host_id] = _Call(client, request, session_id)
         calls[request.id] = host_id
+        if request.method in acp.ATTACHING and session_id is not None:
+            self._loading[session_id] = client
         return ToAgent(replace_id(request.text, host_id))
 
     def _client_notification(self, client: ClientId, note: Notification) -> list[Action]:
@@ -319,6 +326,8 @@ class Multiplexer:
         calls = self._client_calls.get(call.client)
         if calls is not None:
             calls.pop(call.request.id, None)
+        if call.session_id is not None and self._loading.get(call.session_id) == call.client:
+            del self._loading[call.session_id]
         self._settle(call, response)
         if call.client not in self.clients:
             return []  # its client went away; the session's bookkeeping is done
@@ -358,7 +367,7 @@ class Multiplexer:
     def _owner_of(self, message: Request | Notification) -> ClientId | None:
         session_id = acp.session_id_of(message)
         if session_id is not None:
-            owner = self.sessions.get(session_id)
+            owner = self._session_owner(session_id)
         else:  # request-scoped (e.g. elicitation/create naming the request it serves)
             named = message.param("requestId")
             call = self._calls.get(named) if isinstance(named, int) else None
@@ -381,8 +390,23 @@ class Multiplexer:
             named = note.param("requestId")
             client = self._agent_requests.get(named) if is_request_id(named) else None
         else:
+            self._adopt_child(note)
             client = self._owner_of(note)
         return [] if client is None else [ToClient(client, note.text)]
+
+    def _adopt_child(self, note: Notification) -> None:
+        """A ``subagent_update`` announcing a child: it is in memory, owned like its parent."""
+        child, parent = acp.announced_child(note), acp.session_id_of(note)
+        if child is None or parent is None or child in self.sessions:
+            return
+        if len(self.sessions) < self.limits.max_sessions:
+            self._hold(child, self._session_owner(parent))
+
+    def _session_owner(self, session_id: SessionId) -> ClientId | None:
+        """The client a session's traffic goes to: the one loading or resuming it right now
+        (a load replays history before its answer), else the one that holds it."""
+        loading = self._loading.get(session_id)
+        return loading if loading is not None else self.sessions.get(session_id)
 
     # -- initialize ------------------------------------------------------------------------------
 

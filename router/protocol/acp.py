@@ -38,6 +38,10 @@ CANCEL_REQUEST: Final = "$/cancel_request"
 SESSION_UPDATE: Final = "session/update"
 REQUEST_PERMISSION: Final = "session/request_permission"
 
+# session/update kinds the router reads
+SUBAGENT_UPDATE: Final = "subagent_update"
+STATE_UPDATE: Final = "state_update"
+
 #: Client->agent methods whose ``params.sessionId`` names the session they act on.
 #: (Agent->client methods carry one too, but the router routes those by link, not by id.)
 SESSION_SCOPED: Final = frozenset(
@@ -76,6 +80,20 @@ def session_id_of(message: Request | Notification) -> SessionId | None:
     """The ``params.sessionId`` of a session-scoped message, when it is a string."""
     value = message.param("sessionId")
     return SessionId(value) if isinstance(value, str) else None
+
+
+def announced_child(note: Notification) -> SessionId | None:
+    """The child session a ``session/update`` carrying a ``subagent_update`` names.
+
+    The parent session (``params.sessionId``) created and owns the child
+    (``params.update.sessionId``); the first such update announces it, before any
+    message naming the child.
+    """
+    update = note.param("update") if note.method == SESSION_UPDATE else None
+    if not isinstance(update, dict) or update.get("sessionUpdate") != SUBAGENT_UPDATE:
+        return None
+    child = update.get("sessionId")
+    return SessionId(child) if isinstance(child, str) else None
 
 
 # -- capabilities --------------------------------------------------------------------------------

@@ -141,9 +141,11 @@ class ClientConnection:
             case Broadcast(backends, text):
                 for backend in backends:
                     await self._send(backend, text)
-            case Deliver(text, settled):
+            case Deliver(text, settled, changes):
                 if settled is not None:
                     self._record(settled)
+                if changes:
+                    self.pool.record(changes)
                 self.metrics.count_frame(TO_CLIENT, text)
                 await self._to_client(text)
             case Handle(duty, request, session_id):
