@@ -127,6 +127,8 @@ class Multiplexer:
         self._calls: dict[int, _Call] = {}
         self._client_calls: dict[ClientId, dict[RequestId, int]] = {}
         self._agent_requests: dict[RequestId, ClientId] = {}
+        #: the last v2 ``state_update`` snapshot of each session in memory
+        self._states: dict[SessionId, dict[str, Any]] = {}
         #: sessions being loaded or resumed right now, and by which client
         self._loading: dict[SessionId, ClientId] = {}
         self._next_id = 0
@@ -182,6 +184,7 @@ class Multiplexer:
             calls.clear()
         self._agent_requests.clear()
         self._loading.clear()
+        self._states.clear()
         return actions
 
     # -- clients -------------------------------------------------------------------------------
@@ -285,30 +288,34 @@ class Multiplexer:
             SessionNotFound: the host never saw the session, or the agent that had it died.
         """
         if session_id in self.sessions:
-            return {"status": "active"}
+            state = self._states.get(session_id)
+            return {"status": "active"} if state is None else {"status": "active", "state": state}
         if session_id in self._remembered:
             return {"status": "inactive"}
         raise SessionNotFound(session_id)
 
     def _translated_status(self, call: _Call, response: Response) -> str:
-        """The agent's own ``session/status`` answer in RFD values, whatever its dialect."""
+        """The agent's own ``session/status`` answer in RFD values, whatever its dialect;
+        its ``_meta`` and a well-formed v2 ``state`` (on ``active``) pass through."""
         assert call.session_id is not None
         request_id = call.request.id
-        try:
-            match acp.classify_status(response, call.session_id, self.aliases):
-                case ProbeResult.ACTIVE:
-                    return encode_result(
-                        request_id, {**_object(response.result), "status": "active"}
-                    )
-                case ProbeResult.INACTIVE:
-                    result = {**_object(response.result), "status": "inactive"}
-                    return encode_result(request_id, result)
-                case ProbeResult.NOT_FOUND:
-                    raise SessionNotFound(call.session_id)
-                case ProbeResult.UNKNOWN:
+        result = _object(response.result)
+        extra = {"_meta": result["_meta"]} if isinstance(result.get("_meta"), dict) else {}
+        match acp.classify_status(response, call.session_id, self.aliases):
+            case ProbeResult.ACTIVE:
+                state = acp.foreground_state(result.get("state"))
+                if state is not None:
+                    extra["state"] = state
+                return encode_result(request_id, {"status": "active", **extra})
+            case ProbeResult.INACTIVE:
+                return encode_result(request_id, {"status": "inactive", **extra})
+            case ProbeResult.NOT_FOUND:
+                return encode_error(request_id, SessionNotFound(call.session_id))
+            case ProbeResult.UNKNOWN:
+                try:
                     return encode_result(request_id, self.own_status(call.session_id))
-        except SessionNotFound as exc:
-            return encode_error(request_id, exc)
+                except SessionNotFound as exc:
+                    return encode_error(request_id, exc)
 
     # -- from the agent ----------------------------------------------------------------------------
 
@@ -358,6 +365,7 @@ class Multiplexer:
 
     def _release(self, session_id: SessionId, *, remember: bool) -> None:
         self.sessions.pop(session_id, None)
+        self._states.pop(session_id, None)
         self._remembered.pop(session_id, None)
         if remember and self.restorable:
             self._remembered[session_id] = None
@@ -391,6 +399,7 @@ class Multiplexer:
             client = self._agent_requests.get(named) if is_request_id(named) else None
         else:
             self._adopt_child(note)
+            self._note_state(note)
             client = self._owner_of(note)
         return [] if client is None else [ToClient(client, note.text)]
 
@@ -401,6 +410,24 @@ class Multiplexer:
             return
         if len(self.sessions) < self.limits.max_sessions:
             self._hold(child, self._session_owner(parent))
+
+    def _note_state(self, note: Notification) -> None:
+        """Keep a session's last v2 ``state_update`` as its foreground snapshot."""
+        session_id = acp.session_id_of(note)
+        update = note.param("update") if note.method == acp.SESSION_UPDATE else None
+        if (
+            session_id in self.sessions
+            and isinstance(update, dict)
+            and update.get("sessionUpdate") == acp.STATE_UPDATE
+        ):
+            assert session_id is not None
+            snapshot = acp.foreground_state(
+                {k: v for k, v in update.items() if k != "sessionUpdate"}
+            )
+            if snapshot is None:
+                self._states.pop(session_id, None)
+            else:
+                self._states[session_id] = snapshot
 
     def _session_owner(self, session_id: SessionId) -> ClientId | None:
         """The client a session's traffic goes to: the one loading or resuming it right now

@@ -100,11 +100,15 @@ def announced_child(note: Notification) -> SessionId | None:
 
 
 def session_capabilities(initialize_result: Any) -> dict[str, Any]:
-    """``agentCapabilities.sessionCapabilities`` of an initialize result, or ``{}``."""
-    agent = (
-        initialize_result.get("agentCapabilities") if isinstance(initialize_result, dict) else None
-    )
+    """The session capabilities of an initialize result, or ``{}``: v1's
+    ``agentCapabilities.sessionCapabilities``, or v2's ``capabilities.session``."""
+    if not isinstance(initialize_result, dict):
+        return {}
+    agent = initialize_result.get("agentCapabilities")
     caps = agent.get("sessionCapabilities") if isinstance(agent, dict) else None
+    if caps is None:
+        v2 = initialize_result.get("capabilities")
+        caps = v2.get("session") if isinstance(v2, dict) else None
     return caps if isinstance(caps, dict) else {}
 
 
@@ -118,12 +122,28 @@ def has_session_capability(initialize_result: Any, name: str) -> bool:
 
 
 def with_status_capability(initialize_result: dict[str, Any]) -> dict[str, Any]:
-    """``initialize_result`` advertising ``session/status`` too (v1:
-    ``agentCapabilities.sessionCapabilities.status``), everything else as it was."""
+    """``initialize_result`` advertising ``session/status`` too, everything else as it was:
+    v1 ``agentCapabilities.sessionCapabilities.status``, or v2 ``capabilities.session.status``
+    for a result in the v2 layout."""
+    session = {**session_capabilities(initialize_result), "status": {}}
+    v2 = initialize_result.get("capabilities")
+    if isinstance(v2, dict) and "agentCapabilities" not in initialize_result:
+        return {**initialize_result, "capabilities": {**v2, "session": session}}
     agent = initialize_result.get("agentCapabilities")
     agent = dict(agent) if isinstance(agent, dict) else {}
-    agent["sessionCapabilities"] = {**session_capabilities(initialize_result), "status": {}}
+    agent["sessionCapabilities"] = session
     return {**initialize_result, "agentCapabilities": agent}
+
+
+def foreground_state(snapshot: Any) -> dict[str, Any] | None:
+    """A v2 ``StateUpdate`` snapshot (``{"state": "running", ...}``) when well formed.
+
+    A missing, null or malformed one means the agent is not reporting foreground state
+    (never ``idle``): None.
+    """
+    if isinstance(snapshot, dict) and isinstance(snapshot.get("state"), str):
+        return snapshot
+    return None
 
 
 # -- session/status answers ----------------------------------------------------------------------
