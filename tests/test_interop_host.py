@@ -4,6 +4,7 @@
   an agent (``acp-router connect URL`` as the agent command), reaches an SDK agent
   behind ``host`` through the router, disconnects, comes back and resumes its session
   on the same agent process.
+* The official Python SDK client over its own WebSocket transport straight to ``host``.
 * The official TypeScript SDK (node) as an agent behind ``host``, answering the SDK's
   unstable ``session/status`` in its own dialect (``open``/``saved``), which the host
   turns into the RFD's values.
@@ -28,7 +29,7 @@ from tests.acp_schema import AcpSchema
 from tests.fleet import start_router, start_scripted
 from tests.hosted import SDK_AGENT, node_command, pid_of, start_host
 from tests.support import WAIT, AcpClient, text_chunks
-from tests.test_interop import CWD, RecordingClient, answered_by
+from tests.test_interop import CWD, RecordingClient, Wire, answered_by, sdk_connection
 
 CONNECT = (sys.executable, "-m", "router", "connect")
 
@@ -168,3 +169,23 @@ async def test_every_frame_the_router_and_the_host_write_matches_the_official_sc
         }
         problems += schema.check_frames(sent, {})
     assert problems == []
+
+
+async def test_the_sdk_client_over_websocket_resumes_on_the_same_process_behind_host() -> None:
+    """The SDK's own WebSocket transport straight to ``host``: no router, no bridge."""
+    async with start_host("h", *SDK_AGENT) as host:
+        first, wire = RecordingClient(), Wire()
+        async with sdk_connection(host.url, first, wire) as conn:
+            async with asyncio.timeout(WAIT):
+                await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+                session_id = (await conn.new_session(cwd=CWD, mcp_servers=[])).session_id
+            process = await answered_by(conn, first, session_id, "hello")
+            caps = wire.result_of("initialize")["agentCapabilities"]["sessionCapabilities"]
+            assert caps["status"] == {}  # added by the host; SDK 0.12.1 models drop it
+
+        second = RecordingClient()
+        async with sdk_connection(host.url, second) as conn:
+            async with asyncio.timeout(WAIT):
+                await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
+                await conn.resume_session(session_id=session_id, cwd=CWD)
+            assert await answered_by(conn, second, session_id, "again") == process
