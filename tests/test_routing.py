@@ -127,6 +127,12 @@ def reply(action: Action) -> dict[str, Any]:
     return decoded
 
 
+def delivered(action: Action) -> dict[str, Any]:
+    assert isinstance(action, Deliver), action
+    decoded: dict[str, Any] = orjson.loads(action.text)
+    return decoded
+
+
 def error_reply(action: Action, request_id: RequestId, code: int) -> dict[str, Any]:
     decoded = reply(action)
     assert decoded["id"] == request_id
@@ -662,6 +668,33 @@ def test_backend_lost_answers_its_calls_once_and_detaches_its_sessions() -> None
     assert isinstance(client.send(result(0, {})), Drop)  # the agent request died with a
     assert isinstance(client.backend("b", result("x", {})), Deliver)
     error_reply(client.send(request(12, "session/prompt", sid("s1"))), 12, -32010)
+
+
+def test_backend_lost_withdraws_its_agent_requests_from_the_client() -> None:
+    client = Client()
+    client.new_session(1, "a", "s1")
+    client.new_session(2, "b", "s2")
+    asked = [
+        delivered(client.backend(b, request(7, "session/request_permission", {}))) for b in "aab"
+    ]
+    lost = client.routes.backend_lost(BackendId("a"), reason="closed by the backend (1009)")
+    assert [json.loads(cancel.text) for cancel in lost.withdrawn] == [
+        {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": asked[0]["id"]}},
+        {"jsonrpc": "2.0", "method": "$/cancel_request", "params": {"requestId": asked[1]["id"]}},
+    ]
+    assert client.routes.backend_lost(BackendId("a")).withdrawn == ()  # nothing twice
+    # the client's late answer to a withdrawn request is dropped; b's still goes through
+    assert isinstance(client.send(result(asked[0]["id"], {})), Drop)
+    assert client.send(result(asked[2]["id"], {})) == Send(BackendId("b"), result(7, {}))
+
+
+def test_backend_lost_says_why_in_the_error_data() -> None:
+    client = Client()
+    client.new_session(1, "a", "s1")
+    client.send(request(2, "session/prompt", sid("s1")))
+    (failed,) = client.routes.backend_lost(BackendId("a"), reason="send failed").replies
+    data = error_reply(failed, 2, -32013)
+    assert data == {"backend": "a", "reason": "send failed", "retryable": True}
 
 
 def test_backend_lost_forgets_it_as_the_last_backend() -> None:

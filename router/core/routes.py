@@ -56,6 +56,7 @@ from router.protocol.jsonrpc import (
     RequestId,
     Response,
     encode_error,
+    encode_notification,
     encode_result,
     is_request_id,
     replace_id,
@@ -203,10 +204,16 @@ class Relocate:
 
 @dataclass(frozen=True, slots=True)
 class Lost:
-    """A backend link closed: the answers owed to the client and the sessions detached."""
+    """A backend link closed: what the client is owed, and the sessions detached.
+
+    ``withdrawn`` holds a ``$/cancel_request`` for each agent request the client was
+    still answering (``requestId`` is the id the client saw); ``replies`` answer the
+    client's own requests on that link.
+    """
 
     replies: tuple[Reply, ...]
     detached: tuple[Detach, ...]
+    withdrawn: tuple[Reply, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -650,14 +657,20 @@ class ClientRoutes:
             return Drop("$/cancel_request for no agent request awaiting the client")
         return Deliver(replace_param(note.text, "requestId", router_id))
 
-    def backend_lost(self, backend: BackendId, refused: ErrorObject | None = None) -> Lost:
-        """The link to ``backend`` closed: fail its calls, detach its sessions.
+    def backend_lost(
+        self, backend: BackendId, refused: ErrorObject | None = None, reason: str | None = None
+    ) -> Lost:
+        """The link to ``backend`` closed: withdraw its agent requests, fail its calls,
+        detach its sessions.
 
-        Its calls are answered -32013 (retryable), or, when the backend ``refused`` a
-        replayed handshake step (``initialize``, ``authenticate``) so that nothing
-        reached it, with the backend's own error.
+        Its calls are answered -32013 (retryable, ``data.reason`` saying why when the shell
+        knows), or, when the backend ``refused`` a replayed handshake step
+        (``initialize``, ``authenticate``) so that nothing reached it, with the backend's
+        own error. Each agent request the client was still answering is withdrawn with a
+        ``$/cancel_request``; a late client answer to it is dropped.
         """
-        error: JsonRpcError | ErrorObject = refused or BackendLinkLost(None, {"backend": backend})
+        data = {"backend": backend} if reason is None else {"backend": backend, "reason": reason}
+        error: JsonRpcError | ErrorObject = refused or BackendLinkLost(None, data)
         lost = [rid for rid, call in self.calls.items() if call.backend == backend]
         auth = self.auth_round
         if auth is not None and backend in auth.waiting:
@@ -667,12 +680,13 @@ class ClientRoutes:
         detached = tuple(
             self._drop_session(s) for s in [s for s, b in self.sessions.items() if b == backend]
         )
-        for router_id in [r for r, (b, _) in self._agent_calls.items() if b == backend]:
+        withdrawn = [r for r, (b, _) in self._agent_calls.items() if b == backend]
+        for router_id in withdrawn:
             del self._agent_calls[router_id]
         if self.last_backend == backend:
             self.last_backend = None
         self.linked.discard(backend)
-        return Lost(replies, detached)
+        return Lost(replies, detached, tuple(_withdraw(router_id) for router_id in withdrawn))
 
     def unanswered(self) -> list[RequestId]:
         """Ids of client requests still awaiting an answer."""
@@ -685,6 +699,11 @@ def _holds_its_session(call: PendingCall, action: Action) -> bool:
     if call.request.method in acp.ATTACHING:
         return True
     return isinstance(action, Handle) and action.duty is Duty.LOCATE_DETACHED
+
+
+def _withdraw(router_id: RoutedId) -> Reply:
+    """ACP's ``$/cancel_request`` for an agent request the client saw as ``router_id``."""
+    return Reply(encode_notification(acp.CANCEL_REQUEST, {"requestId": router_id}))
 
 
 def _not_found(response: Response) -> bool:

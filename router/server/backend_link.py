@@ -2,15 +2,20 @@
 
 A link is opened on first use: it connects, replays the client's ``initialize``
 (with the negotiated protocol version) and ``authenticate``, then forwards frames.
-Senders take turns on a FIFO lock: the first ones wait there while the link opens,
-so frames leave in the order they were sent. aiohttp writes a frame when
-``send_str`` is called and makes the caller wait while the transport is full, so a
-slow backend holds its senders back (backpressure) rather than anything piling up.
+One deadline (``router.connect_timeout_ms``) covers the TCP connect, the WebSocket
+upgrade and the replayed handshake.
+
+Frames for the backend go into the link's own bounded :class:`Outbox` without
+waiting; the link's writer sends them in order, once the link is open. Whoever
+offers a frame (the client's read loop) therefore never waits on this backend. A
+backend that does not read fast enough fills its outbox, and the link is closed:
+the connection answers exactly the requests routed here, and nothing else.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import ssl
@@ -22,7 +27,7 @@ from router.protocol import acp
 from router.protocol.errors import BackendLinkLost, HandshakeRefused
 from router.protocol.ids import BackendId
 from router.protocol.jsonrpc import Message, Request, Response, replace_id, replace_param
-from router.server.faults import backend_faults
+from router.server.faults import backend_faults, describe
 from router.server.metrics import Metrics
 from router.server.wire import messages
 
@@ -30,6 +35,13 @@ logger = logging.getLogger(__name__)
 
 HANDSHAKE_INITIALIZE = "acp-router:initialize"
 HANDSHAKE_AUTHENTICATE = "acp-router:authenticate"
+
+#: Frames a link's outbox holds at most (its size bound is ``2 * max_message_bytes``
+#: characters, so any one frame a client may send fits in an empty outbox).
+OUTBOX_FRAMES = 4096
+
+#: How long a link being given up may take to close its socket politely.
+CLOSE_TIMEOUT = 1.0
 
 
 def replayed_initialize(client_initialize: Request) -> str:
@@ -42,6 +54,35 @@ def replayed_initialize(client_initialize: Request) -> str:
 def replayed_authenticate(client_authenticate: Request) -> str:
     """The ``authenticate`` the backends accepted, as the client sent it, for one new link."""
     return replace_id(client_authenticate.text, HANDSHAKE_AUTHENTICATE)
+
+
+class Outbox:
+    """Frames waiting for a link's writer, bounded in frames and in characters."""
+
+    def __init__(self, max_frames: int, max_chars: int) -> None:
+        self._frames: collections.deque[str] = collections.deque()
+        self._chars = 0
+        self._max_frames = max_frames
+        self._max_chars = max_chars
+        self._ready = asyncio.Event()
+
+    def put(self, text: str) -> bool:
+        """Queue ``text``; False (and nothing queued) when that would pass a bound."""
+        if len(self._frames) >= self._max_frames or self._chars + len(text) > self._max_chars:
+            return False
+        self._frames.append(text)
+        self._chars += len(text)
+        self._ready.set()
+        return True
+
+    async def get(self) -> str:
+        """The oldest frame, waiting for one."""
+        while not self._frames:
+            self._ready.clear()
+            await self._ready.wait()
+        text = self._frames.popleft()
+        self._chars -= len(text)
+        return text
 
 
 class BackendLink:
@@ -65,52 +106,114 @@ class BackendLink:
         self._http = http
         self._max_message_bytes = max_message_bytes
         self._connect_timeout = connect_timeout
-        self._ws: aiohttp.ClientWebSocketResponse | None = None
-        self._opened = asyncio.Event()  # the handshake is over, one way or the other
-        self._turn = asyncio.Lock()  # FIFO: senders that waited for the opening go first
+        self._outbox = Outbox(OUTBOX_FRAMES, 2 * max_message_bytes)
+        #: why the link takes no more frames; None while it does
+        self.ended: str | None = None
+        self._stop = asyncio.Event()
 
-    async def send(self, text: str) -> None:
-        """Send one frame to the backend, in call order; before the link is open, wait.
+    def offer(self, text: str) -> bool:
+        """Queue one frame for the backend, never waiting; frames leave in offer order.
 
-        A frame for a link that failed to open is dropped: its request is answered by
-        the connection when the link is reported lost.
+        False when the link takes no more frames: it has ended, or this frame would
+        overflow its outbox (the link is then closed). The caller gives the link up
+        and answers its requests.
         """
-        async with self._turn:
-            await self._opened.wait()
-            if self._ws is not None:
-                with contextlib.suppress(ConnectionResetError):
-                    await self._ws.send_str(text)
+        if self.ended is not None:
+            return False
+        if not self._outbox.put(text):
+            self.close("the backend is not reading fast enough (its outbox is full)")
+            return False
+        return True
+
+    def close(self, reason: str) -> None:
+        """Take no more frames and stop the link (:meth:`run` then ends); idempotent."""
+        if self.ended is None:
+            self.ended = reason
+        self._stop.set()
 
     async def run(
         self,
         initialize: Request,
         authenticate: Request | None,
         on_message: Callable[[Message], Awaitable[None]],
-    ) -> None:
-        """Open the link, then pump frames both ways until either side closes.
+    ) -> str:
+        """Open the link, then pump frames both ways until it ends; why it ended.
 
-        Returns when the backend closes; raises :class:`BackendLinkLost` when the link
-        cannot be opened or breaks. The HTTP session bounds the connect; the handshake is
-        bounded here.
+        Raises :class:`BackendLinkLost` when the link cannot be opened within the
+        deadline, breaks, or is closed by :meth:`close`; returns when the backend
+        closes it.
         """
+        life = asyncio.create_task(
+            self._live(initialize, authenticate, on_message), name=f"link-life-{self.backend}"
+        )
+        stop = asyncio.create_task(self._stop.wait(), name=f"link-stop-{self.backend}")
         try:
-            with backend_faults(self.backend):
-                async with self._http.ws_connect(
+            await asyncio.wait((life, stop), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self.close("closed")
+            stop.cancel()
+            if not life.done():
+                life.cancel()
+            await asyncio.wait((life, stop))  # both end promptly: the close is bounded
+        if life.cancelled():
+            raise BackendLinkLost(None, {"backend": self.backend, "reason": self.ended})
+        return life.result()
+
+    async def _live(
+        self,
+        initialize: Request,
+        authenticate: Request | None,
+        on_message: Callable[[Message], Awaitable[None]],
+    ) -> str:
+        with backend_faults(self.backend):
+            ws = await self._open(initialize, authenticate)
+            writer = asyncio.create_task(self._write(ws), name=f"link-writer-{self.backend}")
+            try:
+                async for message in messages(ws, self.backend, self._metrics):
+                    await on_message(message)
+                self.close(_how_it_closed(ws))
+            finally:
+                writer.cancel()
+                await asyncio.wait((writer,))
+                await _shut(ws)
+        return self.ended or "closed"
+
+    async def _open(
+        self, initialize: Request, authenticate: Request | None
+    ) -> aiohttp.ClientWebSocketResponse:
+        """Connect, upgrade and hand-shake under one deadline."""
+        ws: aiohttp.ClientWebSocketResponse | None = None
+        deadline = asyncio.timeout(self._connect_timeout)
+        try:
+            async with deadline:
+                ws = await self._http.ws_connect(
                     self.url,
                     ssl=self._tls or True,
                     max_msg_size=self._max_message_bytes,
                     autoping=True,
                     heartbeat=30.0,
-                ) as ws:
-                    async with asyncio.timeout(self._connect_timeout):
-                        await self._handshake(ws, initialize, authenticate)
-                    self._ws = ws
-                    self._opened.set()
-                    async for message in messages(ws, self.backend, self._metrics):
-                        await on_message(message)
-        finally:
-            self._ws = None
-            self._opened.set()  # release waiting senders: there is nothing to send to
+                )
+                await self._handshake(ws, initialize, authenticate)
+                return ws
+        except BaseException as exc:
+            if ws is not None:
+                await _shut(ws)
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                ms = round(self._connect_timeout * 1000)
+                reason = f"not open within {ms} ms (connect, upgrade, initialize)"
+                raise BackendLinkLost(None, {"backend": self.backend, "reason": reason}) from None
+            raise
+
+    async def _write(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        """The link's one writer: the outbox, in order, until a send fails."""
+        while True:
+            text = await self._outbox.get()
+            try:
+                with backend_faults(self.backend):
+                    await ws.send_str(text)
+            except BackendLinkLost as exc:
+                self.close(f"sending failed: {(exc.data or {}).get('reason')}")
+                return
 
     async def _handshake(
         self, ws: aiohttp.ClientWebSocketResponse, initialize: Request, authenticate: Request | None
@@ -130,3 +233,18 @@ class BackendLink:
                     raise HandshakeRefused(self.backend, step, message.error)
                 return
         raise BackendLinkLost(None, {"backend": self.backend, "reason": "closed during handshake"})
+
+
+def _how_it_closed(ws: aiohttp.ClientWebSocketResponse) -> str:
+    failure = ws.exception()
+    if failure is not None:
+        return f"closed after an error: {describe(failure)}"
+    return f"closed by the backend (code {ws.close_code})"
+
+
+async def _shut(ws: aiohttp.ClientWebSocketResponse) -> None:
+    """Close ``ws`` politely if the backend lets us within :data:`CLOSE_TIMEOUT`; aiohttp
+    drops the connection when the wait is cut short."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(CLOSE_TIMEOUT):
+            await ws.close()

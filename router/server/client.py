@@ -2,12 +2,19 @@
 :class:`router.core.routes.ClientRoutes`.
 
 The read loop parses each client frame's envelope, asks the routing core what to
-do, and carries it out: replies and forwards are sent at once (in order); work
-that waits on the pool (locates, placements, pool-wide status and list) runs in
-tasks this connection owns, so one slow locate never stalls another session's
-traffic. Frames the core holds behind their session's resume/load/close are
-carried out when it releases them, after every answer (:meth:`_release_held`). When
-the client goes, every task and link of the connection is cancelled and closed.
+do, and carries it out: replies are written at once, forwards are queued on the
+backend's link (which never makes the loop wait: each link has its own outbox and
+writer); work that waits on the pool (locates, pool-wide status and list) runs in
+tasks this connection owns, so one slow locate or one slow backend never stalls
+another session's traffic. Frames the core holds behind their session's
+resume/load/close are carried out when it releases them, after every answer
+(:meth:`_release_held`). A link that breaks, cannot open within the deadline or
+cannot keep up is given up: exactly its requests are answered ``-32013`` and the
+agent requests it had sent the client are withdrawn (``$/cancel_request``); the
+client connection carries on. The client connection closes only for the client's
+own faults (a binary frame: 1003; an oversize frame: 1009, by aiohttp) or on
+shutdown (1012). When the client goes, every task and link of the connection is
+cancelled and closed.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, assert_never
 
 import aiohttp
@@ -81,6 +88,10 @@ class ClientConnection:
             async for frame in self.ws:
                 if frame.type is aiohttp.WSMsgType.TEXT:
                     await self._client_frame(frame.data)
+                elif frame.type is aiohttp.WSMsgType.BINARY:
+                    await self.ws.close(
+                        code=aiohttp.WSCloseCode.UNSUPPORTED_DATA, message=b"ACP frames are text"
+                    )
         finally:
             for task in list(self.tasks):
                 task.cancel()
@@ -182,9 +193,11 @@ class ClientConnection:
         self.pool.record(settled.changes)
 
     async def _send(self, backend: BackendId, text: str) -> None:
+        """Queue ``text`` on the link to ``backend`` (opening it): never waits on the backend."""
         link = self.links.get(backend) or self._open_link(backend)
         self.metrics.count_frame(TO_BACKEND, text)
-        await link.send(text)
+        if not link.offer(text):
+            await self._lose(link, link.ended or "closed")
 
     async def _fail(self, request_id: RequestId, error: JsonRpcError) -> None:
         await self._do(self.routes.fail(request_id, error))
@@ -274,13 +287,10 @@ class ClientConnection:
 
     async def _run_link(self, link: BackendLink) -> None:
         assert self.routes.initialize is not None
-        reason = "closed by the backend"
         refused: ErrorObject | None = None
         try:
-            await link.run(
-                self.routes.initialize,
-                self.routes.authenticate,
-                lambda message: self._from_backend(link.backend, message),
+            reason = await link.run(
+                self.routes.initialize, self.routes.authenticate, self._from_link(link)
             )
         except BackendLinkLost as exc:
             reason = str((exc.data or {}).get("reason", exc.message))
@@ -288,12 +298,28 @@ class ClientConnection:
         except Exception:  # the link task's boundary: its calls must still be answered
             logger.exception("link to backend %s failed", link.backend)
             reason = "router error"
-        finally:
-            if self.links.get(link.backend) is link:
-                del self.links[link.backend]
-        logger.info("link to backend %s ended: %s", link.backend, reason)
-        lost = self.routes.backend_lost(link.backend, refused)
+        await self._lose(link, reason, refused)
+
+    def _from_link(self, link: BackendLink) -> Callable[[Message], Awaitable[None]]:
+        async def route(message: Message) -> None:
+            if self.links.get(link.backend) is link:  # a link given up says nothing more
+                await self._from_backend(link.backend, message)
+
+        return route
+
+    async def _lose(
+        self, link: BackendLink, reason: str, refused: ErrorObject | None = None
+    ) -> None:
+        """Give ``link`` up (once): withdraw its agent requests, answer its calls."""
+        if self.links.get(link.backend) is not link:
+            return
+        del self.links[link.backend]
+        link.close(reason)
+        logger.warning("link to backend %s ended: %s", link.backend, reason)
+        lost = self.routes.backend_lost(link.backend, refused, reason)
         self.pool.record(lost.detached)
+        for cancel in lost.withdrawn:
+            await self._to_client(cancel.text)
         for reply in lost.replies:
             await self._do(reply)
         await self._release_held()

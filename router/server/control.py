@@ -113,10 +113,12 @@ class ControlLink:
             await self._connected()
 
     async def _connected(self) -> None:
+        # one deadline for the TCP connect, the upgrade and initialize: a backend that
+        # accepts and then says nothing (a stalled host, a half-open relay) must not hold
+        # the reconnect loop
+        opened_by = asyncio.get_running_loop().time() + self._connect_timeout
         async with contextlib.AsyncExitStack() as stack:
-            # the upgrade is bounded too: a backend that accepts and then says nothing
-            # (a stalled host, a half-open relay) must not hold the reconnect loop
-            async with asyncio.timeout(self._connect_timeout):
+            async with asyncio.timeout_at(opened_by):
                 ws = await stack.enter_async_context(
                     self._http.ws_connect(
                         self.spec.url,
@@ -129,9 +131,10 @@ class ControlLink:
             self._ws = ws
             reader = asyncio.create_task(self._read(ws), name=f"control-read-{self.id}")
             try:
-                response = await self.call(
-                    acp.INITIALIZE, INITIALIZE_PARAMS, timeout=self._connect_timeout
-                )
+                async with asyncio.timeout_at(opened_by):
+                    response = await self.call(
+                        acp.INITIALIZE, INITIALIZE_PARAMS, timeout=self._connect_timeout
+                    )
                 if response.error is not None or not isinstance(response.result, dict):
                     raise InvalidRequest(f"initialize failed: {response.text[:200]}")
                 self.capabilities = response.result
