@@ -57,6 +57,8 @@ BEHAVIOURS = (
     "hang_up",
 )
 
+CONTROL_BEHAVIOURS = tuple(b for b in BEHAVIOURS if b not in ("stall", "late"))
+
 
 def _frame(message: JsonObject) -> str:
     return json.dumps(message)
@@ -80,6 +82,7 @@ class HostileBackend:
     unanswered: set[Any] = field(default_factory=set)
     upgrades: int = 0
     behaviours: list[str] = field(default_factory=list)
+    #: notified on every upgrade, link frame and unanswered request (may be shared)
     changed: asyncio.Condition = field(default_factory=asyncio.Condition)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     sockets: set[ServerConnection] = field(default_factory=set)
@@ -105,27 +108,32 @@ class HostileBackend:
     async def _serve(self, ws: ServerConnection) -> None:
         self.sockets.add(ws)
         answers: set[asyncio.Task[None]] = set()
-        deferred: list[JsonObject] = []
-        is_link = False
         try:
-            async for frame in ws:
-                assert isinstance(frame, str)
-                message = json.loads(frame)
-                if message.get("id") == LINK_INITIALIZE:
-                    is_link = True
-                if is_link:
-                    self.link_frames.append(frame)
-                    await self._notify()
-                answer = asyncio.create_task(self._answer(ws, message, deferred, is_link))
-                answers.add(answer)
-                answer.add_done_callback(answers.discard)
-                if is_link and self.deaf:
-                    await ws.wait_closed()  # reads nothing more: the router's writes back up
+            await self._read(ws, answers)
+        except websockets.ConnectionClosed:
+            pass  # a dropped or half-closed socket: hostile, and expected
         finally:  # a stalled answer never finishes: stop when the socket goes
             self.sockets.discard(ws)
             for answer in answers:
                 answer.cancel()
             await asyncio.gather(*answers, return_exceptions=True)
+
+    async def _read(self, ws: ServerConnection, answers: set[asyncio.Task[None]]) -> None:
+        deferred: list[JsonObject] = []
+        is_link = False
+        async for frame in ws:
+            assert isinstance(frame, str)
+            message = json.loads(frame)
+            if message.get("id") == LINK_INITIALIZE:
+                is_link = True
+            if is_link:
+                self.link_frames.append(frame)
+                await self._notify()
+            answer = asyncio.create_task(self._answer(ws, message, deferred, is_link))
+            answers.add(answer)
+            answer.add_done_callback(answers.discard)
+            if is_link and self.deaf:
+                await ws.wait_closed()  # reads nothing more: the router's writes back up
 
     async def _answer(
         self, ws: ServerConnection, message: JsonObject, deferred: list[JsonObject], is_link: bool
@@ -163,7 +171,8 @@ class HostileBackend:
     ) -> None:
         assert self.rng is not None
         rng = self.rng
-        behaviour = rng.choice(BEHAVIOURS)
+        # the control link's calls have deadlines of seconds: stalling them only slows a test
+        behaviour = rng.choice(BEHAVIOURS if is_link else CONTROL_BEHAVIOURS)
         self.behaviours.append(behaviour)
         for late in deferred:  # a late answer goes out after a later request arrived
             await ws.send(_frame(self._ok(late)))
@@ -246,9 +255,11 @@ async def start_hostile(
     gate: asyncio.Event | None = None,
     stall_upgrades_from: int | None = None,
     deaf: bool = False,
+    changed: asyncio.Condition | None = None,
 ) -> AsyncIterator[HostileBackend]:
     backend = HostileBackend(
         backend_id,
+        changed=changed or asyncio.Condition(),
         gate=gate,
         stall_upgrades_from=stall_upgrades_from,
         rng=None if seed is None else random.Random(seed),

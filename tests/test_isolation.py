@@ -11,18 +11,36 @@ the client connection carries on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from websockets.asyncio.client import connect
 from websockets.protocol import State
 
-from tests.fleet import backends_of, start_fleet, start_router
+from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
 from tests.hostile import LINK_INITIALIZE, start_hostile
-from tests.support import WAIT, AcpClient, JsonObject, start_agent
+from tests.support import WAIT, AcpClient, AgentProcess, JsonObject, start_agent
 
 CWD = "/work/project"
 NEW = {"cwd": CWD, "mcpServers": []}
+
+
+@contextlib.asynccontextmanager
+async def two_agents(
+    store: Path,
+) -> AsyncIterator[tuple[list[AgentProcess], RouterUnderTest, AcpClient, tuple[str, str]]]:
+    """Two reference agents behind the router, and a client with a session on each
+    (agent-1's first: a tie goes to the smaller id)."""
+    async with (
+        start_fleet(store, 2) as agents,
+        start_router(backends_of(agents)) as router,
+        AcpClient.connect(router.url) as client,
+    ):
+        await client.initialize()
+        sessions = (await client.new_session(CWD), await client.new_session(CWD))
+        yield agents, router, client, sessions
 
 
 async def next_with_method(client: AcpClient, method: str) -> JsonObject:
@@ -36,14 +54,7 @@ async def test_an_oversize_prompt_fails_alone_and_the_connection_carries_on(
     tmp_path: Path,
 ) -> None:
     # the reference agent takes frames up to 4 MiB; the router up to 16 MiB
-    async with (
-        start_fleet(tmp_path, 2) as agents,
-        start_router(backends_of(agents)) as router,
-        AcpClient.connect(router.url) as client,
-    ):
-        await client.initialize()
-        first = await client.new_session(CWD)  # agent-1: a tie goes to the smaller id
-        second = await client.new_session(CWD)  # agent-2: the less loaded
+    async with two_agents(tmp_path) as (_, router, client, (first, second)):
         huge = asyncio.create_task(client.prompt(first, "x" * (5 * 1024 * 1024)))
         small = asyncio.create_task(client.prompt(second, "hello"))
         failed, answered = await huge, await small
@@ -110,14 +121,7 @@ async def test_a_slow_to_open_backend_does_not_delay_another(tmp_path: Path) -> 
 async def test_a_backend_killed_during_a_permission_request_withdraws_it(
     tmp_path: Path,
 ) -> None:
-    async with (
-        start_fleet(tmp_path, 2) as agents,
-        start_router(backends_of(agents)) as router,
-        AcpClient.connect(router.url) as client,
-    ):
-        await client.initialize()
-        doomed = await client.new_session(CWD)  # agent-1
-        survivor = await client.new_session(CWD)  # agent-2
+    async with two_agents(tmp_path) as (agents, _, client, (doomed, survivor)):
         turn = asyncio.create_task(client.prompt(doomed, "/permission"))
         asked = await next_with_method(client, "session/request_permission")
         agents[0].cli.process.kill()

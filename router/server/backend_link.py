@@ -236,10 +236,11 @@ class BackendLink:
 
 
 def _how_it_closed(ws: aiohttp.ClientWebSocketResponse) -> str:
+    code = ws.close_code
+    if code is not None and code != aiohttp.WSCloseCode.ABNORMAL_CLOSURE:
+        return f"closed by the backend (code {code})"
     failure = ws.exception()
-    if failure is not None:
-        return f"closed after an error: {describe(failure)}"
-    return f"closed by the backend (code {ws.close_code})"
+    return "connection lost" if failure is None else f"connection lost ({describe(failure)})"
 
 
 async def _shut(ws: aiohttp.ClientWebSocketResponse) -> None:

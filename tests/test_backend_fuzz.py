@@ -1,0 +1,152 @@
+"""Hostile backends against the live router: every client request still gets exactly
+one answer, and the router stays up.
+
+Two :class:`~tests.hostile.HostileBackend` servers answer each request (on client
+links and on the control link) in a seeded random hostile way: garbage frames, answers
+to unknown ids, duplicate answers, legal but odd JSON, agent requests and
+notifications, stalls, late answers, half-closed and dropped sockets. A client sends
+waves of session and extension requests, notifications, replies to agent requests and
+``$/cancel_request`` on one connection. Stalled requests are owed an answer once their
+link dies, so after the waves the backends drop every socket; then every request must
+be answered exactly once, every agent request the client left unanswered must have
+been withdrawn, and the connection and the pool must still work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections import Counter
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.protocol import State
+
+from tests.fleet import start_router
+from tests.hostile import HostileBackend, start_hostile
+from tests.support import WAIT
+
+CWD = "/work/project"
+WAVES = 10
+WAVE = 25
+
+
+class Client:
+    """One client connection: what it sent, and what came back."""
+
+    def __init__(self, ws: ClientConnection, changed: asyncio.Condition, seed: int) -> None:
+        self.ws = ws
+        self.changed = changed
+        self.rng = random.Random(seed)
+        self.expected: set[int] = set()
+        self.answers: Counter[Any] = Counter()
+        self.asked: list[Any] = []  # agent request ids as the client saw them
+        self.replied: set[Any] = set()
+        self.withdrawn: set[Any] = set()
+        self.created: list[str] = []
+        self._next = 0
+
+    async def read(self) -> None:
+        async for frame in self.ws:
+            message = json.loads(frame)
+            method = message.get("method")
+            if method == "$/cancel_request":
+                self.withdrawn.add(message["params"]["requestId"])
+            elif method is not None and "id" in message:
+                self.asked.append(message["id"])
+            elif method is None:
+                self.answers[message.get("id")] += 1
+                result = message.get("result")
+                if isinstance(result, dict) and isinstance(result.get("sessionId"), str):
+                    self.created.append(result["sessionId"])
+            async with self.changed:
+                self.changed.notify_all()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        await self.ws.send(json.dumps({"jsonrpc": "2.0", **message}))
+
+    async def request(self, method: str, params: Any) -> None:
+        self._next += 1
+        self.expected.add(self._next)
+        await self.send({"id": self._next, "method": method, "params": params})
+
+    def session(self) -> str:
+        """Mostly a session the backends created; sometimes one nobody did."""
+        if self.created and self.rng.random() < 0.8:
+            return self.rng.choice(self.created)
+        return f"sess_h{self.rng.choice((1, 2))}_{self.rng.randrange(100, 108)}"
+
+    async def random_frame(self) -> None:
+        choice = self.rng.randrange(10)
+        if choice in (0, 1):
+            await self.request("session/new", {"cwd": CWD, "mcpServers": []})
+        elif choice in (2, 3):
+            text = [{"type": "text", "text": "fuzz"}]
+            await self.request("session/prompt", {"sessionId": self.session(), "prompt": text})
+        elif choice == 4:
+            await self.request("session/resume", {"sessionId": self.session(), "cwd": CWD})
+        elif choice == 5:
+            await self.request(
+                self.rng.choice(("session/status", "session/list", "_vendor/x")),
+                {"sessionId": self.session()},
+            )
+        elif choice == 6:
+            await self.send({"method": "session/cancel", "params": {"sessionId": self.session()}})
+        elif choice == 7 and self.asked:
+            asked = self.rng.choice(self.asked)
+            self.replied.add(asked)
+            outcome = {"outcome": {"outcome": "selected", "optionId": "allow"}}
+            await self.send({"id": asked, "result": outcome})
+        else:
+            named = self.rng.randrange(1, self._next + 2)
+            await self.send({"method": "$/cancel_request", "params": {"requestId": named}})
+
+    def settled(self, backends: list[HostileBackend]) -> bool:
+        """Every request is answered, or is held by a backend until its link dies."""
+        held = set().union(*(b.unanswered for b in backends))
+        return all(self.answers[i] >= 1 or i in held for i in self.expected)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_hostile_backends_cannot_cost_a_request_its_answer(seed: int) -> None:
+    changed = asyncio.Condition()
+    async with (
+        start_hostile("h1", seed=seed, changed=changed) as h1,
+        start_hostile("h2", seed=seed + 1000, changed=changed) as h2,
+        start_router(
+            [("h1", h1.url), ("h2", h2.url)],
+            probe={"timeout_ms": 200},
+            router={"connect_timeout_ms": 1000},
+        ) as router,
+        connect(router.url, max_size=None) as ws,
+    ):
+        backends = [h1, h2]
+        client = Client(ws, changed, seed)
+        reader = asyncio.create_task(client.read())
+        await client.request("initialize", {"protocolVersion": 1})
+        for _ in range(WAVES):
+            for _ in range(WAVE):
+                await client.random_frame()
+            async with asyncio.timeout(WAIT), changed:
+                await changed.wait_for(lambda: client.settled(backends))
+        for backend in backends:  # what the backends held is owed an answer now
+            backend.hang_up_all()
+        async with asyncio.timeout(WAIT), changed:
+            await changed.wait_for(lambda: all(client.answers[i] for i in client.expected))
+
+        await router.wait_backends(2)  # the control links came back
+        await client.request("session/list", {})  # anything still owed would come twice
+        last = max(client.expected)
+        async with asyncio.timeout(WAIT), changed:
+            await changed.wait_for(lambda: client.answers[last] == 1)
+        reader.cancel()
+
+        behaviours = Counter(h1.behaviours + h2.behaviours)
+        assert behaviours.total() >= 30, behaviours  # the fuzz reached the backends
+        assert len(behaviours) >= 8, behaviours
+        assert {i: n for i, n in client.answers.items() if n != 1} == {}, behaviours
+        assert set(client.answers) == client.expected
+        assert set(client.asked) - client.replied <= client.withdrawn
+        assert ws.state is State.OPEN
