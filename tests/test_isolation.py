@@ -29,12 +29,12 @@ NEW = {"cwd": CWD, "mcpServers": []}
 
 @contextlib.asynccontextmanager
 async def two_agents(
-    store: Path,
+    store: Path, *agent_args: str
 ) -> AsyncIterator[tuple[list[AgentProcess], RouterUnderTest, AcpClient, tuple[str, str]]]:
     """Two reference agents behind the router, and a client with a session on each
     (agent-1's first: a tie goes to the smaller id)."""
     async with (
-        start_fleet(store, 2) as agents,
+        start_fleet(store, 2, *agent_args) as agents,
         start_router(backends_of(agents)) as router,
         AcpClient.connect(router.url) as client,
     ):
@@ -53,8 +53,9 @@ async def next_with_method(client: AcpClient, method: str) -> JsonObject:
 async def test_an_oversize_prompt_fails_alone_and_the_connection_carries_on(
     tmp_path: Path,
 ) -> None:
-    # the reference agent takes frames up to 4 MiB; the router up to 16 MiB
-    async with two_agents(tmp_path) as (_, router, client, (first, second)):
+    # the agents take frames up to 4 MiB; the router up to 16 MiB
+    agent_limit = ("--max-message-bytes", str(4 * 1024 * 1024))
+    async with two_agents(tmp_path, *agent_limit) as (_, router, client, (first, second)):
         huge = asyncio.create_task(client.prompt(first, "x" * (5 * 1024 * 1024)))
         small = asyncio.create_task(client.prompt(second, "hello"))
         failed, answered = await huge, await small
