@@ -157,7 +157,15 @@ class HostileBackend:
         if method == "session/prompt":
             return self._result(message, {"stopReason": "end_turn"})
         if method == "session/status":
-            return self._result(message, {"status": "inactive"})
+            named = (message.get("params") or {}).get("sessionId")
+            if isinstance(named, str) and named.startswith(f"sess_{self.backend_id}_"):
+                return self._result(message, {"status": "inactive"})
+            error = {
+                "code": -32002,
+                "message": "Resource not found",
+                "data": {"sessionId": named},
+            }
+            return {"jsonrpc": "2.0", "id": message["id"], "error": error}
         if method == "session/list":
             return self._result(message, {"sessions": []})
         return self._result(message, {})

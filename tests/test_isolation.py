@@ -22,6 +22,7 @@ from websockets.protocol import State
 from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
 from tests.hostile import LINK_INITIALIZE, start_hostile
 from tests.support import WAIT, AcpClient, AgentProcess, JsonObject, start_agent
+from tests.test_router import answered_by
 
 CWD = "/work/project"
 NEW = {"cwd": CWD, "mcpServers": []}
@@ -30,17 +31,31 @@ NEW = {"cwd": CWD, "mcpServers": []}
 @contextlib.asynccontextmanager
 async def two_agents(
     store: Path, *agent_args: str
-) -> AsyncIterator[tuple[list[AgentProcess], RouterUnderTest, AcpClient, tuple[str, str]]]:
+) -> AsyncIterator[tuple[list[AgentProcess], RouterUnderTest, AcpClient, dict[str, str]]]:
     """Two reference agents behind the router, and a client with a session on each
-    (agent-1's first: a tie goes to the smaller id)."""
+    (the second new session goes to the less loaded agent), keyed by agent id."""
     async with (
         start_fleet(store, 2, *agent_args) as agents,
         start_router(backends_of(agents)) as router,
         AcpClient.connect(router.url) as client,
     ):
         await client.initialize()
-        sessions = (await client.new_session(CWD), await client.new_session(CWD))
+        created = [await client.new_session(CWD) for _ in agents]
+        sessions = {await answered_by(client, session): session for session in created}
+        assert sorted(sessions) == ["agent-1", "agent-2"]
         yield agents, router, client, sessions
+
+
+async def session_on(client: AcpClient, agent_url: str) -> str:
+    """A session made directly on the agent at ``agent_url``, then resumed through the
+    router (which locates it there): a session on a chosen backend, whatever placement
+    would have chosen."""
+    async with AcpClient.connect(agent_url) as direct:
+        await direct.initialize()
+        session = await direct.new_session(CWD)
+    resumed = await client.request("session/resume", {"sessionId": session, "cwd": CWD})
+    assert resumed.get("result") == {}, resumed
+    return session
 
 
 async def next_with_method(client: AcpClient, method: str) -> JsonObject:
@@ -55,7 +70,8 @@ async def test_an_oversize_prompt_fails_alone_and_the_connection_carries_on(
 ) -> None:
     # the agents take frames up to 4 MiB; the router up to 16 MiB
     agent_limit = ("--max-message-bytes", str(4 * 1024 * 1024))
-    async with two_agents(tmp_path, *agent_limit) as (_, router, client, (first, second)):
+    async with two_agents(tmp_path, *agent_limit) as (_, router, client, sessions):
+        first, second = sessions["agent-1"], sessions["agent-2"]
         huge = asyncio.create_task(client.prompt(first, "x" * (5 * 1024 * 1024)))
         small = asyncio.create_task(client.prompt(second, "hello"))
         failed, answered = await huge, await small
@@ -105,7 +121,7 @@ async def test_a_slow_to_open_backend_does_not_delay_another(tmp_path: Path) -> 
         AcpClient.connect(router.url) as client,
     ):
         await client.initialize()
-        session = await client.new_session(CWD)  # a-healthy: a tie goes to the smaller id
+        session = await session_on(client, healthy.url)
         held = asyncio.create_task(client.request("session/new", NEW))  # b-slow, less loaded
         async with asyncio.timeout(WAIT):
             await slow.wait_for(lambda: any(LINK_INITIALIZE in f for f in slow.link_frames))
@@ -122,7 +138,8 @@ async def test_a_slow_to_open_backend_does_not_delay_another(tmp_path: Path) -> 
 async def test_a_backend_killed_during_a_permission_request_withdraws_it(
     tmp_path: Path,
 ) -> None:
-    async with two_agents(tmp_path) as (agents, _, client, (doomed, survivor)):
+    async with two_agents(tmp_path) as (agents, _, client, sessions):
+        doomed, survivor = sessions["agent-1"], sessions["agent-2"]
         turn = asyncio.create_task(client.prompt(doomed, "/permission"))
         asked = await next_with_method(client, "session/request_permission")
         agents[0].cli.process.kill()
@@ -156,8 +173,8 @@ async def test_a_backend_that_stops_reading_loses_its_link_not_the_connection(
         AcpClient.connect(router.url) as client,
     ):
         await client.initialize()
-        session = await client.new_session(CWD)  # a-healthy
-        stuck = asyncio.create_task(client.request("session/new", NEW))  # b-deaf
+        session = await session_on(client, healthy.url)
+        stuck = asyncio.create_task(client.request("session/new", NEW))  # b-deaf, less loaded
         note = json.dumps(
             {"jsonrpc": "2.0", "method": "_vendor/note", "params": {"pad": "x" * megabyte}}
         )
