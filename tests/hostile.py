@@ -232,6 +232,7 @@ class HostileBackend:
 
     def hang_up_all(self) -> None:
         """Drop every socket at once (the router must answer what they held)."""
+        self.unanswered.clear()
         for ws in list(self.sockets):
             ws.transport.abort()
 

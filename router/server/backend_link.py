@@ -155,6 +155,8 @@ class BackendLink:
             if not life.done():
                 life.cancel()
             await asyncio.wait((life, stop))  # both end promptly: the close is bounded
+            if not life.cancelled():
+                life.exception()  # read here too, in case a cancellation is on its way out
         if life.cancelled():
             raise BackendLinkLost(None, {"backend": self.backend, "reason": self.ended})
         return life.result()
@@ -175,6 +177,10 @@ class BackendLink:
             finally:
                 writer.cancel()
                 await asyncio.wait((writer,))
+                if not writer.cancelled() and writer.exception() is not None:
+                    logger.error(
+                        "backend %s link writer failed", self.backend, exc_info=writer.exception()
+                    )
                 await _shut(ws)
         return self.ended or "closed"
 
