@@ -42,11 +42,14 @@ class Relay:
 
     async def refuse(self) -> None:
         """Stop listening (reconnects are refused) and cut every connection."""
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        # cut first: since Python 3.12.1, wait_closed() also waits for every accepted
+        # connection to end, and a stalled one never ends on its own
         await self.cut()
+        if server is not None:
+            await server.wait_closed()
 
     def stall(self) -> None:
         self.mode = Mode.STALL
