@@ -154,6 +154,17 @@ async def test_a_v2_agent_behind_host_reports_its_foreground_state_in_status() -
                 frames = [json.loads(frame) for frame in client.raw_frames[1:]]
                 assert [f.get("method") for f in frames] == ["session/update", None]
                 assert frames[0]["params"]["update"]["sessionUpdate"] == "state_update"
+                # the router's own session/status passes the agent's state through, and
+                # leaves out one it did not report well formed (the last was malformed)
+                assert (await client.status(session_id))["result"] == {"status": "active"}
+                assert (await client.prompt(session_id, "go"))["result"] == {}
+                while (await client.next_incoming())["params"]["update"]["state"] != "idle":
+                    pass
+                idle = {"status": "active", "state": {"state": "idle", "stopReason": "end_turn"}}
+                assert (await client.status(session_id))["result"] == idle
+                async with AcpClient.connect(router.url) as other:  # not attached: a fan-out
+                    await other.initialize()
+                    assert (await other.status(session_id))["result"] == idle
             assert router.metric("acp_router_locate_total", outcome="active") == 1
 
 

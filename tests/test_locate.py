@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from router.core.locate import Located, LocationCache, Outcome, UnknownPolicy, decide, pool_status
-from router.protocol.acp import ProbeResult, classify_status
+from router.protocol.acp import ProbeResult, StatusAnswer, classify_status, read_status
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
 from router.protocol.jsonrpc import ErrorObject, Response
 
@@ -176,7 +176,20 @@ def test_empty_order_is_no_backend_available() -> None:
     ],
 )
 def test_pool_status(answers: dict[str, ProbeResult], expected: str) -> None:
-    assert pool_status(answers, session_id="s1") == expected
+    assert pool_status(answers, session_id="s1") == {"status": expected}
+
+
+def test_pool_status_carries_the_state_an_active_backend_reported() -> None:
+    running = {"state": "running"}
+    answers = {"a": INACTIVE, "b": ACTIVE, "c": ACTIVE}
+    assert pool_status(answers, session_id="s1", states={"c": running}) == {
+        "status": "active",
+        "state": running,
+    }
+    # not reported: no state at all (never a made-up idle); an inactive one has none
+    assert pool_status(answers, session_id="s1", states={}) == {"status": "active"}
+    inactive = {"a": INACTIVE, "b": NOT_FOUND}
+    assert pool_status(inactive, session_id="s1", states={"a": running}) == {"status": "inactive"}
 
 
 def test_pool_status_unknown_everywhere_is_not_found() -> None:
@@ -228,6 +241,26 @@ def _error(code: int, data: Any = None) -> Response:
 )
 def test_classify_status(response: Response, expected: ProbeResult) -> None:
     assert classify_status(response, "s1") is expected
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        (
+            {"status": "active", "state": {"state": "running"}},
+            StatusAnswer(ACTIVE, {"state": "running"}),
+        ),
+        ({"status": "active", "state": None}, StatusAnswer(ACTIVE)),  # not reported
+        ({"status": "active", "state": {"state": 5}}, StatusAnswer(ACTIVE)),  # malformed
+        ({"status": "active", "state": "idle"}, StatusAnswer(ACTIVE)),
+        ({"status": "inactive", "state": {"state": "idle"}}, StatusAnswer(INACTIVE)),
+    ],
+)
+def test_read_status_keeps_a_well_formed_v2_state_of_an_active_session(
+    result: Any, expected: StatusAnswer
+) -> None:
+    assert read_status(_result(result), "s1") == expected
+    assert read_status(_error(-32002), "s1") == StatusAnswer(NOT_FOUND)
 
 
 # -- LocationCache ---------------------------------------------------------------------------------

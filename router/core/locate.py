@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cachetools import TLRUCache
 
@@ -106,18 +107,31 @@ def decide(
     return Located(order[0], Outcome.DEFAULT)
 
 
-def pool_status(answers: Mapping[BackendId, ProbeResult], *, session_id: str) -> str:
-    """The router's own ``session/status`` answer from the pool's answers.
+def pool_status(
+    answers: Mapping[BackendId, ProbeResult],
+    *,
+    session_id: str,
+    states: Mapping[BackendId, Mapping[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The router's own ``session/status`` result from the pool's answers.
 
     ``active`` if any backend has it in memory; ``inactive`` if any knows it; the
     RFD's ``-32002`` when every backend answered and none knows it. When none knows
     it but some did not answer, nobody can say it is unknown: retryable error.
+    An active answer carries the v2 foreground ``state`` one of the backends that
+    has it in memory reported (``states``), and none when none did: a state that was
+    not reported is never made up.
     """
     values = set(answers.values())
     if ProbeResult.ACTIVE in values:
-        return "active"
+        reported = states or {}
+        state = next(
+            (reported[b] for b, r in answers.items() if r is ProbeResult.ACTIVE and b in reported),
+            None,
+        )
+        return {"status": "active"} if state is None else {"status": "active", "state": state}
     if ProbeResult.INACTIVE in values:
-        return "inactive"
+        return {"status": "inactive"}
     if ProbeResult.UNKNOWN in values:
         unknown = sorted(b for b, r in answers.items() if r is ProbeResult.UNKNOWN)
         raise LocateInconclusive(None, {"sessionId": session_id, "backends": unknown})

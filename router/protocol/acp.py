@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -198,6 +199,28 @@ def classify_status(
     ):
         return ProbeResult.NOT_FOUND
     return ProbeResult.UNKNOWN
+
+
+@dataclass(frozen=True, slots=True)
+class StatusAnswer:
+    """One backend's ``session/status`` answer, as read: what it means, and the v2
+    foreground ``state`` snapshot an ``active`` answer carried (None: not reported)."""
+
+    result: ProbeResult
+    state: Mapping[str, Any] | None = None
+
+
+def read_status(
+    response: Response,
+    session_id: str,
+    aliases: Mapping[str, ProbeResult] = DEFAULT_STATUS_ALIASES,
+) -> StatusAnswer:
+    """:func:`classify_status`, keeping a well-formed v2 ``state`` of an active session."""
+    result = classify_status(response, session_id, aliases)
+    body = response.result if response.error is None else None
+    if result is ProbeResult.ACTIVE and isinstance(body, dict):
+        return StatusAnswer(result, foreground_state(body.get("state")))
+    return StatusAnswer(result)
 
 
 def _names_session(data: Any, session_id: str) -> bool:

@@ -228,15 +228,12 @@ class ClientConnection:
                 await self._do(self.routes.authenticate_on(request.id, backend))
         elif duty is Duty.STATUS:
             assert session_id is not None
-            self._spawn(self._answer(request.id, self._status(session_id)), "status")
+            self._spawn(self._answer(request.id, self.pool.status(session_id)), "status")
         elif duty is Duty.LIST:
             self._spawn(self._answer(request.id, self.pool.list_sessions(request.params)), "list")
         else:  # LOCATE, LOCATE_DETACHED
             assert session_id is not None
             self._spawn(self._locate(request, session_id), "locate")
-
-    async def _status(self, session_id: SessionId) -> dict[str, str]:
-        return {"status": await self.pool.status(session_id)}
 
     async def _answer(self, request_id: RequestId, work: Coroutine[Any, Any, Any]) -> None:
         try:

@@ -203,7 +203,7 @@ class Pool:
 
     # -- probes ----------------------------------------------------------------------------------
 
-    async def probe(self, backend: BackendId, session_id: SessionId) -> ProbeResult:
+    async def probe(self, backend: BackendId, session_id: SessionId) -> acp.StatusAnswer:
         link = self.links[backend]
         started = time.perf_counter()
         try:
@@ -212,19 +212,26 @@ class Pool:
                 {"sessionId": session_id},
                 timeout=self.settings.probe.timeout_ms / 1000,
             )
-            result = acp.classify_status(response, session_id, self.aliases)
+            answer = acp.read_status(response, session_id, self.aliases)
         except (TimeoutError, BackendLinkLost):
-            result = ProbeResult.UNKNOWN
+            answer = acp.StatusAnswer(ProbeResult.UNKNOWN)
         self.metrics.probe_duration.labels(backend).observe(time.perf_counter() - started)
-        self.metrics.probes.labels(backend, result.value).inc()
-        return result
+        self.metrics.probes.labels(backend, answer.result.value).inc()
+        return answer
+
+    async def probe_answers(
+        self, backends: Iterable[BackendId], session_id: SessionId
+    ) -> dict[BackendId, acp.StatusAnswer]:
+        """Ask each of ``backends`` that can be asked, concurrently."""
+        targets = [b for b in backends if self.links[b].supports("status")]
+        answers = await asyncio.gather(*(self.probe(b, session_id) for b in targets))
+        return dict(zip(targets, answers, strict=True))
 
     async def probe_many(
         self, backends: Iterable[BackendId], session_id: SessionId
     ) -> dict[BackendId, ProbeResult]:
-        targets = [b for b in backends if self.links[b].supports("status")]
-        results = await asyncio.gather(*(self.probe(b, session_id) for b in targets))
-        return dict(zip(targets, results, strict=True))
+        answers = await self.probe_answers(backends, session_id)
+        return {backend: answer.result for backend, answer in answers.items()}
 
     # -- locate ------------------------------------------------------------------------------------
 
@@ -316,19 +323,22 @@ class Pool:
 
     # -- pool-wide requests ------------------------------------------------------------------------
 
-    async def status(self, session_id: SessionId) -> str:
-        """The pool's ``session/status``: attached here counts as ``active`` (a backend
-        without ``session/status`` cannot say so itself), a backend that is down but not
-        gone as unknown."""
-        answers = self.attached_here(session_id)
-        if answers:
-            return pool_status(answers, session_id=session_id)
-        ready = self.ready()
-        if not ready:
+    async def status(self, session_id: SessionId) -> dict[str, Any]:
+        """The pool's ``session/status`` result: attached here counts as ``active`` (a
+        backend without ``session/status`` cannot say so itself), a backend that is down
+        but not gone as unknown. Where it is attached, only those backends are asked (for
+        the v2 foreground ``state`` they report); otherwise every ready one is."""
+        attached = self.attached_here(session_id)
+        if not attached and not self.ready():
             raise NoBackendAvailable(None, {"sessionId": session_id})
-        answers = await self.probe_many(ready, session_id)
-        answers |= dict.fromkeys(self.unreachable(), ProbeResult.UNKNOWN)
-        return pool_status(answers, session_id=session_id)
+        probed = await self.probe_answers(attached or self.ready(), session_id)
+        answers = {backend: answer.result for backend, answer in probed.items()}
+        if attached:
+            answers |= attached
+        else:
+            answers |= dict.fromkeys(self.unreachable(), ProbeResult.UNKNOWN)
+        states = {b: a.state for b, a in probed.items() if a.state is not None}
+        return pool_status(answers, session_id=session_id, states=states)
 
     async def list_sessions(self, params: Any) -> dict[str, Any]:
         """``session/list`` over every backend that lists, merged behind one cursor."""
