@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from router import __version__
+from router.commands import log_format
 from router.protocol.errors import AcpRouterError, ConfigError
 from router.protocol.jsonrpc import DEFAULT_MAX_MESSAGE_BYTES
 
@@ -56,6 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"acp-router {__version__}")
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="text lines, or one JSON object per line with connection, backend and session",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -149,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _configure_logging(args.log_level)
+    log_format.configure(args.log_level, args.log_format)
     try:
         return _run(args)
     except AcpRouterError as exc:
@@ -215,11 +222,3 @@ def _run(args: argparse.Namespace) -> int:
 
         return run_agent(args)
     raise AssertionError(args.command)
-
-
-def _configure_logging(level: str) -> None:
-    import logging
-
-    logging.basicConfig(
-        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )

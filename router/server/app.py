@@ -12,23 +12,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 from aiohttp import hdrs, web
+from aiohttp.log import access_logger
 
 from router.core.frontdoor import Admitted, DoorPolicy
 from router.core.ownership import SessionSeal
 from router.core.quotas import ConnectionCounts
+from router.server import log_context
 from router.server.auth import TokenSource, session_secret
 from router.server.client import ClientConnection
 from router.server.config import Settings
 from router.server.gate import Gatekeeper
 from router.server.metrics import CONTENT_TYPE, Metrics
 from router.server.pool import Pool
+from router.server.shutdown import StopSignals, close_spread, wait_unless
 from router.server.tls import backend_context, server_context
 
 logger = logging.getLogger(__name__)
@@ -117,16 +119,9 @@ async def _pool_context(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _close_clients(app: web.Application) -> None:
+    # Whoever is still connected at cleanup (the stop sequence closed the others).
     open_sockets: OpenSockets = app[SOCKETS]
-    sockets = list(open_sockets)
-    await asyncio.gather(
-        *(
-            # 1012 Service Restart: reconnect (to another replica) and resume
-            ws.close(code=aiohttp.WSCloseCode.SERVICE_RESTART, message=b"router shutting down")
-            for ws in sockets
-        ),
-        return_exceptions=True,
-    )
+    await close_spread(list(open_sockets), 0.0, asyncio.Event())
 
 
 async def _acp(request: web.Request) -> web.StreamResponse:
@@ -193,6 +188,7 @@ async def _serve_client(
     metrics.active_connections.inc()
     sockets.add(ws)
     try:
+        log_context.new_connection()
         gate = app[GATEKEEPER].gate(address, admission.principal)
         await ClientConnection(ws, app[POOL], app[HTTP], gate).serve()
     except Exception:  # the one boundary catch of a connection: log it, close 1011
@@ -227,24 +223,35 @@ def _announce(url: str) -> None:
 
 
 async def serve(settings: Settings, on_listening: Callable[[str], None] = _announce) -> None:
-    """Run the router until SIGINT or SIGTERM; ``on_listening`` gets the bound ws:// URL."""
+    """Run the router until SIGINT or SIGTERM; ``on_listening`` gets the bound ws:// URL.
+
+    The stop sequence is :mod:`router.server.shutdown`'s; the signals stay handled until
+    the process is done, so a signal during clean-up cannot kill it halfway.
+    """
     app = create_app(settings)
     tls = server_context(settings.router)
-    runner = web.AppRunner(app, handle_signals=False)
-    await runner.setup()
-    async with contextlib.AsyncExitStack() as stack:
-        stack.push_async_callback(runner.cleanup)
-        host, port = settings.router.address
-        site = web.TCPSite(runner, host, port, ssl_context=tls)
-        await site.start()
-        if settings.router.metrics_address is not None:
-            await _serve_metrics(stack, app[METRICS], *settings.router.metrics_address)
-        scheme = "ws" if tls is None else "wss"
-        if settings.auth is None:
-            logger.warning("no [auth] section: any client that reaches %s may use the agents", host)
-        on_listening(f"{scheme}://{host}:{runner.addresses[0][1]}/acp")
-        await _until_signalled()
-        await drain(app, settings.router.drain_seconds)
+    access_log = access_logger if settings.router.access_log else None
+    runner = web.AppRunner(app, handle_signals=False, access_log=access_log)
+    with StopSignals().installed() as signals:
+        await runner.setup()
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(runner.cleanup)
+            host, port = settings.router.address
+            await web.TCPSite(runner, host, port, ssl_context=tls).start()
+            if settings.router.metrics_address is not None:
+                await _serve_metrics(stack, app[METRICS], *settings.router.metrics_address)
+            if settings.auth is None:
+                logger.warning(
+                    "no [auth] section: any client that reaches %s may use the agents", host
+                )
+            scheme = "ws" if tls is None else "wss"
+            on_listening(f"{scheme}://{host}:{runner.addresses[0][1]}/acp")
+            await signals.stop.wait()
+            sys.stdout.flush()
+            await drain(app, settings.router.drain_seconds, signals.hurry)
+            open_sockets: OpenSockets = app[SOCKETS]
+            spread = settings.router.close_spread_seconds
+            await close_spread(list(open_sockets), spread, signals.hurry)
 
 
 async def _serve_metrics(
@@ -257,26 +264,11 @@ async def _serve_metrics(
     logger.info("metrics on http://%s:%d/metrics", host, runner.addresses[0][1])
 
 
-async def drain(app: web.Application, seconds: float) -> None:
+async def drain(app: web.Application, seconds: float, hurry: asyncio.Event | None = None) -> None:
     """Stop taking clients and report not-ready for ``seconds`` (so load balancers and
     Kubernetes take this replica out), while connected clients carry on; the caller
-    then closes them."""
+    then closes them. ``hurry`` (a second stop signal) cuts the window short."""
     app[DRAINING].set()
     if seconds > 0:
         logger.info("draining for %.1f s", seconds)
-        await asyncio.sleep(seconds)  # the drain window itself: there is nothing to wait on
-
-
-async def _until_signalled() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(ValueError, RuntimeError):
-                loop.remove_signal_handler(signum)
-    logger.info("stopping")
-    sys.stdout.flush()
+        await wait_unless(hurry or asyncio.Event(), seconds)

@@ -54,6 +54,7 @@ from router.protocol.errors import (
 )
 from router.protocol.ids import BackendId, SessionId
 from router.protocol.jsonrpc import ErrorObject, Message, Request, RequestId, parse
+from router.server import log_context
 from router.server.backend_link import BackendLink
 from router.server.gate import Gate, Refusal
 from router.server.metrics import TO_BACKEND, TO_CLIENT, Metrics
@@ -251,6 +252,7 @@ class ClientConnection:
     async def _locate(
         self, request: Request, session_id: SessionId, tried: tuple[BackendId, ...] = ()
     ) -> None:
+        log_context.session.set(session_id)
         try:
             located = await self.pool.locate(session_id, tried)
         except JsonRpcError as exc:
@@ -283,6 +285,7 @@ class ClientConnection:
         return link
 
     async def _run_link(self, link: BackendLink) -> None:
+        log_context.backend.set(link.backend)
         assert self.routes.initialize is not None
         refused: ErrorObject | None = None
         try:
@@ -312,7 +315,9 @@ class ClientConnection:
             return
         del self.links[link.backend]
         link.close(reason)
-        logger.warning("link to backend %s ended: %s", link.backend, reason)
+        logger.warning(
+            "link to backend %s ended: %s", link.backend, reason, extra={"outcome": reason}
+        )
         lost = self.routes.backend_lost(link.backend, refused, reason)
         self.pool.record(lost.detached)
         for cancel in lost.withdrawn:

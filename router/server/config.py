@@ -78,6 +78,11 @@ class RouterSection(_Section):
     #: on SIGTERM: refuse new clients and fail /readyz for this long before closing the
     #: connected ones (1012, "reconnect elsewhere"); give load balancers time to notice
     drain_seconds: Annotated[float, Field(ge=0)] = 0.0
+    #: then close the connected clients (1012) one by one, evenly over this window, so
+    #: they do not all reconnect to the other replicas at once (0: all at once)
+    close_spread_seconds: Annotated[float, Field(ge=0)] = 0.0
+    #: aiohttp's per-request access log (one INFO line per HTTP request, scrapes included)
+    access_log: bool = False
     #: accept permessage-deflate from clients that offer it: less bandwidth to remote
     #: editors, more router CPU per frame (links to backends are never compressed)
     compression: bool = True

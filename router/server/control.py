@@ -33,6 +33,7 @@ from router.protocol.jsonrpc import (
     encode_error,
     encode_request,
 )
+from router.server import log_context
 from router.server.config import BackendSection, ControlSection
 from router.server.faults import backend_faults, describe, refused
 from router.server.metrics import Metrics
@@ -89,6 +90,7 @@ class ControlLink:
 
     async def run(self) -> None:
         """Keep the link up until cancelled."""
+        log_context.backend.set(self.id)
         delay = self._settings.reconnect_initial_ms / 1000
         while True:
             await asyncio.sleep(random.uniform(0, delay))  # jitter, first attempt included

@@ -35,6 +35,7 @@ from router.protocol.errors import (
     SessionNotFound,
 )
 from router.protocol.ids import BackendId, SessionId
+from router.server import log_context
 from router.server.config import Settings
 from router.server.control import ControlLink
 from router.server.metrics import Metrics
@@ -254,6 +255,9 @@ class Pool:
             task.exception()  # retrieved: every waiter may have gone away
 
     async def _locate(self, session_id: SessionId, tried: tuple[BackendId, ...]) -> Located:
+        # one locate serves every connection waiting on it: it is about the session only
+        log_context.connection.set(None)
+        log_context.session.set(session_id)
         started = time.perf_counter()
         outcome = "error"
         try:

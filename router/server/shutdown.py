@@ -1,0 +1,94 @@
+"""Stopping the router: the signals, the drain window, and closing clients spread out.
+
+The first SIGINT or SIGTERM starts the stop: ``/readyz`` turns 503 and new clients are
+refused for ``router.drain_seconds`` (load balancers and Kubernetes take the replica
+out), while connected clients carry on. Then the connected clients are closed with 1012
+(service restart: reconnect, to another replica, and resume), spread evenly over
+``router.close_spread_seconds`` so that they do not all land on the other replicas in
+the same instant. A second signal cuts both waits short: the clients still connected
+are closed at once and the router exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Iterator, Sequence
+
+import aiohttp
+from aiohttp import web
+
+logger = logging.getLogger(__name__)
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class StopSignals:
+    """SIGINT and SIGTERM as two events: the first signal asks to stop, the next to hurry."""
+
+    def __init__(self) -> None:
+        self.stop = asyncio.Event()
+        self.hurry = asyncio.Event()
+
+    def _received(self) -> None:
+        if self.stop.is_set():
+            logger.warning("second stop signal: closing every client now")
+            self.hurry.set()
+        else:
+            logger.info("stopping")
+            self.stop.set()
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[StopSignals]:
+        """Handle the signals on the running loop for the duration of the block; after a
+        stop, ignore them from then on."""
+        loop = asyncio.get_running_loop()
+        for signum in SIGNALS:
+            loop.add_signal_handler(signum, self._received)
+        try:
+            yield self
+        finally:
+            for signum in SIGNALS:
+                with contextlib.suppress(ValueError, RuntimeError):
+                    loop.remove_signal_handler(signum)
+                if self.stop.is_set():
+                    # on the way out already: a later signal must not turn a clean exit
+                    # into death by signal while the interpreter tears down
+                    signal.signal(signum, signal.SIG_IGN)
+
+
+async def wait_unless(hurry: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds``, or less if ``hurry`` is set first; True when hurried."""
+    if hurry.is_set():
+        return True
+    if seconds <= 0:
+        return False
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await hurry.wait()
+    return hurry.is_set()
+
+
+async def close_restart(ws: web.WebSocketResponse) -> None:
+    """Close one client with 1012 (service restart)."""
+    await ws.close(code=aiohttp.WSCloseCode.SERVICE_RESTART, message=b"router shutting down")
+
+
+async def close_spread(
+    sockets: Sequence[web.WebSocketResponse], window: float, hurry: asyncio.Event
+) -> None:
+    """Close ``sockets`` one at a time, evenly over ``window`` seconds (all at once when
+    ``hurry`` is set), and wait for the closing handshakes."""
+    gap = window / len(sockets) if sockets else 0.0
+    closing: list[asyncio.Task[None]] = []
+    try:
+        for index, ws in enumerate(sockets):
+            if index:
+                await wait_unless(hurry, gap)
+            closing.append(asyncio.create_task(close_restart(ws), name="close-client"))
+        await asyncio.gather(*closing, return_exceptions=True)
+    finally:
+        for task in closing:
+            task.cancel()
