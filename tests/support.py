@@ -60,15 +60,16 @@ class LogLines:
             self.eof = True
             self._changed.notify_all()
 
-    async def wait_for(self, substring: str, timeout: float = WAIT) -> str:
-        """The first line containing ``substring``, waiting up to ``timeout`` seconds.
+    async def wait_for(self, substring: str, timeout: float = WAIT, *, start: int = 0) -> str:
+        """The first line from line ``start`` on containing ``substring``, waiting up to
+        ``timeout`` seconds.
 
         Raises:
             AssertionError: the stream ended or the time ran out first.
         """
 
         def found() -> str | None:
-            return next((line for line in self.lines if substring in line), None)
+            return next((line for line in self.lines[start:] if substring in line), None)
 
         try:
             async with asyncio.timeout(timeout), self._changed:
@@ -112,9 +113,9 @@ class CliProcess:
         self._drains.append(asyncio.create_task(self.stdout.drain(self.process.stdout)))
         return self.first_line
 
-    async def wait_for_log(self, substring: str, timeout: float = WAIT) -> str:
-        """Wait for a stderr line containing ``substring`` and return it."""
-        return await self.stderr.wait_for(substring, timeout)
+    async def wait_for_log(self, substring: str, timeout: float = WAIT, *, start: int = 0) -> str:
+        """Wait for a stderr line (from line ``start`` on) containing ``substring``."""
+        return await self.stderr.wait_for(substring, timeout, start=start)
 
     async def stop(self, timeout: float = WAIT) -> int:
         """SIGTERM, wait (SIGKILL after ``timeout``), finish draining; the exit status.

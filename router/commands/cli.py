@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from router import __version__
 from router.commands import log_format
@@ -186,7 +187,7 @@ def _run(args: argparse.Namespace) -> int:
         from router.server.config import load_settings
 
         settings = load_settings(args.config)
-        asyncio.run(serve(settings))
+        asyncio.run(serve(settings, config_path=Path(args.config)))
         return 0
     if args.command == "connect":
         import asyncio

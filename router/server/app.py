@@ -15,6 +15,7 @@ import logging
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import aiohttp
 from aiohttp import hdrs, web
@@ -30,7 +31,8 @@ from router.server.config import Settings
 from router.server.gate import Gatekeeper
 from router.server.metrics import CONTENT_TYPE, Metrics
 from router.server.pool import Pool
-from router.server.shutdown import StopSignals, close_spread, wait_unless
+from router.server.reload import Reloader
+from router.server.shutdown import StopSignals, close_spread, reloading_on_hangup, wait_unless
 from router.server.tls import backend_context, server_context
 
 logger = logging.getLogger(__name__)
@@ -56,6 +58,9 @@ DOOR = web.AppKey("door", DoorPolicy)
 TOKENS = web.AppKey("tokens", TokenSource)
 PER_ADDRESS = web.AppKey("per_address", ConnectionCounts)
 GATEKEEPER = web.AppKey("gatekeeper", Gatekeeper)
+#: the one way to reload the configuration: SIGHUP and POST /admin/reload call it
+RELOADER = web.AppKey("reloader", Reloader)
+CONFIG_PATH = web.AppKey("config_path", Path)
 
 
 def create_app(
@@ -63,8 +68,10 @@ def create_app(
     metrics: Metrics | None = None,
     *,
     clock: Callable[[], float] = time.monotonic,
+    config_path: Path | None = None,
 ) -> web.Application:
-    """The router's application; ``clock`` paces the new-session limits.
+    """The router's application; ``clock`` paces the new-session limits; ``config_path``
+    is the file a reload reads (without one, a reload is refused).
 
     Raises:
         ConfigError: a token source, the session secret or a TLS file named in the
@@ -85,6 +92,8 @@ def create_app(
     )
     for backend in settings.backends:
         backend_context(backend)  # read the TLS files now: a bad one stops the start
+    if config_path is not None:
+        app[CONFIG_PATH] = config_path
     app.cleanup_ctx.append(_pool_context)
     app.on_shutdown.append(_close_clients)
     app.router.add_get("/acp", _acp)
@@ -114,6 +123,9 @@ async def _pool_context(app: web.Application) -> AsyncIterator[None]:
         app[HTTP] = http
         pool = Pool(app[SETTINGS], app[METRICS], http)
         app[POOL] = pool
+        app[RELOADER] = Reloader(
+            app.get(CONFIG_PATH), app[SETTINGS], pool, app[TOKENS], app[METRICS]
+        )
         async with pool.running():
             yield
 
@@ -222,13 +234,19 @@ def _announce(url: str) -> None:
     print(f"acp-router listening on {url}", flush=True)  # noqa: T201
 
 
-async def serve(settings: Settings, on_listening: Callable[[str], None] = _announce) -> None:
-    """Run the router until SIGINT or SIGTERM; ``on_listening`` gets the bound ws:// URL.
+async def serve(
+    settings: Settings,
+    on_listening: Callable[[str], None] = _announce,
+    *,
+    config_path: Path | None = None,
+) -> None:
+    """Run the router until SIGINT or SIGTERM, reloading ``config_path`` on SIGHUP;
+    ``on_listening`` gets the bound ws:// URL.
 
     The stop sequence is :mod:`router.server.shutdown`'s; the signals stay handled until
     the process is done, so a signal during clean-up cannot kill it halfway.
     """
-    app = create_app(settings)
+    app = create_app(settings, config_path=config_path)
     tls = server_context(settings.router)
     access_log = access_logger if settings.router.access_log else None
     runner = web.AppRunner(app, handle_signals=False, access_log=access_log)
@@ -244,6 +262,7 @@ async def serve(settings: Settings, on_listening: Callable[[str], None] = _annou
                 logger.warning(
                     "no [auth] section: any client that reaches %s may use the agents", host
                 )
+            await stack.enter_async_context(reloading_on_hangup(app[RELOADER].reload))
             scheme = "ws" if tls is None else "wss"
             on_listening(f"{scheme}://{host}:{runner.addresses[0][1]}/acp")
             await signals.stop.wait()

@@ -33,7 +33,7 @@ class TokenSource:
     def __init__(self, auth: AuthSection | None, environ: Mapping[str, str] | None = None) -> None:
         self._auth = auth
         self._environ = os.environ if environ is None else environ
-        self.credentials = self._read()
+        self.credentials = self.read(auth)
 
     def reload(self) -> Credentials | None:
         """Read every source again (e.g. after the tokens file changed).
@@ -42,13 +42,22 @@ class TokenSource:
             ConfigError: a source cannot be read or no token is left; the tokens in use
                 stay as they were.
         """
-        self.credentials = self._read()
-        if self.credentials is not None:
-            logger.info("auth: %d client token(s) loaded", len(self.credentials))
-        return self.credentials
+        return self.use(self._auth, self.read(self._auth))
 
-    def _read(self) -> Credentials | None:
-        auth = self._auth
+    def use(self, auth: AuthSection | None, credentials: Credentials | None) -> Credentials | None:
+        """Switch to ``auth``'s sources and the ``credentials`` :meth:`read` made of them
+        (a config reload reads first, while the old tokens still hold, then switches)."""
+        self._auth, self.credentials = auth, credentials
+        if credentials is not None:
+            logger.info("auth: %d client token(s) loaded", len(credentials))
+        return credentials
+
+    def read(self, auth: AuthSection | None) -> Credentials | None:
+        """The tokens ``auth`` names, read now; changes nothing.
+
+        Raises:
+            ConfigError: a source cannot be read or holds no token.
+        """
         if auth is None:
             return None
         tokens = list(auth.tokens)

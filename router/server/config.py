@@ -19,6 +19,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -162,6 +163,41 @@ class BackendSection(_Section):
         return self
 
 
+class DiscoverySection(_Section):
+    """Backends found in DNS (README: DNS discovery): the A records of ``dns``, each
+    named by its reverse (PTR) name, re-resolved every ``interval_seconds``."""
+
+    #: the name to resolve, e.g. a Kubernetes headless Service
+    dns: Annotated[str, Field(min_length=1)]
+    port: Annotated[int, Field(gt=0, le=65535)]
+    path: str = "/acp"
+    scheme: Literal["ws", "wss"] = "ws"
+    weight: Annotated[float, Field(gt=0)] = 1.0
+    interval_seconds: Annotated[float, Field(gt=0)] = 10.0
+    #: how long one lookup may take; a failed lookup keeps the last answer
+    timeout_ms: Annotated[int, Field(gt=0)] = 2000
+    #: HOST:PORT of the DNS server to ask; default: the system's (/etc/resolv.conf)
+    nameserver: str | None = None
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"expected a path starting with /, got {value!r}")
+        return value
+
+    @field_validator("nameserver")
+    @classmethod
+    def _nameserver(cls, value: str | None) -> str | None:
+        if value is not None:
+            _split_listen(value)
+        return value
+
+    @property
+    def nameserver_address(self) -> tuple[str, int] | None:
+        return None if self.nameserver is None else _split_listen(self.nameserver)
+
+
 StatusMeaning = Literal["active", "inactive", "not_found"]
 
 
@@ -246,7 +282,9 @@ class AuthSection(_Section):
 
 class Settings(_Section):
     router: RouterSection = RouterSection()
-    backends: Annotated[list[BackendSection], Field(min_length=1)]
+    #: before ``backends``: their check reads it
+    discovery: list[DiscoverySection] = []
+    backends: Annotated[list[BackendSection], Field(validate_default=True)] = []
     probe: ProbeSection = ProbeSection()
     control: ControlSection = ControlSection()
     cache: CacheSection = CacheSection()
@@ -255,7 +293,11 @@ class Settings(_Section):
 
     @field_validator("backends")
     @classmethod
-    def _unique_ids(cls, backends: list[BackendSection]) -> list[BackendSection]:
+    def _unique_ids(
+        cls, backends: list[BackendSection], info: ValidationInfo
+    ) -> list[BackendSection]:
+        if not backends and not info.data.get("discovery"):
+            raise ValueError("give at least one [[backends]] table (or a [[discovery]] table)")
         ids = [backend.id for backend in backends]
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
         if duplicates:

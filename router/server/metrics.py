@@ -56,6 +56,11 @@ class _RememberedLabels(MetricWrapperBase):
             child = self._remembered[labelvalues] = super().labels(*labelvalues)
         return child
 
+    def remove(self, *labelvalues: object) -> None:
+        """Drop one child (a backend that left the pool), if it exists."""
+        self._remembered.pop(labelvalues, None)
+        super().remove(*labelvalues)
+
 
 class Counter(_RememberedLabels, prometheus_client.Counter):
     pass
@@ -232,6 +237,27 @@ class Metrics:
             registry=registry,
         )
 
+        self.config_reloads = Counter(
+            "acp_router_config_reloads_total",
+            "Configuration reloads (SIGHUP, POST /admin/reload), by result: ok (applied) or"
+            " refused (a bad file: the running configuration stays)",
+            ["result"],
+            registry=registry,
+        )
+        for result in ("ok", "refused"):
+            self.config_reloads.labels(result)
+        self.config_last_reload_success = Gauge(
+            "acp_router_config_last_reload_success_timestamp_seconds",
+            "When the configuration in force was loaded (the start, or the last good reload)",
+            registry=registry,
+        )
+        self.backend_weight = Gauge(
+            "acp_router_backend_weight",
+            "The backend's configured weight",
+            ["backend"],
+            registry=registry,
+        )
+
     def watch_cache(self, size: Callable[[], int]) -> None:
         """Report the location cache's size at scrape time."""
         Gauge(
@@ -261,6 +287,17 @@ class Metrics:
             self.backend_restarts.labels(backend)
         for attempt in ("first", "retry"):
             self.resume_attempts.labels(attempt)
+
+    def forget_backend(self, backend: str, *, attached: bool) -> None:
+        """A backend left the pool: drop the series that describe it as a member (its
+        counters stay, as counters do). ``attached``: sessions are still attached to it
+        through this router, so their gauge stays until they end."""
+        self.backend_up.remove(backend)
+        self.backend_weight.remove(backend)
+        for state in Health:
+            self.backend_state.remove(backend, state.value)
+        if not attached:
+            self.attached_sessions.remove(backend)
 
     def drop_frame(self, backend: str, reason: str) -> None:
         """Count a frame from ``backend`` that was dropped (one of :data:`DROP_REASONS`)."""

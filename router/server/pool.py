@@ -15,14 +15,15 @@ import logging
 import ssl
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 import aiohttp
 
-from router.core import listing
+from router.core import listing, membership
 from router.core.health import BackendState, CameUp, Event, Health, transition
 from router.core.locate import Located, LocationCache, Outcome, decide, pool_status
+from router.core.membership import Member, MembershipChange
 from router.core.placement import Node, Ranking, Spread
 from router.core.routes import Attach, Change
 from router.protocol import acp
@@ -36,7 +37,7 @@ from router.protocol.errors import (
 )
 from router.protocol.ids import BackendId, SessionId
 from router.server import log_context
-from router.server.config import Settings
+from router.server.config import BackendSection, Settings
 from router.server.control import ControlLink
 from router.server.metrics import Metrics
 from router.server.tls import backend_context
@@ -50,36 +51,46 @@ MAX_CONCURRENT_LOCATES = 256
 _LocateKey = tuple[SessionId, tuple[BackendId, ...]]
 
 
+#: backends removed from the pool whose address is kept for client links still using
+#: them; beyond this many, the oldest are forgotten
+MAX_RETIRED = 1024
+
+
+def member_of(spec: BackendSection) -> Member:
+    """A backend as :mod:`router.core.membership` compares it."""
+    return Member(
+        BackendId(spec.id), spec.weight, (spec.url, spec.tls_ca, spec.tls_cert, spec.tls_key)
+    )
+
+
 class Pool:
+    """The backends and what the router knows of them.
+
+    Membership changes at run time (:meth:`set_static` on a reload, :meth:`set_discovered`
+    from DNS). A backend that leaves stops getting placements, probes and locates at
+    once, but the client connections that hold links to it keep them (and their
+    sessions) until they end: its address stays known (:meth:`url`) for as long as
+    anything may still use it.
+    """
+
     def __init__(self, settings: Settings, metrics: Metrics, http: aiohttp.ClientSession) -> None:
         self.settings = settings
         self.aliases = settings.probe.aliases
         self.metrics = metrics
-        self.ranking = Ranking(Node(BackendId(b.id), b.weight) for b in settings.backends)
+        self._http = http
         self._clock = time.monotonic
         self._grace = settings.control.down_grace_ms / 1000
         self._verify_after = settings.cache.verify_seconds
-        self.links = {
-            BackendId(b.id): ControlLink(
-                b,
-                settings.control,
-                http,
-                self._link_event,
-                metrics,
-                max_message_bytes=settings.router.max_message_bytes,
-                connect_timeout=settings.router.connect_timeout_ms / 1000,
-            )
-            for b in settings.backends
-        }
+        self.links: dict[BackendId, ControlLink] = {}
+        self.ranking = Ranking(())
         self.cache = LocationCache(
             settings.cache.max_entries,
             settings.cache.ttl_seconds,
             self._clock,
             remember=settings.cache.remember_seconds,
         )
-        started = self._clock()
-        self.states = {backend: BackendState.starting(started) for backend in self.links}
-        self.attached: dict[BackendId, int] = dict.fromkeys(self.links, 0)
+        self.states: dict[BackendId, BackendState] = {}
+        self.attached: dict[BackendId, int] = {}
         # a random salt: replicas break their ties differently
         self.spread = Spread(settings.placement.decay_seconds, salt=uuid.uuid4().hex)
         #: session -> backend -> how many connections of this router have it attached there
@@ -89,28 +100,140 @@ class Pool:
         self.ready_changed = asyncio.Event()
         #: pulsed whenever ``attached`` changes
         self.attached_changed = asyncio.Event()
-        metrics.declare_backends(list(self.links))
+        #: the configured backends, and those each discovery source found
+        self._static: tuple[BackendSection, ...] = tuple(settings.backends)
+        self._discovered: dict[str, tuple[BackendSection, ...]] = {}
+        #: found by discovery once, no longer in DNS, not yet gone: no new placements
+        self.leaving: set[BackendId] = set()
+        #: the address of backends that left, for client links still open to them
+        self._retired: dict[BackendId, BackendSection] = {}
+        self._controls: dict[BackendId, asyncio.Task[None]] = {}
+        self._group: asyncio.TaskGroup | None = None
         metrics.watch_cache(self.cache.__len__)
-        metrics.watch_health(list(self.links), self.health)
+        self._apply(self._static)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Pool]:
-        """Run every control link for the duration of the context."""
+        """Run every control link (those of backends that join later too) for the
+        duration of the context."""
         async with asyncio.TaskGroup() as group:
-            controls = [
-                group.create_task(link.run(), name=f"control-{i}") for i, link in self.links.items()
-            ]
+            self._group = group
+            for link in self.links.values():
+                self._start(link)
             try:
                 yield self
             finally:
-                for control in controls:
+                self._group = None
+                for control in self._controls.values():
                     control.cancel()
                 for locate in self._inflight.values():
                     locate.cancel()
 
+    def _start(self, link: ControlLink) -> None:
+        if self._group is not None:
+            task = self._group.create_task(link.run(), name=f"control-{link.id}")
+            self._controls[link.id] = task
+
+    # -- membership changes ----------------------------------------------------------------------
+
+    def set_static(self, settings: Settings) -> MembershipChange:
+        """Take a reloaded configuration: its backends (with the discovered ones), its
+        probe settings and its unknown policy (the caller has kept what needs a restart)."""
+        self.settings = settings
+        self.aliases = settings.probe.aliases
+        self._static = tuple(settings.backends)
+        return self._apply(self._members())
+
+    def set_discovered(self, source: str, found: Sequence[BackendSection]) -> MembershipChange:
+        """What DNS says ``source`` holds now. A backend found before and missing now
+        is *leaving*: no new placements, but it is still probed and resumed on while it
+        may hold sessions, and leaves the pool only once it is gone
+        (:mod:`router.core.health`: refused, past the grace, or restarted)."""
+        now = {BackendId(spec.id) for spec in found}
+        kept = [
+            spec
+            for spec in self._discovered.get(source, ())
+            if BackendId(spec.id) not in now and self.health(BackendId(spec.id)) is not Health.GONE
+        ]
+        leaving = {BackendId(spec.id) for spec in kept}
+        for backend in sorted(leaving - self.leaving):
+            logger.info(
+                "backend %s left DNS: no new sessions; it stays in the pool until it is gone",
+                backend,
+            )
+        self.leaving = (self.leaving - now) | leaving
+        self._discovered[source] = (*found, *kept)
+        return self._apply(self._members())
+
+    def _members(self) -> list[BackendSection]:
+        """The configured backends, then each source's, the first of an id winning."""
+        members: dict[str, BackendSection] = {}
+        for spec in (*self._static, *(s for found in self._discovered.values() for s in found)):
+            members.setdefault(spec.id, spec)
+        return list(members.values())
+
+    def _apply(self, specs: Sequence[BackendSection]) -> MembershipChange:
+        change = membership.diff(
+            (member_of(link.spec) for link in self.links.values()), map(member_of, specs)
+        )
+        by_id = {BackendId(spec.id): spec for spec in specs}
+        for backend in (*change.removed, *(m.id for m in change.replaced)):
+            self._remove(backend)
+        for member in (*change.replaced, *change.added):
+            self._add(by_id[member.id])
+        for member in change.reweighted:
+            self.links[member.id].spec = by_id[member.id]
+            self.metrics.backend_weight.labels(member.id).set(member.weight)
+        # configuration order: placement breaks no tie by it, but listings follow it
+        self.links = {backend: self.links[backend] for backend in by_id}
+        self.ranking = Ranking(Node(backend, spec.weight) for backend, spec in by_id.items())
+        if not change.empty:
+            self.ready_changed.set()
+            self.ready_changed.clear()
+        return change
+
+    def _add(self, spec: BackendSection) -> None:
+        backend = BackendId(spec.id)
+        link = ControlLink(
+            spec,
+            self.settings.control,
+            self._http,
+            self._link_event,
+            self.metrics,
+            max_message_bytes=self.settings.router.max_message_bytes,
+            connect_timeout=self.settings.router.connect_timeout_ms / 1000,
+        )
+        self.links[backend] = link
+        self._retired.pop(backend, None)
+        self.states[backend] = BackendState.starting(self._clock())
+        self.attached.setdefault(backend, 0)
+        self.metrics.declare_backends([backend])
+        self.metrics.attached_sessions.labels(backend).set(self.attached[backend])
+        self.metrics.backend_weight.labels(backend).set(spec.weight)
+        self.metrics.watch_health([backend], self.health)
+        self._start(link)
+
+    def _remove(self, backend: BackendId) -> None:
+        link = self.links.pop(backend)
+        control = self._controls.pop(backend, None)
+        if control is not None:
+            control.cancel()
+        del self.states[backend]
+        self.leaving.discard(backend)
+        self.cache.forget_backend(backend)
+        self._retired[backend] = link.spec
+        while len(self._retired) > MAX_RETIRED:
+            del self._retired[next(iter(self._retired))]
+        attached = self.attached.get(backend, 0) > 0
+        if not attached:
+            self.attached.pop(backend, None)
+        self.metrics.forget_backend(backend, attached=attached)
+
     def _link_event(self, link: ControlLink, event: Event) -> None:
         """A control link reported up, down or refused: move the backend's state."""
         backend = link.id
+        if self.links.get(backend) is not link:
+            return  # a link the pool has let go of
         before = self.states[backend]
         step = transition(before, event, now=self._clock(), grace=self._grace)
         self.states[backend] = step.state
@@ -126,14 +249,23 @@ class Pool:
                 logger.warning("backend %s is gone: its sessions are no longer in memory", backend)
                 self.metrics.backend_state_changes.labels(backend, "gone").inc()
             self.cache.forget_backend(backend)
+        if backend in self.leaving and step.state.health is Health.GONE:
+            logger.info("backend %s left DNS and is gone: out of the pool", backend)
+            self._drop_leaving(backend)
         self.ready_changed.set()
         self.ready_changed.clear()
+
+    def _drop_leaving(self, backend: BackendId) -> None:
+        for source, found in self._discovered.items():
+            self._discovered[source] = tuple(s for s in found if s.id != backend)
+        self._apply(self._members())
 
     # -- membership ------------------------------------------------------------------------------
 
     def health(self, backend: BackendId) -> Health:
         """Up, unknown (down, but may still run sessions) or gone, as of now."""
-        return self.states[backend].at(self._clock(), self._grace)
+        state = self.states.get(backend)
+        return Health.GONE if state is None else state.at(self._clock(), self._grace)
 
     def ready(self) -> list[BackendId]:
         """Backends that are up: probed, and new sessions may go there."""
@@ -148,15 +280,25 @@ class Pool:
         """Backends that are up, in the session's rendezvous order."""
         return [b for b in self.ranking.rank(session_id) if self.health(b) is Health.UP]
 
+    def spec(self, backend: BackendId) -> BackendSection:
+        """The backend's table: a member's, or one that left the pool (client links to
+        it stay open until their connections end)."""
+        link = self.links.get(backend)
+        return link.spec if link is not None else self._retired[backend]
+
     def url(self, backend: BackendId) -> str:
-        return self.links[backend].spec.url
+        return self.spec(backend).url
 
     def tls(self, backend: BackendId) -> ssl.SSLContext | None:
-        return backend_context(self.links[backend].spec)
+        return backend_context(self.spec(backend))
 
     def place_new(self) -> BackendId:
         """A backend for a new session (:meth:`router.core.placement.Spread.place`)."""
-        candidates = [node for node in self.ranking.nodes if self.links[node.id].up]
+        candidates = [
+            node
+            for node in self.ranking.nodes
+            if self.links[node.id].up and node.id not in self.leaving
+        ]
         backend = self.spread.place(candidates, self.attached, time.monotonic())
         if backend is None:
             raise NoBackendAvailable()
@@ -166,8 +308,13 @@ class Pool:
         """Count sessions attached to or detached from backends on some connection."""
         for change in changes:
             delta = 1 if isinstance(change, Attach) else -1
-            self.attached[change.backend] += delta
-            self.metrics.attached_sessions.labels(change.backend).set(self.attached[change.backend])
+            count = self.attached[change.backend] = self.attached.get(change.backend, 0) + delta
+            if count <= 0 and change.backend not in self.links:
+                # it left the pool, and now its last session here has ended
+                del self.attached[change.backend]
+                self.metrics.attached_sessions.remove(change.backend)
+            else:
+                self.metrics.attached_sessions.labels(change.backend).set(count)
             where = self.attachments.setdefault(change.session_id, {})
             where[change.backend] = where.get(change.backend, 0) + delta
             if where[change.backend] <= 0:
@@ -193,7 +340,10 @@ class Pool:
         self._remember(session_id, backend, self._clock() if created else checked)
 
     def _remember(self, session_id: SessionId, backend: BackendId, checked: float | None) -> None:
-        lasting = not self.links[backend].supports("status")
+        link = self.links.get(backend)
+        if link is None:
+            return  # it left the pool while the answer was on its way
+        lasting = not link.supports("status")
         self.cache.put(session_id, backend, checked=checked, lasting=lasting)
 
     def capabilities(self) -> dict[str, Any]:

@@ -6,7 +6,7 @@ out), while connected clients carry on. Then the connected clients are closed wi
 (service restart: reconnect, to another replica, and resume), spread evenly over
 ``router.close_spread_seconds`` so that they do not all land on the other replicas in
 the same instant. A second signal cuts both waits short: the clients still connected
-are closed at once and the router exits.
+are closed at once and the router exits. SIGHUP reloads the configuration.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 
 import aiohttp
 from aiohttp import web
@@ -57,6 +57,36 @@ class StopSignals:
                     # on the way out already: a later signal must not turn a clean exit
                     # into death by signal while the interpreter tears down
                     signal.signal(signum, signal.SIG_IGN)
+
+
+@contextlib.asynccontextmanager
+async def reloading_on_hangup(reload: Callable[[], Awaitable[object]]) -> AsyncIterator[None]:
+    """SIGHUP calls ``reload`` (the config reload, :mod:`router.server.reload`) for the
+    duration of the block; hang-ups that come during a reload make one more reload
+    after it, not one each."""
+    hangup = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    async def reload_on_request() -> None:
+        while True:
+            await hangup.wait()
+            hangup.clear()
+            logger.info("SIGHUP: reloading the configuration")
+            try:
+                await reload()
+            except Exception:  # the reload task's boundary: the router keeps running
+                logger.exception("config reload failed inside the router")
+
+    loop.add_signal_handler(signal.SIGHUP, hangup.set)
+    task = asyncio.create_task(reload_on_request(), name="reload-on-sighup")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGHUP)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def wait_unless(hurry: asyncio.Event, seconds: float) -> bool:

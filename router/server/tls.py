@@ -23,7 +23,8 @@ def server_context(router: RouterSection) -> ssl.SSLContext | None:
     return context
 
 
-@functools.cache
+#: bounded: discovery may name many backends over a long run
+@functools.lru_cache(maxsize=1024)
 def backend_context(backend: BackendSection) -> ssl.SSLContext | None:
     """The context for a ``wss://`` backend (None for ``ws://``): the system's CAs, or
     only ``tls_ca`` when it is set; host names checked, and the client certificate when one is configured."""
