@@ -280,6 +280,11 @@ class Pool:
         """Backends that are up, in the session's rendezvous order."""
         return [b for b in self.ranking.rank(session_id) if self.health(b) is Health.UP]
 
+    def _can_ask(self, backend: BackendId, capability: str) -> bool:
+        """Whether ``backend`` is in the pool and advertises ``capability``."""
+        link = self.links.get(backend)
+        return link is not None and link.supports(capability)
+
     def spec(self, backend: BackendId) -> BackendSection:
         """The backend's table: a member's, or one that left the pool (client links to
         it stay open until their connections end)."""
@@ -373,8 +378,10 @@ class Pool:
     async def probe_answers(
         self, backends: Iterable[BackendId], session_id: SessionId
     ) -> dict[BackendId, acp.StatusAnswer]:
-        """Ask each of ``backends`` that can be asked, concurrently."""
-        targets = [b for b in backends if self.links[b].supports("status")]
+        """Ask each of ``backends`` that can be asked, concurrently (not one that has
+        left the pool: its client links may still hold sessions there, but it is not
+        probed)."""
+        targets = [b for b in backends if self._can_ask(b, "status")]
         answers = await asyncio.gather(*(self.probe(b, session_id) for b in targets))
         return dict(zip(targets, answers, strict=True))
 
@@ -433,7 +440,7 @@ class Pool:
     ) -> Located:
         answers = self.attached_here(session_id)
         hint = self.cache.hint(session_id)
-        probeable = hint is not None and self.links[hint.backend].supports("status")
+        probeable = hint is not None and self._can_ask(hint.backend, "status")
         if hint is not None and probeable and self.health(hint.backend) is Health.UP:
             answers |= await self.probe_many([hint.backend], session_id)
             if answers.get(hint.backend) is ProbeResult.ACTIVE:
@@ -497,7 +504,7 @@ class Pool:
     async def list_sessions(self, params: Any) -> dict[str, Any]:
         """``session/list`` over every backend that lists, merged behind one cursor."""
         page = listing.ListPage.from_params(params, self.ready())
-        targets = [b for b in page.pending if b in self.links and self.links[b].supports("list")]
+        targets = [b for b in page.pending if self._can_ask(b, "list")]
         answers = await asyncio.gather(
             *(self._list_one(b, page.backend_params(b)) for b in targets), return_exceptions=True
         )
