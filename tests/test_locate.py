@@ -162,6 +162,59 @@ def test_empty_order_is_no_backend_available() -> None:
     assert error["data"] == {"sessionId": "s1", "retryable": True}
 
 
+# -- backends an operator took out (drain, maintenance) -------------------------------------------
+
+
+def test_a_draining_backend_still_takes_the_sessions_located_there() -> None:
+    draining = ("a",)
+    active = decide(ORDER, {"a": ACTIVE, "b": NOT_FOUND}, session_id="s1", draining=draining)
+    assert active == Located("a", Outcome.ACTIVE)
+    only_there = {"a": INACTIVE, "b": NOT_FOUND, "c": NOT_FOUND}
+    assert decide(ORDER, only_there, session_id="s1", draining=draining) == Located(
+        "a", Outcome.INACTIVE
+    )
+
+
+def test_a_draining_backend_takes_nothing_else() -> None:
+    # a knower that is not draining comes first; nobody knows it: not the default either
+    both = {"a": INACTIVE, "b": NOT_FOUND, "c": INACTIVE}
+    assert decide(ORDER, both, session_id="s1", draining=("a",)) == Located("c", Outcome.INACTIVE)
+    nobody = dict.fromkeys(ORDER, NOT_FOUND)
+    assert decide(ORDER, nobody, session_id="s1", draining=("a",)) == Located("b", Outcome.DEFAULT)
+    blind = {"a": NOT_FOUND}  # b and c cannot be probed
+    assert decide(ORDER, blind, session_id="s1", draining=("b",)) == Located("c", Outcome.DEFAULT)
+    with pytest.raises(NoBackendAvailable):
+        decide(ORDER, nobody, session_id="s1", draining=ORDER)
+
+
+def test_a_session_held_in_maintenance_is_retryable_never_moved() -> None:
+    answers = {"a": ACTIVE, "b": INACTIVE, "c": NOT_FOUND}
+    with pytest.raises(LocateInconclusive) as caught:
+        decide(ORDER, answers, session_id="s1", maintenance=("a",))
+    assert caught.value.to_error()["data"] == {
+        "sessionId": "s1",
+        "backends": ["a"],
+        "maintenance": True,
+        "retryable": True,
+    }
+    # it may be in memory on a backend that cannot be probed, where it was placed
+    with pytest.raises(LocateInconclusive):
+        decide(ORDER, {"a": NOT_FOUND}, session_id="s1", remembered="b", maintenance=("b",))
+
+
+def test_a_backend_in_maintenance_takes_nothing() -> None:
+    answers = {"a": INACTIVE, "b": INACTIVE, "c": NOT_FOUND}
+    assert decide(ORDER, answers, session_id="s1", maintenance=("a",)) == Located(
+        "b", Outcome.INACTIVE
+    )
+    nobody = dict.fromkeys(ORDER, NOT_FOUND)
+    assert decide(ORDER, nobody, session_id="s1", maintenance=("a", "b")) == Located(
+        "c", Outcome.DEFAULT
+    )
+    with pytest.raises(NoBackendAvailable):
+        decide(ORDER, nobody, session_id="s1", maintenance=("a", "b"), draining=("c",))
+
+
 # -- pool_status -----------------------------------------------------------------------------------
 
 

@@ -70,6 +70,8 @@ def decide(
     unreachable: Sequence[BackendId] = (),
     remembered: BackendId | None = None,
     tried: Collection[BackendId] = (),
+    draining: Collection[BackendId] = (),
+    maintenance: Collection[BackendId] = (),
 ) -> Located:
     """Choose a backend for ``session_id``.
 
@@ -80,31 +82,55 @@ def decide(
     ``remembered`` is where this router last placed or found the session, and
     ``tried`` the backends that already answered ``-32002`` to this resume.
 
-    Raises :class:`NoBackendAvailable` when ``order`` is empty, :class:`LocateInconclusive`
-    under rule 2, and :class:`SessionNotFound` when every backend that might know the
-    session has been tried.
+    An operator may take backends out (``POST /admin/backends/{id}/...``), as HAProxy
+    does: a *draining* backend still takes the sessions located there (active there,
+    or known only there), and nothing else; one in *maintenance* takes nothing, and a
+    session it holds in memory (or may hold: it is where this router remembers
+    placing it) gets the retryable ``-32012`` rather than a second life elsewhere.
+
+    Raises :class:`NoBackendAvailable` when no backend may take the session,
+    :class:`LocateInconclusive` under rule 2 or for a session held in maintenance, and
+    :class:`SessionNotFound` when every backend that might know the session has been
+    tried.
     """
     if not order:
         raise NoBackendAvailable(None, {"sessionId": session_id})
     active = tuple(b for b in order if answers.get(b) is ProbeResult.ACTIVE)
     if active:
+        if active[0] in maintenance:
+            raise _held_in_maintenance(session_id, active[0])
         return Located(active[0], Outcome.ACTIVE, active if len(active) > 1 else ())
     silent = [b for b in order if answers.get(b) is ProbeResult.UNKNOWN]
     silent += [b for b in unreachable if b not in silent]
     if silent and policy is UnknownPolicy.FAIL_CLOSED:
         raise LocateInconclusive(None, {"sessionId": session_id, "backends": silent})
-    known = [b for b in order if answers.get(b) is ProbeResult.INACTIVE and b not in tried]
+    serving = [b for b in order if b not in maintenance and b not in draining]
+    serving += [b for b in order if b in draining and b not in maintenance]
+    known = [b for b in serving if answers.get(b) is ProbeResult.INACTIVE and b not in tried]
     if known:
         return Located(known[0], Outcome.INACTIVE)
     # nobody that can be asked knows it: try the backends that cannot be asked
     blind = [b for b in order if b not in answers and b not in tried]
     if remembered is not None and remembered in blind:
+        if remembered in maintenance:
+            raise _held_in_maintenance(session_id, remembered)
         return Located(remembered, Outcome.REMEMBERED)
+    blind = [b for b in serving if b in blind and b not in draining]
     if blind:
         return Located(blind[0], Outcome.DEFAULT)
     if tried:
         raise SessionNotFound(session_id)
-    return Located(order[0], Outcome.DEFAULT)
+    fresh = [b for b in serving if b not in draining]
+    if not fresh:
+        raise NoBackendAvailable(None, {"sessionId": session_id})
+    return Located(fresh[0], Outcome.DEFAULT)
+
+
+def _held_in_maintenance(session_id: str, backend: BackendId) -> LocateInconclusive:
+    return LocateInconclusive(
+        "The agent backend that holds this session is in maintenance; retry later",
+        {"sessionId": session_id, "backends": [backend], "maintenance": True},
+    )
 
 
 def pool_status(
