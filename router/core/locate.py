@@ -41,6 +41,15 @@ class UnknownPolicy(enum.Enum):
     PLACE_ANYWAY = "place_anyway"
 
 
+class AdminState(enum.Enum):
+    """What an operator set a backend to (``POST /admin/backends/{id}/<state>``), with
+    HAProxy's meaning (see :func:`decide`)."""
+
+    READY = "ready"
+    DRAIN = "drain"
+    MAINT = "maint"
+
+
 class Outcome(enum.Enum):
     """How a backend was chosen; also the ``outcome`` label of the locate metrics."""
 

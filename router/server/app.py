@@ -25,6 +25,7 @@ from router.core.frontdoor import Admitted, DoorPolicy
 from router.core.ownership import SessionSeal
 from router.core.quotas import ConnectionCounts
 from router.server import log_context
+from router.server.admin import Admin
 from router.server.auth import TokenSource, session_secret
 from router.server.client import ClientConnection
 from router.server.config import Settings
@@ -101,6 +102,9 @@ def create_app(
         app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
+    if settings.admin is not None:
+        admin_tokens = TokenSource(settings.admin, key="admin")
+        Admin(admin_tokens, lambda: app[POOL], lambda: app[RELOADER]).add_routes(app)
     return app
 
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from router.core.frontdoor import Credentials
 from router.protocol.errors import ConfigError
-from router.server.config import AuthSection
+from router.server.config import AuthSection, TokenSection
 
 logger = logging.getLogger(__name__)
 
@@ -23,17 +23,24 @@ _SEPARATORS = re.compile(r"[\s,]+")
 
 
 class TokenSource:
-    """The tokens ``[auth]`` names, read now and again on :meth:`reload`; with no
-    ``[auth]`` section, :attr:`credentials` is None: the door is open.
+    """The tokens a section (``[auth]``, ``[admin]``: ``key``) names, read now and again
+    on :meth:`reload`; with no such section, :attr:`credentials` is None: the door is open.
 
     :attr:`credentials` is replaced whole on reload, so a check in progress sees
     either the old set or the new one, never a mix.
     """
 
-    def __init__(self, auth: AuthSection | None, environ: Mapping[str, str] | None = None) -> None:
-        self._auth = auth
+    def __init__(
+        self,
+        section: TokenSection | None,
+        environ: Mapping[str, str] | None = None,
+        *,
+        key: str = "auth",
+    ) -> None:
+        self._section = section
         self._environ = os.environ if environ is None else environ
-        self.credentials = self.read(auth)
+        self._key = key
+        self.credentials = self.read(section)
 
     def reload(self) -> Credentials | None:
         """Read every source again (e.g. after the tokens file changed).
@@ -42,42 +49,44 @@ class TokenSource:
             ConfigError: a source cannot be read or no token is left; the tokens in use
                 stay as they were.
         """
-        return self.use(self._auth, self.read(self._auth))
+        return self.use(self._section, self.read(self._section))
 
-    def use(self, auth: AuthSection | None, credentials: Credentials | None) -> Credentials | None:
-        """Switch to ``auth``'s sources and the ``credentials`` :meth:`read` made of them
-        (a config reload reads first, while the old tokens still hold, then switches)."""
-        self._auth, self.credentials = auth, credentials
+    def use(
+        self, section: TokenSection | None, credentials: Credentials | None
+    ) -> Credentials | None:
+        """Switch to ``section``'s sources and the ``credentials`` :meth:`read` made of
+        them (a config reload reads first, while the old tokens still hold, then switches)."""
+        self._section, self.credentials = section, credentials
         if credentials is not None:
-            logger.info("auth: %d client token(s) loaded", len(credentials))
+            logger.info("%s: %d token(s) loaded", self._key, len(credentials))
         return credentials
 
-    def read(self, auth: AuthSection | None) -> Credentials | None:
-        """The tokens ``auth`` names, read now; changes nothing.
+    def read(self, section: TokenSection | None) -> Credentials | None:
+        """The tokens ``section`` names, read now; changes nothing.
 
         Raises:
             ConfigError: a source cannot be read or holds no token.
         """
-        if auth is None:
+        if section is None:
             return None
-        tokens = list(auth.tokens)
-        if auth.tokens_file is not None:
-            tokens += _file_tokens(auth.tokens_file)
-        if auth.token_env is not None:
-            tokens += _SEPARATORS.split(self._environ.get(auth.token_env, "").strip())
+        tokens = list(section.tokens)
+        if section.tokens_file is not None:
+            tokens += _file_tokens(section.tokens_file, self._key)
+        if section.token_env is not None:
+            tokens += _SEPARATORS.split(self._environ.get(section.token_env, "").strip())
         credentials = Credentials.of(t for t in tokens if t)
         if not credentials.digests:
-            raise ConfigError("auth: tokens, tokens_file and token_env hold no token")
+            raise ConfigError(f"{self._key}: tokens, tokens_file and token_env hold no token")
         return credentials
 
 
-def _file_tokens(path: str) -> list[str]:
+def _file_tokens(path: str, key: str) -> list[str]:
     try:
         with open(path, encoding="utf-8") as file:
             lines = file.read().splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8"
-        raise ConfigError(f"auth.tokens_file: cannot read {path}: {reason or exc}") from None
+        raise ConfigError(f"{key}.tokens_file: cannot read {path}: {reason or exc}") from None
     return [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
 
 

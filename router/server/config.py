@@ -247,17 +247,25 @@ class CacheSection(_Section):
     verify_seconds: Annotated[float, Field(ge=0)] = 5.0
 
 
-class AuthSection(_Section):
-    """Client authentication; with no ``[auth]`` section the front door is open.
-
-    Tokens come from any of the three sources, together: inline, a file (one token a
+class TokenSection(_Section):
+    """Bearer tokens from any of three sources, together: inline, a file (one token a
     line, ``#`` comments; re-read on reload) or an environment variable (tokens
-    separated by commas or whitespace).
-    """
+    separated by commas or whitespace)."""
 
     tokens: Annotated[list[Annotated[str, Field(min_length=1)]], Field(repr=False)] = []
     tokens_file: str | None = None
     token_env: Annotated[str, Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _has_a_source(self) -> Self:
+        if not self.tokens and self.tokens_file is None and self.token_env is None:
+            raise ValueError("give tokens, tokens_file or token_env")
+        return self
+
+
+class AuthSection(TokenSection):
+    """Client authentication; with no ``[auth]`` section the front door is open."""
+
     #: a session is usable only under the token it was created with (README: Security)
     bind_sessions: bool = False
     #: the key of the session-id MAC; every replica needs the same one
@@ -267,8 +275,6 @@ class AuthSection(_Section):
 
     @model_validator(mode="after")
     def _sources(self) -> Self:
-        if not self.tokens and self.tokens_file is None and self.token_env is None:
-            raise ValueError("give tokens, tokens_file or token_env")
         secrets = [self.session_secret, self.session_secret_file, self.session_secret_env]
         given = sum(s is not None for s in secrets)
         if given > 1:
@@ -278,6 +284,11 @@ class AuthSection(_Section):
                 "bind_sessions needs session_secret, session_secret_file or session_secret_env"
             )
         return self
+
+
+class AdminSection(TokenSection):
+    """The operator's API under ``/admin/`` (README: Admin), with tokens of its own;
+    with no ``[admin]`` section it does not exist (404)."""
 
 
 class Settings(_Section):
@@ -290,6 +301,7 @@ class Settings(_Section):
     cache: CacheSection = CacheSection()
     placement: PlacementSection = PlacementSection()
     auth: AuthSection | None = None
+    admin: AdminSection | None = None
 
     @field_validator("backends")
     @classmethod

@@ -20,6 +20,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from router import __version__
 from router.core.health import Health
+from router.core.locate import AdminState
 from router.protocol.ids import BackendId
 
 LATENCY_BUCKETS = (
@@ -175,6 +176,12 @@ class Metrics:
             ["backend", "state"],
             registry=registry,
         )
+        self.backend_admin_state = Gauge(
+            "acp_router_backend_admin_state",
+            "1 for what an operator set the backend to: ready, drain or maint (admin API)",
+            ["backend", "state"],
+            registry=registry,
+        )
         self.backend_restarts = Counter(
             "acp_router_backend_restarts_total",
             "Backends that came back as a new process (their sessions left memory)",
@@ -285,6 +292,8 @@ class Metrics:
             for reason in DROP_REASONS:
                 self.backend_frames_dropped.labels(backend, reason)
             self.backend_restarts.labels(backend)
+            for admin in AdminState:
+                self.backend_admin_state.labels(backend, admin.value).set(admin is AdminState.READY)
         for attempt in ("first", "retry"):
             self.resume_attempts.labels(attempt)
 
@@ -296,6 +305,8 @@ class Metrics:
         self.backend_weight.remove(backend)
         for state in Health:
             self.backend_state.remove(backend, state.value)
+        for admin in AdminState:
+            self.backend_admin_state.remove(backend, admin.value)
         if not attached:
             self.attached_sessions.remove(backend)
 

@@ -22,7 +22,7 @@ import aiohttp
 
 from router.core import listing, membership
 from router.core.health import BackendState, CameUp, Event, Health, transition
-from router.core.locate import Located, LocationCache, Outcome, decide, pool_status
+from router.core.locate import AdminState, Located, LocationCache, Outcome, decide, pool_status
 from router.core.membership import Member, MembershipChange
 from router.core.placement import Node, Ranking, Spread
 from router.core.routes import Attach, Change
@@ -105,6 +105,10 @@ class Pool:
         self._discovered: dict[str, tuple[BackendSection, ...]] = {}
         #: found by discovery once, no longer in DNS, not yet gone: no new placements
         self.leaving: set[BackendId] = set()
+        #: backends an operator drained or put in maintenance (absent: ready)
+        self.admin: dict[BackendId, AdminState] = {}
+        #: how long each backend's last probe took
+        self.probe_seconds: dict[BackendId, float] = {}
         #: the address of backends that left, for client links still open to them
         self._retired: dict[BackendId, BackendSection] = {}
         self._controls: dict[BackendId, asyncio.Task[None]] = {}
@@ -220,6 +224,8 @@ class Pool:
             control.cancel()
         del self.states[backend]
         self.leaving.discard(backend)
+        self.admin.pop(backend, None)
+        self.probe_seconds.pop(backend, None)
         self.cache.forget_backend(backend)
         self._retired[backend] = link.spec
         while len(self._retired) > MAX_RETIRED:
@@ -299,15 +305,45 @@ class Pool:
 
     def place_new(self) -> BackendId:
         """A backend for a new session (:meth:`router.core.placement.Spread.place`)."""
+        draining = self.draining()
         candidates = [
             node
             for node in self.ranking.nodes
-            if self.links[node.id].up and node.id not in self.leaving
+            if self.links[node.id].up and node.id not in draining
         ]
         backend = self.spread.place(candidates, self.attached, time.monotonic())
         if backend is None:
             raise NoBackendAvailable()
         return backend
+
+    # -- what an operator set (the admin API) ---------------------------------------------------
+
+    def admin_state(self, backend: BackendId) -> AdminState:
+        return self.admin.get(backend, AdminState.READY)
+
+    def set_admin_state(self, backend: BackendId, state: AdminState) -> None:
+        """Drain a backend, put it in maintenance or make it ready again.
+
+        Raises:
+            KeyError: ``backend`` is not in the pool.
+        """
+        if backend not in self.links:
+            raise KeyError(backend)
+        if state is AdminState.READY:
+            self.admin.pop(backend, None)
+        else:
+            self.admin[backend] = state
+        logger.warning("backend %s set to %s by an operator", backend, state.value)
+        for each in AdminState:
+            self.metrics.backend_admin_state.labels(backend, each.value).set(each is state)
+
+    def draining(self) -> set[BackendId]:
+        """Backends that take no new sessions but keep those located there: drained by
+        an operator, in maintenance, or gone from DNS (:meth:`set_discovered`)."""
+        return self.leaving | self.admin.keys()
+
+    def in_maintenance(self) -> set[BackendId]:
+        return {b for b, state in self.admin.items() if state is AdminState.MAINT}
 
     def record(self, changes: Iterable[Change]) -> None:
         """Count sessions attached to or detached from backends on some connection."""
@@ -371,7 +407,9 @@ class Pool:
             answer = acp.read_status(response, session_id, self.aliases)
         except (TimeoutError, BackendLinkLost):
             answer = acp.StatusAnswer(ProbeResult.UNKNOWN)
-        self.metrics.probe_duration.labels(backend).observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        self.probe_seconds[backend] = elapsed
+        self.metrics.probe_duration.labels(backend).observe(elapsed)
         self.metrics.probes.labels(backend, answer.result.value).inc()
         return answer
 
@@ -441,7 +479,13 @@ class Pool:
         answers = self.attached_here(session_id)
         hint = self.cache.hint(session_id)
         probeable = hint is not None and self._can_ask(hint.backend, "status")
-        if hint is not None and probeable and self.health(hint.backend) is Health.UP:
+        maintenance = self.in_maintenance()
+        if (
+            hint is not None
+            and probeable
+            and self.health(hint.backend) is Health.UP
+            and hint.backend not in maintenance
+        ):
             answers |= await self.probe_many([hint.backend], session_id)
             if answers.get(hint.backend) is ProbeResult.ACTIVE:
                 if hint.confirmed(self._clock(), self._verify_after):
@@ -466,6 +510,8 @@ class Pool:
             unreachable=self.unreachable(self.ranking.rank(session_id)),
             remembered=None if hint is None else hint.backend,
             tried=tried,
+            draining=self.draining() - maintenance,
+            maintenance=maintenance,
         )
         if located.split_brain:
             self.metrics.split_brain.inc()
