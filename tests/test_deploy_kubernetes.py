@@ -72,7 +72,9 @@ def test_the_validator_refuses_a_broken_manifest() -> None:
         kubernetes_validate.validate(broken, VERSIONS[0], strict=True)
 
 
-def test_router_config_lists_the_statefulset_pods_by_stable_dns_name(tmp_path: Path) -> None:
+def test_router_config_discovers_the_statefulset_through_its_headless_service(
+    tmp_path: Path,
+) -> None:
     settings = router_settings(tmp_path)
     agents = one("StatefulSet", "agent")
     service = one("Service", agents["spec"]["serviceName"])
@@ -80,11 +82,11 @@ def test_router_config_lists_the_statefulset_pods_by_stable_dns_name(tmp_path: P
     assert service["spec"]["selector"] == agents["spec"]["template"]["metadata"]["labels"]
     port = port_named(container(agents), "acp")
     assert [p["port"] for p in service["spec"]["ports"]] == [port]
-    pods = [f"{agents['metadata']['name']}-{n}" for n in range(agents["spec"]["replicas"])]
-    assert [(b.id, b.url) for b in settings.backends] == [
-        (pod, f"ws://{pod}.{service['metadata']['name']}.{NAMESPACE}.svc.cluster.local:{port}/acp")
-        for pod in pods
-    ]
+    assert settings.backends == []
+    [discovery] = settings.discovery
+    assert discovery.dns == f"{service['metadata']['name']}.{NAMESPACE}.svc.cluster.local"
+    assert (discovery.port, discovery.path, discovery.scheme) == (port, "/acp", "ws")
+    assert discovery.nameserver is None  # the pod's resolver: the cluster DNS
 
 
 def test_agents_run_as_backend_ids_on_a_shared_store() -> None:

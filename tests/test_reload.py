@@ -76,6 +76,26 @@ async def answered_by(client: AcpClient, session_id: str) -> str:
     return match.group(1)
 
 
+async def sessions_on_each(client: AcpClient, agents: int) -> dict[str, str]:
+    """New sessions on ``client`` until ``agents`` agents hold one each (placement
+    alternates): agent id -> session id."""
+    owners: dict[str, str] = {}
+    for _ in range(4 * agents):
+        session_id = await client.new_session()
+        owners.setdefault(await answered_by(client, session_id), session_id)
+        if len(owners) == agents:
+            break
+    assert len(owners) == agents, owners
+    return owners
+
+
+async def placed_by_a_new_client(url: str, count: int) -> list[str]:
+    """The agents that answer ``count`` new sessions of a new client."""
+    async with AcpClient.connect(url) as fresh:
+        await fresh.initialize()
+        return [await answered_by(fresh, await fresh.new_session()) for _ in range(count)]
+
+
 async def hang_up(serve: CliProcess, expect: str) -> str:
     """Send SIGHUP and wait for the log line that says how the reload went."""
     seen = len(serve.stderr.lines)
@@ -95,12 +115,7 @@ async def test_sighup_adds_removes_and_reweights_backends_without_dropping_pinne
                 await serve.wait_for_log(f"backend {agent.agent_id} is up")
             async with AcpClient.connect(url) as pinned:
                 await pinned.initialize()
-                owners: dict[str, str] = {}
-                for _ in range(8):  # new sessions alternate: one on each soon
-                    session_id = await pinned.new_session()
-                    owners.setdefault(await answered_by(pinned, session_id), session_id)
-                    if len(owners) == 2:
-                        break
+                owners = await sessions_on_each(pinned, 2)
                 assert set(owners) == {"agent-1", "agent-2"}
 
                 write_config(config, [two, three], weights={"agent-2": 3.0})
@@ -114,9 +129,7 @@ async def test_sighup_adds_removes_and_reweights_backends_without_dropping_pinne
                 for owner, session_id in owners.items():
                     assert await answered_by(pinned, session_id) == owner
 
-                async with AcpClient.connect(url) as fresh:
-                    await fresh.initialize()
-                    placed = [await answered_by(fresh, await fresh.new_session()) for _ in range(6)]
+                placed = await placed_by_a_new_client(url, 6)
                 assert "agent-1" not in placed, placed
                 assert "agent-3" in placed, placed
                 # still the same connection: nothing closed it
@@ -186,6 +199,7 @@ async def test_without_a_config_file_a_reload_is_refused() -> None:
         assert isinstance(outcome, Refused)
         assert "without a config file" in outcome.reason
         assert outcome.as_json() == {"outcome": "refused", "reason": outcome.reason}
+        assert outcome.http_status == 400
         assert router.metric("acp_router_config_reloads_total", result="refused") == 1
 
 
@@ -198,13 +212,11 @@ async def test_a_removed_backend_keeps_its_attached_sessions_until_they_end(tmp_
             reloader.path = config
             async with AcpClient.connect(router.url) as client:
                 await client.initialize()
-                owners: dict[str, str] = {}
-                while len(owners) < 2:
-                    session_id = await client.new_session()
-                    owners.setdefault(await answered_by(client, session_id), session_id)
+                owners = await sessions_on_each(client, 2)
                 config.write_text(toml_backends(backends[1:]))
                 outcome = await reloader.reload()
                 assert isinstance(outcome, Reloaded)
+                assert outcome.http_status == 200
                 assert outcome.as_json() == {
                     "outcome": "ok",
                     "added": [],

@@ -29,6 +29,7 @@ from router.server.admin import Admin
 from router.server.auth import TokenSource, session_secret
 from router.server.client import ClientConnection
 from router.server.config import Settings
+from router.server.discovery import Discoveries
 from router.server.gate import Gatekeeper
 from router.server.metrics import CONTENT_TYPE, Metrics
 from router.server.pool import Pool
@@ -127,10 +128,11 @@ async def _pool_context(app: web.Application) -> AsyncIterator[None]:
         app[HTTP] = http
         pool = Pool(app[SETTINGS], app[METRICS], http)
         app[POOL] = pool
+        discoveries = Discoveries(pool, app[METRICS])
         app[RELOADER] = Reloader(
-            app.get(CONFIG_PATH), app[SETTINGS], pool, app[TOKENS], app[METRICS]
+            app.get(CONFIG_PATH), app[SETTINGS], pool, app[TOKENS], app[METRICS], discoveries
         )
-        async with pool.running():
+        async with pool.running(), discoveries.running(app[SETTINGS].discovery):
             yield
 
 

@@ -265,6 +265,14 @@ class Metrics:
             registry=registry,
         )
 
+        self.discovery_lookups = Counter(
+            "acp_router_discovery_lookups_total",
+            "DNS discovery lookups, by name and result: ok, empty (the name has no address),"
+            " failed (no answer: the last one stands)",
+            ["name", "result"],
+            registry=registry,
+        )
+
     def watch_cache(self, size: Callable[[], int]) -> None:
         """Report the location cache's size at scrape time."""
         Gauge(

@@ -27,6 +27,7 @@ from router.core.membership import MembershipChange, needs_restart
 from router.protocol.errors import ConfigError
 from router.server.auth import TokenSource
 from router.server.config import Settings, load_settings
+from router.server.discovery import Discoveries
 from router.server.metrics import Metrics
 from router.server.pool import Pool
 from router.server.tls import backend_context
@@ -53,6 +54,9 @@ class Reloaded:
     #: keys that changed but need a restart; their running values stay
     restart_required: tuple[str, ...] = ()
 
+    #: what ``POST /admin/reload`` answers with
+    http_status = 200
+
     def as_json(self) -> dict[str, Any]:
         return {
             "outcome": "ok",
@@ -69,6 +73,9 @@ class Refused:
     """The new file was refused (the reason names the key); nothing changed."""
 
     reason: str
+
+    #: what ``POST /admin/reload`` answers with: the file is the client's fault
+    http_status = 400
 
     def as_json(self) -> dict[str, Any]:
         return {"outcome": "refused", "reason": self.reason}
@@ -94,8 +101,10 @@ class Reloader:
         pool: Pool,
         tokens: TokenSource,
         metrics: Metrics,
+        discoveries: Discoveries | None = None,
     ) -> None:
         self.path = path
+        self._discoveries = discoveries
         #: the configuration in force (the file's, less what needs a restart)
         self.settings = settings
         self._pool = pool
@@ -133,6 +142,8 @@ class Reloader:
         settings = prepared.settings
         self._tokens.use(settings.auth, prepared.credentials)
         change = self._pool.set_static(settings)
+        if self._discoveries is not None:
+            self._discoveries.apply(settings.discovery)
         self.settings = settings
         self._metrics.config_reloads.labels("ok").inc()
         self._metrics.config_last_reload_success.set(time.time())
