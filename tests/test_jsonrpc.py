@@ -14,6 +14,7 @@ from router.protocol.jsonrpc import (
     ErrorObject,
     Notification,
     Request,
+    RequestTemplate,
     Response,
     encode_error,
     encode_notification,
@@ -262,6 +263,21 @@ def test_encode_request_round_trips(request_id: int | str) -> None:
     bare = encode_request(request_id, "m")
     assert "params" not in orjson.loads(bare)
     assert parse(bare) == Request(request_id, "m", None, bare)
+
+
+@given(
+    request_id=st.integers(min_value=-(2**53), max_value=2**53),
+    session_id=st.text(max_size=20),
+    with_params=st.booleans(),
+)
+def test_request_template_is_encode_request_with_the_id_spliced(
+    request_id: int, session_id: str, with_params: bool
+) -> None:
+    params = {"sessionId": session_id} if with_params else None
+    template = RequestTemplate.of("session/status", params)
+    text = template.encode(request_id)
+    assert text == encode_request(request_id, "session/status", params)
+    assert parse(text) == Request(request_id, "session/status", params, text)
 
 
 def test_encode_notification_round_trips() -> None:

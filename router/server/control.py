@@ -7,11 +7,17 @@ exponential backoff and jitter (the first attempt included, so a fleet restart
 does not hammer a backend in step), and reports what it sees to the pool as
 :mod:`router.core.health` events: up (with the process that answered), down, or
 refused (nothing listens). The pool decides what that means.
+
+Requests leave through the link's own outbox and one writer task, so the pool can send
+a probe to a thousand links in one loop without a task, a future or a timer per probe
+(:mod:`router.server.fanout`); an answer is handed to the callback its request was
+registered with.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import random
@@ -29,9 +35,9 @@ from router.protocol.jsonrpc import (
     Notification,
     Params,
     Request,
+    RequestTemplate,
     Response,
     encode_error,
-    encode_request,
 )
 from router.server import log_context
 from router.server.config import BackendSection, ControlSection
@@ -43,6 +49,14 @@ from router.server.wire import messages
 logger = logging.getLogger(__name__)
 
 _DOWN = LinkDown()
+
+#: requests one control link may have unanswered; past it a probe is refused at once (it
+#: counts as unknown): a backend that stopped answering cannot grow the router's tables
+MAX_PENDING = 8192
+
+#: what a request's answer is handed to: the response, or None when the link went down
+#: (or the request could not be sent) before it came
+Answer = Callable[[Response | None], None]
 
 CLIENT_INFO = {"name": "acp-router", "title": "acp-router control link", "version": __version__}
 INITIALIZE_PARAMS = {
@@ -74,7 +88,9 @@ class ControlLink:
         self._max_message_bytes = max_message_bytes
         self._connect_timeout = connect_timeout
         self._ws: aiohttp.ClientWebSocketResponse | None = None
-        self._pending: dict[int, asyncio.Future[Response]] = {}
+        self._pending: dict[int, Answer] = {}
+        self._outbox: collections.deque[str] = collections.deque()
+        self._wake = asyncio.Event()
         self._next_id = 0
         self.capabilities: dict[str, Any] | None = None  # the last initialize result seen
         self.up = False
@@ -132,6 +148,7 @@ class ControlLink:
                 )
             self._ws = ws
             reader = asyncio.create_task(self._read(ws), name=f"control-read-{self.id}")
+            writer = asyncio.create_task(self._write(ws), name=f"control-write-{self.id}")
             try:
                 async with asyncio.timeout_at(opened_by):
                     response = await self.call(
@@ -141,48 +158,80 @@ class ControlLink:
                     raise InvalidRequest(f"initialize failed: {response.text[:200]}")
                 self.capabilities = response.result
                 self._set_up(response.result)
-                await reader
+                # the link ends when the backend closes it (the reader) or a send fails
+                done, _ = await asyncio.wait((reader, writer), return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    task.result()
             finally:
-                reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reader
                 self._ws = None
+                for task in (reader, writer):
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         async for message in messages(ws, self.id, self._metrics):
             if isinstance(message, Response):
-                future = (
+                answer = (
                     self._pending.pop(message.id, None) if isinstance(message.id, int) else None
                 )
-                if future is not None and not future.done():
-                    future.set_result(message)
+                if answer is not None:
+                    answer(message)
             elif isinstance(message, Request):
                 # The control link is not a client: it has no sessions to serve requests for.
-                await ws.send_str(encode_error(message.id, MethodNotFound(message.method)))
+                self._post(encode_error(message.id, MethodNotFound(message.method)))
             elif isinstance(message, Notification):
                 pass  # updates for sessions nobody attached here; nothing to do
 
-    async def call(self, method: str, params: Params, *, timeout: float) -> Response:
-        """Send one request; raises TimeoutError (past ``timeout``) or BackendLinkLost."""
+    async def _write(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        """The link's one writer: the outbox, in order, until a send fails."""
+        while True:
+            while self._outbox:
+                await ws.send_str(self._outbox.popleft())
+            self._wake.clear()
+            await self._wake.wait()
+
+    def _post(self, text: str) -> None:
+        self._outbox.append(text)
+        self._wake.set()
+
+    def send(self, encode: Callable[[int], str], answer: Answer) -> int | None:
+        """Queue one request (``encode`` makes its frame from the id) without waiting;
+        ``answer`` gets its response, or None if the link goes down first. The request's
+        id, or None when the link cannot take it (down, or too many unanswered): then
+        ``answer`` is never called. Whoever stops waiting calls :meth:`withdraw`."""
         ws = self._ws
-        if ws is None or ws.closed:
-            raise BackendLinkLost(None, {"backend": self.id})
+        if ws is None or ws.closed or len(self._pending) >= MAX_PENDING:
+            return None
         request_id = self._next_id
         self._next_id += 1
-        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = future
+        self._pending[request_id] = answer
+        self._post(encode(request_id))
+        return request_id
+
+    def withdraw(self, request_id: int) -> None:
+        """Stop waiting for ``request_id``: its answer, if it comes, is dropped."""
+        self._pending.pop(request_id, None)
+
+    async def call(self, method: str, params: Params, *, timeout: float) -> Response:
+        """Send one request; raises TimeoutError (past ``timeout``) or BackendLinkLost."""
+        future: asyncio.Future[Response | None] = asyncio.get_running_loop().create_future()
+
+        def answer(response: Response | None) -> None:
+            if not future.done():
+                future.set_result(response)
+
+        request_id = self.send(RequestTemplate.of(method, params).encode, answer)
+        if request_id is None:
+            raise BackendLinkLost(None, {"backend": self.id})
         try:
             async with asyncio.timeout(timeout):
-                with backend_faults(self.id):
-                    await ws.send_str(encode_request(request_id, method, params))
-                return await future
+                response = await future
         finally:
-            self._pending.pop(request_id, None)
-            if future.done() and not future.cancelled():
-                # The link going down fails every pending call; a caller that stopped
-                # waiting in the same turn (its deadline, a failed send, cancellation)
-                # never reads that failure, and asyncio would log it as an ERROR.
-                future.exception()
+            self.withdraw(request_id)
+        if response is None:
+            raise BackendLinkLost(None, {"backend": self.id})
+        return response
 
     def _set_up(self, initialize_result: dict[str, Any]) -> None:
         self.up = True
@@ -192,10 +241,10 @@ class ControlLink:
     def _set_down(self, event: LinkDown = _DOWN, *, stopping: bool = False) -> None:
         """The link is down, or a reconnect failed: every failed attempt is reported, so
         the pool hears a refusal, and sees the grace run out, while the backend is down."""
-        for future in self._pending.values():
-            if not future.done():
-                future.set_exception(BackendLinkLost(None, {"backend": self.id}))
-        self._pending.clear()
+        pending, self._pending = self._pending, {}
+        self._outbox.clear()
+        for answer in pending.values():
+            answer(None)
         was_up, self.up = self.up, False
         if stopping:  # the router is shutting down: nothing went wrong, nothing to report
             return

@@ -29,14 +29,13 @@ from router.core.routes import Attach, Change
 from router.protocol import acp
 from router.protocol.acp import ProbeResult
 from router.protocol.errors import (
-    BackendLinkLost,
     JsonRpcError,
     LocateInconclusive,
     NoBackendAvailable,
     SessionNotFound,
 )
 from router.protocol.ids import BackendId, SessionId
-from router.server import log_context
+from router.server import fanout, log_context
 from router.server.config import BackendSection, Settings
 from router.server.control import ControlLink
 from router.server.metrics import Metrics
@@ -282,6 +281,21 @@ class Pool:
         ordered = self.links if backends is None else backends
         return [b for b in ordered if self.health(b) is Health.UNKNOWN]
 
+    def _ranked(self, session_id: SessionId) -> tuple[list[BackendId], list[BackendId]]:
+        """The backends that are up and those down but not gone, each in the session's
+        rendezvous order: one ranking, one health reading per backend."""
+        now = self._clock()
+        up: list[BackendId] = []
+        unreachable: list[BackendId] = []
+        for backend in self.ranking.rank(session_id):
+            state = self.states.get(backend)
+            health = Health.GONE if state is None else state.at(now, self._grace)
+            if health is Health.UP:
+                up.append(backend)
+            elif health is Health.UNKNOWN:
+                unreachable.append(backend)
+        return up, unreachable
+
     def order(self, session_id: SessionId) -> list[BackendId]:
         """Backends that are up, in the session's rendezvous order."""
         return [b for b in self.ranking.rank(session_id) if self.health(b) is Health.UP]
@@ -396,32 +410,28 @@ class Pool:
     # -- probes ----------------------------------------------------------------------------------
 
     async def probe(self, backend: BackendId, session_id: SessionId) -> acp.StatusAnswer:
-        link = self.links[backend]
-        started = time.perf_counter()
-        try:
-            response = await link.call(
-                acp.SESSION_STATUS,
-                {"sessionId": session_id},
-                timeout=self.settings.probe.timeout_ms / 1000,
-            )
-            answer = acp.read_status(response, session_id, self.aliases)
-        except (TimeoutError, BackendLinkLost):
-            answer = acp.StatusAnswer(ProbeResult.UNKNOWN)
-        elapsed = time.perf_counter() - started
-        self.probe_seconds[backend] = elapsed
-        self.metrics.probe_duration.labels(backend).observe(elapsed)
-        self.metrics.probes.labels(backend, answer.result.value).inc()
-        return answer
+        """Ask one backend (it must be in the pool)."""
+        answers = await self.probe_answers([backend], session_id)
+        return answers.get(backend, acp.StatusAnswer(ProbeResult.UNKNOWN))
 
     async def probe_answers(
         self, backends: Iterable[BackendId], session_id: SessionId
     ) -> dict[BackendId, acp.StatusAnswer]:
-        """Ask each of ``backends`` that can be asked, concurrently (not one that has
-        left the pool: its client links may still hold sessions there, but it is not
-        probed)."""
+        """Ask each of ``backends`` that can be asked, in one round
+        (:mod:`router.server.fanout`; not one that has left the pool: its client links
+        may still hold sessions there, but it is not probed)."""
         targets = [b for b in backends if self._can_ask(b, "status")]
-        answers = await asyncio.gather(*(self.probe(b, session_id) for b in targets))
-        return dict(zip(targets, answers, strict=True))
+        if not targets:
+            return {}
+        return await fanout.probe(
+            self.links,
+            targets,
+            session_id,
+            aliases=self.aliases,
+            metrics=self.metrics,
+            timeout=self.settings.probe.timeout_ms / 1000,
+            latency=self.probe_seconds,
+        )
 
     async def probe_many(
         self, backends: Iterable[BackendId], session_id: SessionId
@@ -499,7 +509,7 @@ class Pool:
                 self.metrics.locate_cache.labels("stale").inc()
         else:
             self.metrics.locate_cache.labels("miss").inc()
-        order = self.order(session_id)  # ranked only when the pool is asked
+        order, unreachable = self._ranked(session_id)  # ranked only when the pool is asked
         answers |= await self.probe_many([b for b in order if b not in answers], session_id)
         self.metrics.fanout.observe(len(answers))
         located = decide(
@@ -507,7 +517,7 @@ class Pool:
             answers,
             self.settings.router.policy,
             session_id=session_id,
-            unreachable=self.unreachable(self.ranking.rank(session_id)),
+            unreachable=unreachable,
             remembered=None if hint is None else hint.backend,
             tried=tried,
             draining=self.draining() - maintenance,
