@@ -84,7 +84,9 @@ async def _on_the_wire(
         if "forwarding" in chosen:
             agent = fleet.agents[0]
             with _progress("forwarding"):
-                async with fleet.router("router-forwarding", [agent.backend]) as router:
+                # compression on, for the deflate client; a plain client never negotiates it
+                on = {"compression": True}
+                async with fleet.router("router-forwarding", [agent.backend], router=on) as router:
                     results += await forwarding.run(fleet, agent, router, budget, notes)
         scripted = max((SCRIPTED[name] for name in chosen if name in SCRIPTED), default=0)
         if scripted:

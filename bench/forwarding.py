@@ -5,8 +5,9 @@ Hops: the router (a subprocess whose only backend is the agent), the bare aiohtt
 pass-through forwarder of :mod:`bench.passthrough` (no parsing at all), and HAProxy
 in HTTP mode (a byte tunnel after the upgrade) when it is installed; and two
 variants held against the router: a second router on uvloop (when installed), and
-a client of the same router that offers permessage-deflate (what compression, on
-by default, costs per frame). Each prompt is
+a client of the same router that offers permessage-deflate (what compression costs
+per frame; this router turns ``router.compression`` on, off by default, and a client
+that does not offer deflate never gets it). Each prompt is
 answered by one ``session/update`` chunk and the response, so a round trip is one
 frame out and two back. Per round, every side in rotating order:
 

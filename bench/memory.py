@@ -62,8 +62,8 @@ async def run(fleet: Fleet, backends: Scripted, budget: Budget, notes: list[str]
                 for size in sizes:
                     await crowd.grow(size - len(crowd.sockets), router.url, _session)
                     per = (rss_bytes(router.pid) - base) / (size - WARM) / 1024
-                    label = "compression on (default)" if compression else "compression off"
-                    target = TARGET if size > 1000 and compression else None  # not in --quick
+                    label = "compression on" if compression else "compression off (default)"
+                    target = TARGET if size > 1000 and not compression else None  # not --quick
                     measure = f"RSS per idle connection, {size:,} connections, {label}"
                     results.append(Figure(BENCH, measure, per, "KiB", target))
             finally:

@@ -109,7 +109,10 @@ class BackendLink:
         self._outbox = Outbox(OUTBOX_FRAMES, 2 * max_message_bytes)
         #: why the link takes no more frames; None while it does
         self.ended: str | None = None
-        self._stop = asyncio.Event()
+        #: the task that opens the link and pumps its frames (:meth:`run`); closing the
+        #: link cancels it (no task of its own waits for the close: a task is ~1.5 KiB of
+        #: every idle connection)
+        self._life: asyncio.Task[str] | None = None
 
     def offer(self, text: str) -> bool:
         """Queue one frame for the backend, never waiting; frames leave in offer order.
@@ -129,7 +132,8 @@ class BackendLink:
         """Take no more frames and stop the link (:meth:`run` then ends); idempotent."""
         if self.ended is None:
             self.ended = reason
-        self._stop.set()
+        if self._life is not None:
+            self._life.cancel()
 
     async def run(
         self,
@@ -143,18 +147,17 @@ class BackendLink:
         deadline, breaks, or is closed by :meth:`close`; returns when the backend
         closes it.
         """
-        life = asyncio.create_task(
+        life = self._life = asyncio.create_task(
             self._live(initialize, authenticate, on_message), name=f"link-life-{self.backend}"
         )
-        stop = asyncio.create_task(self._stop.wait(), name=f"link-stop-{self.backend}")
+        if self.ended is not None:  # closed before it started
+            life.cancel()
         try:
-            await asyncio.wait((life, stop), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((life,))
         finally:
-            self.close("closed")
-            stop.cancel()
             if not life.done():
-                life.cancel()
-            await asyncio.wait((life, stop))  # both end promptly: the close is bounded
+                self.close("closed")
+            await asyncio.wait((life,))  # it ends promptly: the close is bounded
             if not life.cancelled():
                 life.exception()  # read here too, in case a cancellation is on its way out
         if life.cancelled():
@@ -173,7 +176,7 @@ class BackendLink:
             try:
                 async for message in messages(ws, self.backend, self._metrics):
                     await on_message(message)
-                self.close(_how_it_closed(ws))
+                self.ended = self.ended or _how_it_closed(ws)  # ending: no cancel needed
             finally:
                 writer.cancel()
                 await asyncio.wait((writer,))

@@ -85,8 +85,11 @@ class RouterSection(_Section):
     #: aiohttp's per-request access log (one INFO line per HTTP request, scrapes included)
     access_log: bool = False
     #: accept permessage-deflate from clients that offer it: less bandwidth to remote
-    #: editors, more router CPU per frame (links to backends are never compressed)
-    compression: bool = True
+    #: editors, more router CPU per frame and ~100 KiB more memory per connection (a zlib
+    #: compressor and decompressor each: 145 vs 41 KiB RSS per idle connection, measured
+    #: with bench/memory.py); off by default, since ACP frames are small JSON and editors
+    #: usually sit near the router (links to backends are never compressed)
+    compression: bool = False
     #: how long opening any link to a backend (connect, upgrade, initialize) may take
     connect_timeout_ms: Annotated[int, Field(gt=0)] = 5000
     #: PEM files: with both set the front door is wss:// (TLS), else ws://
