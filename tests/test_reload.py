@@ -303,3 +303,49 @@ async def start_fleet_router(
             running = start_router(backends) if auth is None else start_router(backends, auth=auth)
             async with running as router:
                 yield router, backends
+
+
+async def post_reload(url: str, token: str | None) -> tuple[int, Any]:
+    """``POST /admin/reload`` on the router at ``url``: the status and the JSON body."""
+    base = url.removesuffix("/acp").replace("ws", "http", 1)
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{base}/admin/reload", headers=headers) as response,
+    ):
+        return response.status, await response.json(content_type=None)
+
+
+async def test_post_admin_reload_is_the_same_reload_and_answers_its_outcome(
+    tmp_path: Path,
+) -> None:
+    admin = '[admin]\ntokens = ["admin-secret"]\n'
+    async with start_fleet(tmp_path / "store", 2) as agents:
+        one, two = agents
+        config = write_config(tmp_path / "router.toml", [one], extra=admin)
+        async with run_cli("serve", "--config", str(config)) as serve:
+            url = router_url(serve)
+            await serve.wait_for_log("backend agent-1 is up")
+            async with AcpClient.connect(url) as pinned:
+                await pinned.initialize()
+                session_id = await pinned.new_session()
+
+                write_config(config, [one, two], extra=admin.replace("tokens", "tokenz"))
+                status, body = await post_reload(url, "admin-secret")
+                assert status == 400, body
+                assert body["outcome"] == "refused"
+                assert "admin.tokenz" in body["reason"], body
+                status, _ = await post_reload(url, None)  # the admin token guards it
+                assert status == 401
+
+                write_config(config, [two], extra=admin)
+                status, body = await post_reload(url, "admin-secret")
+                assert (status, body["added"], body["removed"]) == (200, ["agent-2"], ["agent-1"])
+                assert body["restartRequired"] == []
+                await serve.wait_for_log("backend agent-2 is up")
+                assert await answered_by(pinned, session_id) == "agent-1"
+                assert await placed_by_a_new_client(url, 2) == ["agent-2", "agent-2"]
+                samples = await scrape(url)
+                assert (reloads(samples, "ok"), reloads(samples, "refused")) == (1, 1)
+            assert await serve.stop() == 0
+        assert "Traceback" not in serve.stderr.text, serve.stderr.text
