@@ -3,6 +3,7 @@ where a session is, reload; the status page in ``test_admin_page.py``."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,16 @@ async def admin(
     async with http.request(method, f"{router.base}/admin/{path}", headers=headers) as response:
         assert response.status == status, await response.text()
         return await response.json()
+
+
+@contextlib.asynccontextmanager
+async def admin_router(store: Path, count: int) -> AsyncIterator[RouterUnderTest]:
+    """A router with the admin API before ``count`` reference agents."""
+    async with (
+        start_fleet(store, count) as agents,
+        start_router(backends_of(agents), admin=ADMIN) as router,
+    ):
+        yield router
 
 
 async def new_session_on(router: RouterUnderTest) -> tuple[str, str]:
@@ -81,10 +92,7 @@ async def test_the_admin_api_wants_its_own_token(
 async def test_a_drained_backend_gets_no_new_sessions_but_serves_its_located_ones(
     tmp_path: Path, http: aiohttp.ClientSession
 ) -> None:
-    async with (
-        start_fleet(tmp_path, 2) as agents,
-        start_router(backends_of(agents), admin=ADMIN) as router,
-    ):
+    async with admin_router(tmp_path, 2) as router:
         session_id, holder = await new_session_on(router)
         other = "agent-2" if holder == "agent-1" else "agent-1"
         drained = await admin(http, router, "POST", f"backends/{holder}/drain")
@@ -110,10 +118,7 @@ async def test_a_drained_backend_gets_no_new_sessions_but_serves_its_located_one
 async def test_a_session_on_a_backend_in_maintenance_waits_and_is_never_moved(
     tmp_path: Path, http: aiohttp.ClientSession
 ) -> None:
-    async with (
-        start_fleet(tmp_path, 2) as agents,
-        start_router(backends_of(agents), admin=ADMIN) as router,
-    ):
+    async with admin_router(tmp_path, 2) as router:
         session_id, holder = await new_session_on(router)
         await admin(http, router, "POST", f"backends/{holder}/maint")
         async with AcpClient.connect(router.url) as client:
@@ -130,10 +135,7 @@ async def test_a_session_on_a_backend_in_maintenance_waits_and_is_never_moved(
 async def test_where_a_session_is_comes_from_a_fresh_probe_and_attaches_nothing(
     tmp_path: Path, http: aiohttp.ClientSession
 ) -> None:
-    async with (
-        start_fleet(tmp_path, 2) as agents,
-        start_router(backends_of(agents), admin=ADMIN) as router,
-    ):
+    async with admin_router(tmp_path, 2) as router:
         session_id, holder = await new_session_on(router)
         probes_before = router.metric("acp_router_probes_total", backend=holder, result="active")
         where = await admin(http, router, "GET", f"sessions/{session_id}")
@@ -160,10 +162,7 @@ async def test_where_a_session_is_comes_from_a_fresh_probe_and_attaches_nothing(
 async def test_unknown_backends_and_states_are_404_and_reload_without_a_file_is_refused(
     tmp_path: Path, http: aiohttp.ClientSession
 ) -> None:
-    async with (
-        start_fleet(tmp_path, 1) as agents,
-        start_router(backends_of(agents), admin=ADMIN) as router,
-    ):
+    async with admin_router(tmp_path, 1) as router:
         missing = await admin(http, router, "POST", "backends/agent-9/drain", 404)
         assert missing == {"error": "no backend 'agent-9' in the pool"}
         bad_state = await admin(http, router, "POST", "backends/agent-1/sleep", 404)
