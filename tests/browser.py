@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 import websockets
 
+from router.tasks import cancel_and_wait
 from tests.support import WAIT
 
 CHROMIUM = next(
@@ -123,9 +124,7 @@ async def open_page(profile: Path) -> AsyncIterator[Page]:
             try:
                 yield page
             finally:
-                reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reader
+                await cancel_and_wait(reader)
     finally:
         if process.returncode is None:
             process.terminate()

@@ -40,6 +40,7 @@ from router.host.process import AgentProcess
 from router.protocol.acp import DEFAULT_STATUS_ALIASES, ProbeResult
 from router.protocol.errors import AcpRouterError, InternalError, ProtocolError
 from router.protocol.jsonrpc import Response, encode_protocol_error, parse
+from router.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
 
@@ -259,9 +260,7 @@ async def serve(settings: HostSettings, address: tuple[str, int]) -> None:
         await _until_signalled(supervisor)
     finally:
         if supervisor is not None:
-            supervisor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await supervisor
+            await cancel_and_wait(supervisor)
         await host.stop()
         await runner.cleanup()
 

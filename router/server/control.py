@@ -45,6 +45,7 @@ from router.server.faults import backend_faults, describe, refused
 from router.server.metrics import Metrics
 from router.server.tls import backend_context
 from router.server.wire import messages
+from router.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
 
@@ -165,9 +166,7 @@ class ControlLink:
             finally:
                 self._ws = None
                 for task in (reader, writer):
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                    await cancel_and_wait(task)
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         async for message in messages(ws, self.id, self._metrics):

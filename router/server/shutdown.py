@@ -20,6 +20,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 import aiohttp
 from aiohttp import web
 
+from router.tasks import cancel_and_wait
+
 logger = logging.getLogger(__name__)
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -84,9 +86,7 @@ async def reloading_on_hangup(reload: Callable[[], Awaitable[object]]) -> AsyncI
     finally:
         with contextlib.suppress(ValueError, RuntimeError):
             loop.remove_signal_handler(signal.SIGHUP)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task)
 
 
 async def wait_unless(hurry: asyncio.Event, seconds: float) -> bool:
