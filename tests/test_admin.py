@@ -110,7 +110,9 @@ async def test_a_drained_backend_gets_no_new_sessions_but_serves_its_located_one
             listed = await admin(http, router, "GET", "backends")
             row = next(b for b in listed["backends"] if b["id"] == holder)
             assert row["attachedSessions"] == 1
+            assert row["pinnedConnections"] == 1  # this connection's link
             assert row["probeLatencyMs"] > 0
+            assert row["probeLatencyAverageMs"] > 0
         assert (await admin(http, router, "POST", f"backends/{holder}/ready"))["admin"] == "ready"
         assert router.pool.draining() == set()
 

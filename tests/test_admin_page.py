@@ -42,6 +42,13 @@ async def test_the_status_page_shows_the_fleet_and_follows_a_drain(tmp_path: Pat
             " && root.rows[0].querySelector('[data-field=status]').textContent",
         )
         assert status == "active"
+        # the client's one link shows as one pinned connection, on the session's backend
+        pinned = await page.wait_for(
+            "#backends",
+            "[...root.rows].map(r => Number(r.querySelector('[data-field=connections]')"
+            ".textContent)).reduce((sum, n) => sum + n, 0) === 1",
+        )
+        assert pinned is True
 
         # an operator clicks "drain" on agent-2
         await page.evaluate(

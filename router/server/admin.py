@@ -6,7 +6,9 @@ client tokens are (:mod:`router.core.frontdoor`). The page at ``/admin/`` is sta
 data in it); its script asks the JSON endpoints, with the token the operator gives it.
 
 - ``GET /admin/backends``: each backend's id, url, weight, health, what an operator set
-  (ready, drain, maint), sessions attached through this router, last probe latency.
+  (ready, drain, maint), sessions attached through this router, client connections
+  holding a link to it, probe latency (the last
+  and a moving average, :mod:`router.core.latency`).
 - ``POST /admin/backends/{id}/drain|ready|maint``: see :func:`router.core.locate.decide`.
 - ``GET /admin/sessions``: sessions attached through this router, each with a fresh
   ``session/status`` from its backend (status and, from v2 agents, foreground state).
@@ -139,7 +141,8 @@ def _answer(answer: StatusAnswer | None) -> dict[str, Any]:
 
 def _backend(pool: Pool, backend: BackendId) -> dict[str, Any]:
     spec = pool.links[backend].spec
-    latency = pool.probe_seconds.get(backend)
+    last = pool.probe_seconds.get(backend)
+    average = pool.probe_average.get(backend)
     return {
         "id": backend,
         "url": spec.url,
@@ -148,8 +151,14 @@ def _backend(pool: Pool, backend: BackendId) -> dict[str, Any]:
         "admin": pool.admin_state(backend).value,
         "leaving": backend in pool.leaving,
         "attachedSessions": pool.attached.get(backend, 0),
-        "probeLatencyMs": None if latency is None else round(latency * 1000, 3),
+        "pinnedConnections": pool.pinned.get(backend, 0),
+        "probeLatencyMs": _milliseconds(last),
+        "probeLatencyAverageMs": _milliseconds(average),
     }
+
+
+def _milliseconds(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 3)
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:

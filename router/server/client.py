@@ -281,7 +281,10 @@ class ClientConnection:
             tls=self.pool.tls(backend),
         )
         self.links[backend] = link
-        self._spawn(self._run_link(link), f"link-{backend}")
+        task = self._spawn(self._run_link(link), f"link-{backend}")
+        # the task's end, however it ends (even cancelled before it ran), unpins
+        self.pool.pin(backend, 1)
+        task.add_done_callback(lambda _: self.pool.pin(backend, -1))
         return link
 
     async def _run_link(self, link: BackendLink) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import aiohttp
 
-from router.core import listing, membership
+from router.core import latency, listing, membership
 from router.core.health import BackendState, CameUp, Event, Health, transition
 from router.core.locate import AdminState, Located, LocationCache, Outcome, decide, pool_status
 from router.core.membership import Member, MembershipChange
@@ -94,6 +94,8 @@ class Pool:
         self.spread = Spread(settings.placement.decay_seconds, salt=uuid.uuid4().hex)
         #: session -> backend -> how many connections of this router have it attached there
         self.attachments: dict[SessionId, dict[BackendId, int]] = {}
+        #: backend -> how many client connections of this router hold a link to it
+        self.pinned: dict[BackendId, int] = {}
         self._inflight: dict[_LocateKey, asyncio.Task[Located]] = {}
         self._locate_slots = asyncio.Semaphore(MAX_CONCURRENT_LOCATES)
         self.ready_changed = asyncio.Event()
@@ -108,6 +110,8 @@ class Pool:
         self.admin: dict[BackendId, AdminState] = {}
         #: how long each backend's last probe took
         self.probe_seconds: dict[BackendId, float] = {}
+        #: their moving average (:mod:`router.core.latency`)
+        self.probe_average: dict[BackendId, float] = {}
         #: the address of backends that left, for client links still open to them
         self._retired: dict[BackendId, BackendSection] = {}
         self._controls: dict[BackendId, asyncio.Task[None]] = {}
@@ -225,6 +229,7 @@ class Pool:
         self.leaving.discard(backend)
         self.admin.pop(backend, None)
         self.probe_seconds.pop(backend, None)
+        self.probe_average.pop(backend, None)
         self.cache.forget_backend(backend)
         self._retired[backend] = link.spec
         while len(self._retired) > MAX_RETIRED:
@@ -359,6 +364,12 @@ class Pool:
     def in_maintenance(self) -> set[BackendId]:
         return {b for b, state in self.admin.items() if state is AdminState.MAINT}
 
+    def pin(self, backend: BackendId, delta: int) -> None:
+        """A client connection opened (+1) or ended (-1) its link to ``backend``."""
+        count = self.pinned[backend] = self.pinned.get(backend, 0) + delta
+        if count <= 0:
+            del self.pinned[backend]
+
     def record(self, changes: Iterable[Change]) -> None:
         """Count sessions attached to or detached from backends on some connection."""
         for change in changes:
@@ -423,7 +434,7 @@ class Pool:
         targets = [b for b in backends if self._can_ask(b, "status")]
         if not targets:
             return {}
-        return await fanout.probe(
+        answers = await fanout.probe(
             self.links,
             targets,
             session_id,
@@ -432,6 +443,12 @@ class Pool:
             timeout=self.settings.probe.timeout_ms / 1000,
             latency=self.probe_seconds,
         )
+        for backend in answers:
+            if backend in self.probe_seconds:  # not one removed while the round ran
+                self.probe_average[backend] = latency.smoothed(
+                    self.probe_average.get(backend), self.probe_seconds[backend]
+                )
+        return answers
 
     async def probe_many(
         self, backends: Iterable[BackendId], session_id: SessionId
