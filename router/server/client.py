@@ -83,6 +83,8 @@ class ClientConnection:
         )
         self.links: dict[BackendId, BackendLink] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        #: links opened ahead of a locate (:meth:`_open_ahead`) that no frame has used yet
+        self._unused: set[BackendId] = set()
 
     async def serve(self) -> None:
         try:
@@ -196,6 +198,7 @@ class ClientConnection:
     async def _send(self, backend: BackendId, text: str) -> None:
         """Queue ``text`` on the link to ``backend`` (opening it): never waits on the backend."""
         link = self.links.get(backend) or self._open_link(backend)
+        self._unused.discard(backend)
         self.metrics.count_frame(TO_BACKEND, text)
         if not link.offer(text):
             await self._lose(link, link.ended or "closed")
@@ -217,6 +220,11 @@ class ClientConnection:
         if duty is Duty.INITIALIZE:
             capabilities = self.gate.capabilities(self.pool.capabilities())
             await self._do(self.routes.answer(request.id, capabilities))
+            only = self.pool.only_backend()
+            if only is not None and only not in self.links:
+                # a pool of one: whatever this client does next goes there, so its link
+                # opens now rather than on its first frame (see _open_ahead)
+                self._open_link(only)
         elif duty in (Duty.PLACE, Duty.AUTHENTICATE):  # where a new session would go now
             try:
                 backend = self.pool.place_new()
@@ -234,7 +242,8 @@ class ClientConnection:
             self._spawn(self._answer(request.id, self.pool.list_sessions(request.params)), "list")
         else:  # LOCATE, LOCATE_DETACHED
             assert session_id is not None
-            self._spawn(self._locate(request, session_id), "locate")
+            guess = self._open_ahead(session_id)
+            self._spawn(self._locate(request, session_id, guess=guess), "locate")
 
     async def _answer(self, request_id: RequestId, work: Coroutine[Any, Any, Any]) -> None:
         try:
@@ -250,24 +259,65 @@ class ClientConnection:
         await self._release_held()
 
     async def _locate(
-        self, request: Request, session_id: SessionId, tried: tuple[BackendId, ...] = ()
+        self,
+        request: Request,
+        session_id: SessionId,
+        tried: tuple[BackendId, ...] = (),
+        *,
+        guess: BackendId | None = None,
     ) -> None:
         log_context.session.set(session_id)
         try:
-            located = await self.pool.locate(session_id, tried)
-        except JsonRpcError as exc:
-            await self._fail(request.id, exc)
-            return
-        except Exception:  # a request task's boundary: the client still gets one answer
-            logger.exception("locating %s failed inside the router", session_id)
-            await self._fail(request.id, InternalError())
-            return
-        if request.id in self.routes.calls:  # still wanted
-            if request.method in acp.ATTACHING:
-                self.metrics.resume_attempts.labels("retry" if tried else "first").inc()
-            await self._do(self.routes.forward(request.id, located.backend))
+            try:
+                located = await self.pool.locate(session_id, tried)
+            except JsonRpcError as exc:
+                await self._fail(request.id, exc)
+                return
+            except Exception:  # a request task's boundary: the client still gets one answer
+                logger.exception("locating %s failed inside the router", session_id)
+                await self._fail(request.id, InternalError())
+                return
+            if request.id in self.routes.calls:  # still wanted
+                if request.method in acp.ATTACHING:
+                    self.metrics.resume_attempts.labels("retry" if tried else "first").inc()
+                await self._do(self.routes.forward(request.id, located.backend))
+        finally:
+            if guess is not None:
+                self._drop_unused(guess)
 
     # -- backend links -------------------------------------------------------------------------------
+
+    def _open_ahead(self, session_id: SessionId) -> BackendId | None:
+        """Start opening the link a resume of ``session_id`` will most likely need
+        (:meth:`Pool.likely`) while the locate runs, instead of after it: a resume from a
+        fresh connection then costs max(locate, link opening) plus the forward, not their
+        sum (bench locate: the opening is ~60 % of such a resume at one backend).
+
+        Nothing is shared: the link is this connection's own, as if opened by its first
+        frame, and carries nothing until the core routes a frame there, so isolation
+        (no other client's frame on it) and order (its outbox is FIFO from the first
+        frame) are what they were. A wrong guess costs one link opened and closed
+        (:meth:`_drop_unused`). The backend it goes to, or None (no guess, or the link
+        is open already).
+        """
+        if self.routes.initialize is None:
+            return None
+        backend = self.pool.likely(session_id)
+        if backend is None or backend in self.links:
+            return None
+        self._open_link(backend)
+        self._unused.add(backend)
+        return backend
+
+    def _drop_unused(self, backend: BackendId) -> None:
+        """Close a link opened ahead that the locate did not need, quietly (nothing was
+        ever routed on it, so nothing is answered or withdrawn)."""
+        if backend not in self._unused:
+            return
+        self._unused.discard(backend)
+        link = self.links.pop(backend, None)
+        if link is not None:
+            link.close("opened ahead, not needed")
 
     def _open_link(self, backend: BackendId) -> BackendLink:
         settings = self.pool.settings.router

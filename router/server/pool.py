@@ -305,6 +305,32 @@ class Pool:
         """Backends that are up, in the session's rendezvous order."""
         return [b for b in self.ranking.rank(session_id) if self.health(b) is Health.UP]
 
+    def only_backend(self) -> BackendId | None:
+        """The pool's one backend, when it has one and it is up and open to sessions."""
+        if len(self.links) != 1:
+            return None
+        return self._open_to_sessions(next(iter(self.links)))
+
+    def _open_to_sessions(self, backend: BackendId) -> BackendId | None:
+        if self.health(backend) is not Health.UP or self.admin.get(backend) is AdminState.MAINT:
+            return None
+        return backend
+
+    def likely(self, session_id: SessionId) -> BackendId | None:
+        """Where a resume of ``session_id`` will most likely go, known without asking
+        anyone: a backend it is attached to here, else the hinted one, else the pool's
+        only backend; None when there is no such guess or it is not up and open to the
+        session (in maintenance)."""
+        where = self.attachments.get(session_id)
+        hint = self.cache.hint(session_id)
+        if where:
+            backend = next(iter(where))
+        elif hint is not None:
+            backend = hint.backend
+        else:
+            return self.only_backend()
+        return self._open_to_sessions(backend)
+
     def _can_ask(self, backend: BackendId, capability: str) -> bool:
         """Whether ``backend`` is in the pool and advertises ``capability``."""
         link = self.links.get(backend)
