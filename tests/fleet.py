@@ -51,6 +51,13 @@ class RouterUnderTest:
             while sum(self.pool.attached.values()):
                 await self.pool.attached_changed.wait()
 
+    async def wait_pinned(self, pinned: dict[str, int]) -> None:
+        """Wait until exactly the client connections in ``pinned`` hold links to each
+        backend (``Pool.pinned``)."""
+        async with asyncio.timeout(WAIT):
+            while self.pool.pinned != pinned:
+                await self.pool.pinned_changed.wait()
+
     async def wait_health(self, backend: str, health: Health) -> None:
         """Wait until ``backend`` is in ``health`` (the pool re-reads it on every event)."""
         async with asyncio.timeout(WAIT):

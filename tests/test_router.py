@@ -124,6 +124,9 @@ async def test_a_stale_hint_is_probed_then_the_pool_fanned_out(tmp_path: Path) -
                 await client.initialize()
                 assert (await resume(client, session_id)).get("result") == {}
                 assert await answered_by(client, session_id) == other.agent_id
+                # the link opened ahead to the hinted backend (a wrong guess) is closed;
+                # the connection keeps only the link it uses
+                await router.wait_pinned({other.agent_id: 1})
         assert router.metric("acp_router_locate_cache_requests_total", result="stale") == 1
         assert router.metric("acp_router_probe_fanout_size_sum") == 3
 

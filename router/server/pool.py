@@ -101,6 +101,8 @@ class Pool:
         self.ready_changed = asyncio.Event()
         #: pulsed whenever ``attached`` changes
         self.attached_changed = asyncio.Event()
+        #: pulsed whenever ``pinned`` changes
+        self.pinned_changed = asyncio.Event()
         #: the configured backends, and those each discovery source found
         self._static: tuple[BackendSection, ...] = tuple(settings.backends)
         self._discovered: dict[str, tuple[BackendSection, ...]] = {}
@@ -395,6 +397,8 @@ class Pool:
         count = self.pinned[backend] = self.pinned.get(backend, 0) + delta
         if count <= 0:
             del self.pinned[backend]
+        self.pinned_changed.set()
+        self.pinned_changed.clear()
 
     def record(self, changes: Iterable[Change]) -> None:
         """Count sessions attached to or detached from backends on some connection."""
