@@ -5,6 +5,7 @@ routing."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import signal
@@ -17,11 +18,19 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from router.core.health import Health
-from router.protocol.ids import BackendId
+from router.protocol.acp import ProbeResult
+from router.protocol.ids import BackendId, SessionId
 from router.server.app import RELOADER
 from router.server.reload import Refused, Reloaded
-from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
-from tests.support import AcpClient, AgentProcess, CliProcess, run_cli, text_chunks
+from tests.fleet import (
+    RouterUnderTest,
+    backends_of,
+    router_settings,
+    start_fleet,
+    start_router,
+    start_scripted,
+)
+from tests.support import WAIT, AcpClient, AgentProcess, CliProcess, run_cli, text_chunks
 
 LISTEN = 'listen = "127.0.0.1:0"'
 
@@ -349,3 +358,30 @@ async def test_post_admin_reload_is_the_same_reload_and_answers_its_outcome(
                 assert (reloads(samples, "ok"), reloads(samples, "refused")) == (1, 1)
             assert await serve.stop() == 0
         assert "Traceback" not in serve.stderr.text, serve.stderr.text
+
+
+async def test_a_backend_removed_while_its_probe_runs_leaves_no_latency_behind() -> None:
+    asked = asyncio.Event()
+
+    async def stalls(session_id: str) -> dict[str, Any] | None:
+        asked.set()
+        await asyncio.Event().wait()  # silent: still owed when the backend is removed
+        return None
+
+    async def knows(session_id: str) -> dict[str, Any] | None:
+        return {"status": "inactive"}
+
+    async with (
+        start_scripted("slow", stalls) as slow,
+        start_scripted("fast", knows) as fast,
+        start_router([("slow", slow.url), ("fast", fast.url)]) as router,
+    ):
+        pool = router.pool
+        probing = asyncio.create_task(
+            pool.probe_answers([BackendId("slow"), BackendId("fast")], SessionId("sess_x"))
+        )
+        await asyncio.wait_for(asked.wait(), WAIT)
+        pool.set_static(router_settings([("fast", fast.url)]))
+        answers = await asyncio.wait_for(probing, WAIT)
+        assert answers[BackendId("fast")].result is ProbeResult.INACTIVE
+        assert set(pool.probe_seconds) == set(pool.probe_average) == {"fast"}

@@ -37,15 +37,15 @@ class Fanout:
         aliases: Mapping[str, ProbeResult],
         metrics: Metrics,
         expected: int,
-        latency: dict[BackendId, float],
     ) -> None:
         self.session_id = session_id
         self._aliases = aliases
         self._metrics = metrics
-        self._latency = latency
         self._started = time.perf_counter()
         self._missing = expected
         self.answers: dict[BackendId, acp.StatusAnswer] = {}
+        #: how long each backend took to answer (or to be given up on)
+        self.elapsed: dict[BackendId, float] = {}
         self.complete: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         if expected == 0:
             self.complete.set_result(None)
@@ -71,8 +71,7 @@ class Fanout:
 
     def _count(self, backend: BackendId, answer: acp.StatusAnswer) -> None:
         self.answers[backend] = answer
-        elapsed = time.perf_counter() - self._started
-        self._latency[backend] = elapsed
+        elapsed = self.elapsed[backend] = time.perf_counter() - self._started
         self._metrics.probe_duration.labels(backend).observe(elapsed)
         self._metrics.probes.labels(backend, answer.result.value).inc()
 
@@ -85,11 +84,10 @@ async def probe(
     aliases: Mapping[str, ProbeResult],
     metrics: Metrics,
     timeout: float,
-    latency: dict[BackendId, float],
-) -> dict[BackendId, acp.StatusAnswer]:
+) -> Fanout:
     """Ask every backend in ``targets`` for ``session_id``'s status; one deadline for all.
-    Each one's probe time goes into ``latency`` (the pool's last probe time per backend)."""
-    fanout = Fanout(session_id, aliases, metrics, len(targets), latency)
+    The round, with every target's answer and probe time."""
+    fanout = Fanout(session_id, aliases, metrics, len(targets))
     encode = RequestTemplate.of(acp.SESSION_STATUS, {"sessionId": session_id}).encode
     sent: list[tuple[ControlLink, int]] = []
     for backend in targets:
@@ -107,4 +105,4 @@ async def probe(
         for link, request_id in sent:
             link.withdraw(request_id)
         fanout.expire(targets)
-    return fanout.answers
+    return fanout

@@ -464,21 +464,21 @@ class Pool:
         targets = [b for b in backends if self._can_ask(b, "status")]
         if not targets:
             return {}
-        answers = await fanout.probe(
+        round_ = await fanout.probe(
             self.links,
             targets,
             session_id,
             aliases=self.aliases,
             metrics=self.metrics,
             timeout=self.settings.probe.timeout_ms / 1000,
-            latency=self.probe_seconds,
         )
-        for backend in answers:
-            if backend in self.probe_seconds:  # not one removed while the round ran
+        for backend, seconds in round_.elapsed.items():
+            if backend in self.links:  # not one removed while the round ran
+                self.probe_seconds[backend] = seconds
                 self.probe_average[backend] = latency.smoothed(
-                    self.probe_average.get(backend), self.probe_seconds[backend]
+                    self.probe_average.get(backend), seconds
                 )
-        return answers
+        return round_.answers
 
     async def probe_many(
         self, backends: Iterable[BackendId], session_id: SessionId
