@@ -24,7 +24,7 @@ from aiohttp.log import access_logger
 from router.core.frontdoor import Admitted, DoorPolicy
 from router.core.ownership import SessionSeal
 from router.core.quotas import ConnectionCounts
-from router.server import log_context
+from router.server import log_context, websocket
 from router.server.admin import Admin
 from router.server.auth import TokenSource, session_secret
 from router.server.client import ClientConnection
@@ -36,6 +36,7 @@ from router.server.pool import Pool
 from router.server.reload import Reloader
 from router.server.shutdown import StopSignals, close_spread, reloading_on_hangup, wait_unless
 from router.server.tls import backend_context, server_context
+from router.server.websocket import WebSocketChannel
 
 logger = logging.getLogger(__name__)
 
@@ -45,15 +46,15 @@ POOL = web.AppKey("pool", Pool)
 HTTP = web.AppKey("http", aiohttp.ClientSession)
 
 
-class OpenSockets(set[web.WebSocketResponse]):
-    """The client WebSockets open now (closed with 1012 on shutdown)."""
+class OpenClients(set[ClientConnection]):
+    """The client connections open now, on any transport (closed with 1012 on shutdown)."""
 
 
 class Draining(asyncio.Event):
     """Set once the router is stopping: /readyz says 503 and new clients are refused."""
 
 
-SOCKETS = web.AppKey("sockets", OpenSockets)
+CLIENTS = web.AppKey("clients", OpenClients)
 DRAINING = web.AppKey("draining", Draining)
 DOOR = web.AppKey("door", DoorPolicy)
 #: the client tokens, re-readable
@@ -83,7 +84,7 @@ def create_app(
     app[SETTINGS] = settings
     app[METRICS] = metrics or Metrics()
     app[METRICS].max_connections.set(settings.router.max_connections)
-    app[SOCKETS] = OpenSockets()
+    app[CLIENTS] = OpenClients()
     app[DRAINING] = Draining()
     app[DOOR] = DoorPolicy.of(settings.router.allowed_origins)
     app[TOKENS] = TokenSource(settings.auth)
@@ -138,8 +139,8 @@ async def _pool_context(app: web.Application) -> AsyncIterator[None]:
 
 async def _close_clients(app: web.Application) -> None:
     # Whoever is still connected at cleanup (the stop sequence closed the others).
-    open_sockets: OpenSockets = app[SOCKETS]
-    await close_spread(list(open_sockets), 0.0, asyncio.Event())
+    open_clients: OpenClients = app[CLIENTS]
+    await close_spread(list(open_clients), 0.0, asyncio.Event())
 
 
 async def _acp(request: web.Request) -> web.StreamResponse:
@@ -185,8 +186,8 @@ async def _serve_client(
     request: web.Request, admission: Admitted, address: str
 ) -> web.StreamResponse:
     app = request.app
-    metrics, sockets = app[METRICS], app[SOCKETS]
-    if len(sockets) >= app[SETTINGS].router.max_connections:
+    metrics, clients = app[METRICS], app[CLIENTS]
+    if len(clients) >= app[SETTINGS].router.max_connections:
         metrics.connections.labels("rejected").inc()
         return web.Response(status=503, text="too many connections\n")
     settings = app[SETTINGS].router
@@ -204,16 +205,17 @@ async def _serve_client(
     await ws.prepare(request)
     metrics.connections.labels("accepted").inc()
     metrics.active_connections.inc()
-    sockets.add(ws)
+    log_context.new_connection()
+    gate = app[GATEKEEPER].gate(address, admission.principal)
+    connection = ClientConnection(WebSocketChannel(ws), app[POOL], app[HTTP], gate)
+    clients.add(connection)
     try:
-        log_context.new_connection()
-        gate = app[GATEKEEPER].gate(address, admission.principal)
-        await ClientConnection(ws, app[POOL], app[HTTP], gate).serve()
+        await websocket.pump(ws, connection)
     except Exception:  # the one boundary catch of a connection: log it, close 1011
         logger.exception("client connection failed")
         await ws.close(code=aiohttp.WSCloseCode.INTERNAL_ERROR)
     finally:
-        sockets.discard(ws)
+        clients.discard(connection)
         metrics.active_connections.dec()
     return ws
 
@@ -274,9 +276,9 @@ async def serve(
             await signals.stop.wait()
             sys.stdout.flush()
             await drain(app, settings.router.drain_seconds, signals.hurry)
-            open_sockets: OpenSockets = app[SOCKETS]
             spread = settings.router.close_spread_seconds
-            await close_spread(list(open_sockets), spread, signals.hurry)
+            open_clients: OpenClients = app[CLIENTS]
+            await close_spread(list(open_clients), spread, signals.hurry)
 
 
 async def _serve_metrics(

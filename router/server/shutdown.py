@@ -16,9 +16,9 @@ import contextlib
 import logging
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Protocol
 
 import aiohttp
-from aiohttp import web
 
 from router.tasks import cancel_and_wait
 
@@ -101,23 +101,27 @@ async def wait_unless(hurry: asyncio.Event, seconds: float) -> bool:
     return hurry.is_set()
 
 
-async def close_restart(ws: web.WebSocketResponse) -> None:
+class Closable(Protocol):
+    """A client connection, on any transport."""
+
+    async def shut(self, code: int, reason: str) -> None: ...
+
+
+async def close_restart(client: Closable) -> None:
     """Close one client with 1012 (service restart)."""
-    await ws.close(code=aiohttp.WSCloseCode.SERVICE_RESTART, message=b"router shutting down")
+    await client.shut(aiohttp.WSCloseCode.SERVICE_RESTART, "router shutting down")
 
 
-async def close_spread(
-    sockets: Sequence[web.WebSocketResponse], window: float, hurry: asyncio.Event
-) -> None:
-    """Close ``sockets`` one at a time, evenly over ``window`` seconds (all at once when
+async def close_spread(clients: Sequence[Closable], window: float, hurry: asyncio.Event) -> None:
+    """Close ``clients`` one at a time, evenly over ``window`` seconds (all at once when
     ``hurry`` is set), and wait for the closing handshakes."""
-    gap = window / len(sockets) if sockets else 0.0
+    gap = window / len(clients) if clients else 0.0
     closing: list[asyncio.Task[None]] = []
     try:
-        for index, ws in enumerate(sockets):
+        for index, client in enumerate(clients):
             if index:
                 await wait_unless(hurry, gap)
-            closing.append(asyncio.create_task(close_restart(ws), name="close-client"))
+            closing.append(asyncio.create_task(close_restart(client), name="close-client"))
         await asyncio.gather(*closing, return_exceptions=True)
     finally:
         for task in closing:
