@@ -48,15 +48,15 @@ class RouterUnderTest:
     async def wait_detached(self) -> None:
         """Wait until no session is attached on any connection (the clients have left)."""
         async with asyncio.timeout(WAIT):
-            while sum(self.pool.attached.values()):
-                await self.pool.attached_changed.wait()
+            while sum(self.pool.directory.attached.values()):
+                await self.pool.directory.attached_changed.wait()
 
     async def wait_pinned(self, pinned: dict[str, int]) -> None:
         """Wait until exactly the client connections in ``pinned`` hold links to each
         backend (``Pool.pinned``)."""
         async with asyncio.timeout(WAIT):
-            while self.pool.pinned != pinned:
-                await self.pool.pinned_changed.wait()
+            while self.pool.directory.pinned != pinned:
+                await self.pool.directory.pinned_changed.wait()
 
     async def wait_health(self, backend: str, health: Health) -> None:
         """Wait until ``backend`` is in ``health`` (the pool re-reads it on every event)."""

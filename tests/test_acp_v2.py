@@ -75,7 +75,9 @@ async def test_a_child_session_announced_by_its_parent_is_routed_to_the_parents_
                 await client.request("session/resume", {"sessionId": "sess_p", "cwd": CWD})
                 prompted = await client.prompt("sess_child", "hi")
                 assert prompted.get("result") == {}, prompted
-                assert router.pool.attached[BackendId("b")] == 2  # the parent and its child
+                assert (
+                    router.pool.directory.attached[BackendId("b")] == 2
+                )  # the parent and its child
                 await client.notify("session/cancel", {"sessionId": "sess_child"})
                 await client.status("sess_p")  # a round trip: the cancel went before it
             assert asked(parent_backend, "session/prompt") == ["sess_child"]

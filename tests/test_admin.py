@@ -146,7 +146,7 @@ async def test_where_a_session_is_comes_from_a_fresh_probe_and_attaches_nothing(
         assert where["backends"][holder] == {"status": "active"}
         after = router.metric("acp_router_probes_total", backend=holder, result="active")
         assert after == probes_before + 1
-        assert sum(router.pool.attached.values()) == 0
+        assert sum(router.pool.directory.attached.values()) == 0
         unknown = await admin(http, router, "GET", "sessions/sess_nobody")
         assert unknown["active"] == []
         assert {v["status"] for v in unknown["backends"].values()} == {"not_found"}

@@ -50,7 +50,7 @@ async def agent_at(
 def discovery_toml(dns: DnsServer, port: int) -> str:
     return (
         '[router]\nlisten = "127.0.0.1:0"\n'
-        "[control]\nreconnect_initial_ms = 20\nreconnect_max_ms = 200\n"
+        "[control]\nreconnect_initial_ms = 20\nreconnect_max_ms = 200\ndown_grace_ms = 1000\n"
         f'[[discovery]]\ndns = "{NAME}"\nport = {port}\n'
         f'nameserver = "127.0.0.1:{dns.port}"\ninterval_seconds = 0.1\ntimeout_ms = 300\n'
     )
@@ -137,7 +137,8 @@ async def test_instances_join_and_leave_as_dns_answers_change(tmp_path: Path) ->
                 assert await answered_by(during, await during.new_session()) != "agent-1"
             dns.silent = False
 
-            # once agent-1 is gone (its process exited: the reconnect is refused), it is out
+            # once agent-1 is gone (its process exited, and nothing reached it for the grace),
+            # it is out
             seen = len(serve.stderr.lines)
             await agents[1].stop()
             await serve.wait_for_log("backend agent-1 left DNS and is gone", start=seen)

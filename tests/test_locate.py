@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
 
-from router.core.locate import Located, LocationCache, Outcome, UnknownPolicy, decide, pool_status
+from router.core.health import Health
+from router.core.hints import Hint, LocationCache
+from router.core.locate import (
+    AdminState,
+    Ask,
+    Candidate,
+    Located,
+    LocateRound,
+    Outcome,
+    Snapshot,
+    Stage,
+    StatusRound,
+    UnknownPolicy,
+    decide as decide_snapshot,
+    evidence,
+    pool_status,
+)
 from router.protocol.acp import ProbeResult, StatusAnswer, classify_status, read_status
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
+from router.protocol.ids import BackendId, SessionId
 from router.protocol.jsonrpc import ErrorObject, Response
 
 ACTIVE = ProbeResult.ACTIVE
@@ -18,6 +35,38 @@ NOT_FOUND = ProbeResult.NOT_FOUND
 UNKNOWN = ProbeResult.UNKNOWN
 
 ORDER = ("a", "b", "c")
+
+
+def decide(
+    order: Sequence[str],
+    answers: Mapping[str, ProbeResult],
+    policy: UnknownPolicy = UnknownPolicy.FAIL_CLOSED,
+    *,
+    session_id: str,
+    unreachable: Sequence[str] = (),
+    remembered: str | None = None,
+    tried: Sequence[str] = (),
+    draining: Sequence[str] = (),
+    maintenance: Sequence[str] = (),
+) -> Located:
+    """:func:`router.core.locate.decide` over a snapshot made of the pieces: ``order`` are
+    the backends up (those in ``answers`` were probed; the rest cannot be), then the
+    ``unreachable`` ones (down, not gone)."""
+
+    def admin(backend: str) -> AdminState:
+        if backend in maintenance:
+            return AdminState.MAINT
+        return AdminState.DRAIN if backend in draining else AdminState.READY
+
+    candidates = [
+        Candidate(BackendId(b), Health.UP, has_status=b in answers, admin=admin(b)) for b in order
+    ]
+    candidates += [Candidate(BackendId(b), Health.UNKNOWN, admin=admin(b)) for b in unreachable]
+    hint = Hint(BackendId(remembered)) if remembered is not None else None
+    snapshot = Snapshot(
+        SessionId(session_id), tuple(candidates), hint, policy, tuple(map(BackendId, tried))
+    )
+    return decide_snapshot(snapshot, {BackendId(b): r for b, r in answers.items()})
 
 
 def _decide(
@@ -160,6 +209,137 @@ def test_empty_order_is_no_backend_available() -> None:
     error = caught.value.to_error()
     assert error["code"] == -32011
     assert error["data"] == {"sessionId": "s1", "retryable": True}
+
+
+# -- evidence: a backend's answer, else an attachment through this router -------------------------
+
+
+def _snapshot(*candidates: Candidate, hint: Hint | None = None) -> Snapshot:
+    return Snapshot(SessionId("s1"), candidates, hint)
+
+
+def _up(name: str, **more: Any) -> Candidate:
+    return Candidate(BackendId(name), Health.UP, **more)
+
+
+def test_a_backends_own_answer_wins_over_an_attachment_here() -> None:
+    attached = _up("a", attached=True)
+    assert evidence(attached, INACTIVE) is INACTIVE
+    assert evidence(attached, NOT_FOUND) is NOT_FOUND
+    assert evidence(attached, ACTIVE) is ACTIVE
+    # where it could not answer, the attachment is the evidence
+    assert evidence(attached, UNKNOWN) is ACTIVE
+    assert evidence(attached, None) is ACTIVE
+    assert evidence(_up("a"), UNKNOWN) is UNKNOWN
+    assert evidence(_up("a"), None) is None  # up, cannot be asked: blind
+
+
+def test_a_live_client_link_keeps_a_refusing_backend_the_sessions_home() -> None:
+    # The control link is refused (a proxy in front of a live agent), but a client link of
+    # this router still carries the session there: it is active there, never elsewhere.
+    holder = Candidate(BackendId("a"), Health.UNKNOWN, attached=True)
+    snapshot = _snapshot(holder, _up("b"), _up("c"))
+    located = decide_snapshot(snapshot, {BackendId("b"): INACTIVE, BackendId("c"): NOT_FOUND})
+    assert located == Located("a", Outcome.ACTIVE)
+    # without the attachment it is unknown, and the resume fails closed
+    unknown = _snapshot(Candidate(BackendId("a"), Health.UNKNOWN), _up("b"), _up("c"))
+    with pytest.raises(LocateInconclusive):
+        decide_snapshot(unknown, {BackendId("b"): INACTIVE, BackendId("c"): NOT_FOUND})
+
+
+def test_a_gone_backend_is_not_in_the_pool() -> None:
+    snapshot = _snapshot(Candidate(BackendId("a"), Health.GONE, attached=True), _up("b"))
+    assert decide_snapshot(snapshot, {BackendId("b"): INACTIVE}) == Located("b", Outcome.INACTIVE)
+
+
+# -- a locate round: the hint first, then the pool ------------------------------------------------
+
+
+def _round(snapshot: Snapshot, now: float = 100.0) -> LocateRound:
+    return LocateRound(snapshot, now=now, verify_after=5.0)
+
+
+def test_a_round_with_no_hint_asks_every_backend_that_can_be_asked() -> None:
+    snapshot = _snapshot(_up("a"), _up("b", has_status=False), _up("c"))
+    round_ = _round(snapshot)
+    assert round_.start() == Ask((BackendId("a"), BackendId("c")))
+    located = round_.hear({BackendId("a"): NOT_FOUND, BackendId("c"): ACTIVE})
+    assert located == Located("c", Outcome.ACTIVE)
+    assert (round_.stage, round_.probes, round_.checked) == (Stage.MISS, 2, 100.0)
+
+
+def test_a_confirmed_hint_that_says_active_is_trusted_alone() -> None:
+    hint = Hint(BackendId("b"), checked=97.0)
+    round_ = _round(_snapshot(_up("a"), _up("b"), _up("c"), hint=hint))
+    assert round_.start() == Ask((BackendId("b"),))
+    assert round_.hear({BackendId("b"): ACTIVE}) == Located("b", Outcome.ACTIVE)
+    assert (round_.stage, round_.probes, round_.checked) == (Stage.HIT, 1, 97.0)
+
+
+def test_an_old_confirmation_makes_the_round_ask_the_rest_and_see_a_split() -> None:
+    hint = Hint(BackendId("b"), checked=90.0)
+    round_ = _round(_snapshot(_up("a"), _up("b"), _up("c"), hint=hint))
+    round_.start()
+    assert round_.hear({BackendId("b"): ACTIVE}) == Ask((BackendId("a"), BackendId("c")))
+    located = round_.hear({BackendId("a"): ACTIVE, BackendId("c"): INACTIVE})
+    assert located == Located("a", Outcome.ACTIVE, ("a", "b"))
+    assert (round_.stage, round_.checked) == (Stage.VERIFY, 100.0)
+
+
+def test_a_stale_hint_asks_the_rest() -> None:
+    round_ = _round(_snapshot(_up("a"), _up("b"), hint=Hint(BackendId("b"), checked=99.0)))
+    round_.start()
+    assert round_.hear({BackendId("b"): NOT_FOUND}) == Ask((BackendId("a"),))
+    assert round_.hear({BackendId("a"): INACTIVE}) == Located("a", Outcome.INACTIVE)
+    assert (round_.stage, round_.checked) == (Stage.STALE, None)
+
+
+def test_a_hint_to_a_backend_that_cannot_be_asked_is_remembered_not_probed() -> None:
+    hint = Hint(BackendId("b"), lasting=True)
+    round_ = _round(_snapshot(_up("a"), _up("b", has_status=False), hint=hint))
+    assert round_.start() == Ask((BackendId("a"),))
+    assert round_.hear({BackendId("a"): NOT_FOUND}) == Located("b", Outcome.REMEMBERED)
+
+
+def test_a_hint_in_maintenance_or_down_is_not_asked_first() -> None:
+    maint = _up("b", admin=AdminState.MAINT)
+    round_ = _round(_snapshot(_up("a"), maint, hint=Hint(BackendId("b"), checked=99.0)))
+    assert round_.start() == Ask((BackendId("a"), BackendId("b")))
+    down = Candidate(BackendId("b"), Health.UNKNOWN)
+    round_ = _round(_snapshot(_up("a"), down, hint=Hint(BackendId("b"), checked=99.0)))
+    assert round_.start() == Ask((BackendId("a"),))
+
+
+# -- the router's session/status --------------------------------------------------------------------
+
+
+def test_status_asks_where_it_is_attached_first() -> None:
+    round_ = StatusRound(_snapshot(_up("a"), _up("b", attached=True), _up("c")))
+    assert round_.start() == Ask((BackendId("b"),))
+    running = {"state": "running"}
+    answer = round_.hear({BackendId("b"): StatusAnswer(ACTIVE, running)})
+    assert answer == {"status": "active", "state": running}
+
+
+def test_status_of_a_session_its_backend_no_longer_has_is_the_pools_answer() -> None:
+    # closed elsewhere: the backend it is attached to says inactive, and that answer wins
+    round_ = StatusRound(_snapshot(_up("a"), _up("b", attached=True)))
+    round_.start()
+    assert round_.hear({BackendId("b"): StatusAnswer(INACTIVE)}) == Ask((BackendId("a"),))
+    assert round_.hear({BackendId("a"): StatusAnswer(NOT_FOUND)}) == {"status": "inactive"}
+
+
+def test_status_where_no_backend_can_say_is_the_attachment() -> None:
+    round_ = StatusRound(_snapshot(_up("a", has_status=False, attached=True)))
+    assert round_.start() == {"status": "active"}
+    silent = StatusRound(_snapshot(_up("a", attached=True)))
+    silent.start()
+    assert silent.hear({BackendId("a"): StatusAnswer(UNKNOWN)}) == {"status": "active"}
+
+
+def test_status_with_nothing_up_and_nothing_attached_is_no_backend() -> None:
+    with pytest.raises(NoBackendAvailable):
+        StatusRound(_snapshot(Candidate(BackendId("a"), Health.UNKNOWN))).start()
 
 
 # -- backends an operator took out (drain, maintenance) -------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 
 from router.core import placement
 from router.core.placement import Node, Ranking, Spread
-from router.protocol.ids import BackendId
+from router.protocol.ids import BackendId, SessionId
 
 KEYS = [f"sess-{n}" for n in range(4000)]
 WEIGHTS = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 4.0}
@@ -244,3 +244,72 @@ def test_no_candidate_places_nothing() -> None:
 def test_half_life_must_be_positive_and_finite(half_life: float) -> None:
     with pytest.raises(ValueError, match="half-life"):
         Spread(half_life)
+
+
+# -- each session counts once ---------------------------------------------------------------------
+
+S = [SessionId(f"s{n}") for n in range(12)]
+
+
+def test_a_session_counts_once_however_often_it_was_placed_resumed_or_attached() -> None:
+    # created on a, its client leaves, another client resumes it, and leaves: one session.
+    # On the old rule it weighed three on a, and 12 one-session clients landed 5/5/2.
+    spread = Spread(300.0, salt="x")
+    a = BackendId("a")
+    attached: dict[BackendId, int] = {}
+    assert spread.place([Node(a)], attached, now=0.0) == a
+    assert spread.recent(a, 0.0) == 1.0  # the placement, until its session attaches
+    spread.created(a, now=0.0)
+    attached = {a: 1}
+    spread.attached(S[0], now=0.0)
+    assert attached[a] + spread.recent(a, 0.0) == 1.0
+    attached = {}
+    spread.detached(S[0], a, now=1.0)  # the agent keeps it: it fades from now
+    assert spread.recent(a, 1.0) == 1.0
+    spread.attached(S[0], now=2.0)  # resumed elsewhere on this replica... or here
+    attached = {a: 1}
+    assert attached[a] + spread.recent(a, 2.0) == pytest.approx(1.0)
+    spread.detached(S[0], a, now=3.0)
+    assert spread.recent(a, 3.0) == pytest.approx(1.0)
+    spread.released(S[0], now=4.0)  # closed: it weighs nothing
+    assert spread.recent(a, 4.0) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_twelve_one_session_clients_after_earlier_traffic_spread_evenly() -> None:
+    spread = Spread(300.0, salt="replica-1")
+    earlier = spread.place(EQUAL, NOBODY, now=0.0)
+    assert earlier is not None
+    spread.created(earlier, now=0.0)
+    spread.attached(S[0], now=0.0)
+    spread.detached(S[0], earlier, now=1.0)
+    spread.attached(S[0], now=2.0)  # resumed by another client
+    spread.detached(S[0], earlier, now=3.0)
+    placed: list[BackendId] = []
+    for n in range(1, 13):
+        backend = spread.place(EQUAL, NOBODY, now=10.0 + n)
+        assert backend is not None
+        spread.created(backend, now=10.0 + n)
+        spread.attached(S[n % 12], now=10.0 + n)
+        spread.detached(S[n % 12], backend, now=10.5 + n)
+        placed.append(backend)
+    # the earlier session counts once: 4/4/4 give or take that one
+    assert all(3 <= c <= 5 for c in Counter(placed).values()), Counter(placed)
+    assert Counter(placed)[earlier] <= 4
+
+
+def test_let_go_sessions_are_bounded() -> None:
+    spread = Spread(300.0, max_sessions=2)
+    a = BackendId("a")
+    for n in range(4):
+        spread.detached(S[n], a, now=0.0)
+    assert spread.recent(a, 0.0) == pytest.approx(2.0)
+
+
+def test_a_backend_that_left_carries_nothing() -> None:
+    spread = Spread(300.0)
+    a = BackendId("a")
+    spread.detached(S[0], a, now=0.0)
+    spread.forget_backend(a)
+    assert spread.recent(a, 0.0) == 0.0
+    spread.attached(S[0], now=1.0)  # nothing left to take back
+    assert spread.recent(a, 1.0) == 0.0

@@ -243,7 +243,7 @@ async def test_a_removed_backend_keeps_its_attached_sessions_until_they_end(tmp_
                 status = await client.request("session/status", {"sessionId": owners["agent-1"]})
                 assert status["result"] == {"status": "active"}, status
             await router.wait_detached()
-            assert gone not in router.pool.attached
+            assert gone not in router.pool.directory.attached
             samples = router.metrics.registry.get_sample_value(
                 "acp_router_attached_sessions", {"backend": "agent-1"}
             )

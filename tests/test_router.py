@@ -450,7 +450,11 @@ async def test_agent_requests_with_the_same_id_from_two_backends(tmp_path: Path)
 async def test_a_dead_instance_fails_its_requests_at_once_and_leaves_the_pool(
     tmp_path: Path,
 ) -> None:
-    async with start_fleet(tmp_path, 2) as agents, start_router(backends_of(agents)) as router:
+    grace = {"down_grace_ms": 2000}
+    async with (
+        start_fleet(tmp_path, 2) as agents,
+        start_router(backends_of(agents), control=grace) as router,
+    ):
         async with AcpClient.connect(router.url) as client:
             await client.initialize()
             session_id = await client.new_session(CWD)
@@ -465,7 +469,9 @@ async def test_a_dead_instance_fails_its_requests_at_once_and_leaves_the_pool(
             assert failed["error"]["data"]["retryable"] is True
             await router.wait_backends(1)
             assert router.metric("acp_router_backend_up", backend=owner) == 0
-            # its reconnect is refused: nothing listens, so it holds nothing any more
+            # a refused reconnect is not enough: only once no link has reached it for the
+            # grace does it count as holding nothing any more
+            assert router.pool.health(BackendId(owner)) is Health.UNKNOWN
             await router.wait_health(owner, Health.GONE)
 
             # the store is shared: the session resumes on the survivor

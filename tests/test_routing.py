@@ -16,22 +16,23 @@ import orjson
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from router.core.routes import (
+from router.core.actions import (
     Action,
     Attach,
     Broadcast,
     Change,
-    ClientRoutes,
+    CloseLink,
     Deliver,
     Drop,
     Duty,
     Handle,
     Held,
-    Limits,
+    OpenLink,
     Relocate,
     Reply,
     Send,
 )
+from router.core.routes import ClientRoutes, Limits
 from router.protocol import acp
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable
 from router.protocol.ids import BackendId, SessionId
@@ -118,7 +119,7 @@ class Client:
         self.routes.forward(request_id, backend)
         delivered = self.backend(backend, result(request_id, sid(session_id)))
         assert isinstance(delivered, Deliver)
-        assert self.routes.sessions[session_id] == backend
+        assert self.routes.attached()[session_id] == backend
 
 
 def reply(action: Action) -> dict[str, Any]:
@@ -281,7 +282,7 @@ def test_session_new_is_placed_then_forwarded_verbatim_and_attached() -> None:
     assert delivered.settled is not None
     assert delivered.settled.call.request.id == 1
     assert delivered.settled.learned == "s1"
-    assert client.routes.sessions == {"s1": "b"}
+    assert client.routes.attached() == {"s1": "b"}
     assert client.attach_log == [("b", 1)]
     assert client.routes.unanswered() == []
 
@@ -292,7 +293,7 @@ def test_a_forked_session_is_attached_where_its_parent_lives() -> None:
     text = request(2, "session/fork", sid("parent", cwd="/w"))
     assert client.send(text) == Send("b", text)
     assert isinstance(client.backend("b", result(2, sid("child"))), Deliver)
-    assert client.routes.sessions == {"parent": "b", "child": "b"}
+    assert client.routes.attached() == {"parent": "b", "child": "b"}
     prompt = request(3, "session/prompt", sid("child", prompt=[]))
     assert client.send(prompt) == Send("b", prompt)
 
@@ -305,7 +306,7 @@ def test_failed_session_new_attaches_nothing() -> None:
     assert isinstance(client.send(request(2, "session/new", new_params())), Handle)
     client.routes.forward(2, "a")
     assert isinstance(client.backend("a", result(2, {"noSessionId": True})), Deliver)
-    assert client.routes.sessions == {}
+    assert client.routes.attached() == {}
     assert client.attach_log == []
 
 
@@ -366,7 +367,7 @@ def test_resume_of_an_unattached_session_is_located_then_attached(method: str) -
     assert action == Handle(Duty.LOCATE, as_request(text), "s9")
     assert client.routes.forward(5, "c") == Send("c", text)
     assert isinstance(client.backend("c", result(5, {})), Deliver)
-    assert client.routes.sessions == {"s9": "c"}
+    assert client.routes.attached() == {"s9": "c"}
     assert client.attach_log == [("c", 1)]
 
 
@@ -397,7 +398,7 @@ def test_resume_not_found_relocates_until_the_attempts_run_out() -> None:
     assert isinstance(delivered, Deliver)
     assert delivered.text == third
     assert client.routes.unanswered() == []
-    assert client.routes.sessions == {}
+    assert client.routes.attached() == {}
 
 
 def test_a_retried_resume_attaches_where_it_lands() -> None:
@@ -408,7 +409,7 @@ def test_a_retried_resume_attaches_where_it_lands() -> None:
     client.routes.forward(5, "b")
     delivered = client.backend("b", result(5, {}))
     assert isinstance(delivered, Deliver)
-    assert client.routes.sessions == {"s9": "b"}
+    assert client.routes.attached() == {"s9": "b"}
 
 
 def test_resume_other_errors_are_delivered_without_relocating() -> None:
@@ -416,7 +417,7 @@ def test_resume_other_errors_are_delivered_without_relocating() -> None:
     client.send(request(5, "session/load", sid("s9")))
     client.routes.forward(5, "a")
     assert isinstance(client.backend("a", error(5, -32603)), Deliver)
-    assert client.routes.sessions == {}
+    assert client.routes.attached() == {}
 
 
 def test_resume_attaches_a_session_that_moved_and_detaches_it_from_the_old_backend() -> None:
@@ -427,7 +428,7 @@ def test_resume_attaches_a_session_that_moved_and_detaches_it_from_the_old_backe
     assert isinstance(relocate, Relocate)
     client.routes.forward(2, "b")
     client.backend("b", result(2, {}))
-    assert client.routes.sessions == {"s1": "b"}
+    assert client.routes.attached() == {"s1": "b"}
     assert client.attach_log == [("a", 1), ("a", -1), ("b", 1)]
 
 
@@ -438,7 +439,7 @@ def test_close_of_an_unattached_session_is_located_but_not_attached() -> None:
     assert action == Handle(Duty.LOCATE_DETACHED, as_request(text), "s7")
     assert client.routes.forward(6, "a") == Send("a", text)
     assert isinstance(client.backend("a", result(6, {})), Deliver)
-    assert client.routes.sessions == {}
+    assert client.routes.attached() == {}
     assert client.attach_log == []
 
 
@@ -447,11 +448,11 @@ def test_close_of_an_attached_session_detaches_it_on_success() -> None:
     client.new_session(1, "a", "s1")
     client.send(request(2, "session/close", sid("s1")))
     assert isinstance(client.backend("a", error(2, -32603)), Deliver)
-    assert client.routes.sessions == {"s1": "a"}  # failed: still attached
+    assert client.routes.attached() == {"s1": "a"}  # failed: still attached
     text = request(3, "session/close", sid("s1"))
     assert client.send(text) == Send("a", text)
     assert isinstance(client.backend("a", result(3, {})), Deliver)
-    assert client.routes.sessions == {}
+    assert client.routes.attached() == {}
     assert client.attach_log == [("a", 1), ("a", -1)]
 
 
@@ -661,7 +662,7 @@ def test_backend_lost_answers_its_calls_once_and_detaches_its_sessions() -> None
         assert reply(r)["error"]["code"] == -32013
         assert reply(r)["error"]["data"] == {"backend": "a", "retryable": True}
     assert sorted(client.attach_log) == [("a", -1), ("a", -1)]
-    assert client.routes.sessions == {"s3": "b"}
+    assert client.routes.attached() == {"s3": "b"}
     assert sorted(client.routes.unanswered(), key=repr) == ["x", 11]
     assert client.lost("a") == ()  # nothing twice
     assert isinstance(client.backend("a", result(10, {})), Drop)
@@ -709,7 +710,7 @@ def test_close_detaches_everything() -> None:
     client.new_session(1, "a", "s1")
     client.new_session(2, "b", "s2")
     client.close()
-    assert client.routes.sessions == {}
+    assert client.routes.attached() == {}
     assert sorted(client.attach_log) == [("a", -1), ("a", 1), ("b", -1), ("b", 1)]
 
 
@@ -861,7 +862,7 @@ def test_a_backend_saying_not_attached_detaches_the_session() -> None:
     client.send(prompt(2, "s1"))
     delivered = client.backend("a", error(2, -32010, sid("s1")))
     assert isinstance(delivered, Deliver)
-    assert client.routes.sessions == {}
+    assert client.routes.attached() == {}
     assert client.attach_log == [("a", 1), ("a", -1)]
     assert isinstance(client.send(resume(3, "s1")), Handle)
 
@@ -889,21 +890,172 @@ def test_session_limit() -> None:
     assert client.routes.unanswered() == [4]
 
 
-def test_session_limit_holds_when_creations_race() -> None:
+def test_session_new_in_flight_counts_against_the_session_limit() -> None:
+    # on the old main both were forwarded, and the second session ran unrouted
     client = Client(Limits(max_sessions=1))
-    for request_id in (1, 2):
-        assert isinstance(client.send(request(request_id, "session/new", new_params())), Handle)
-        client.routes.forward(request_id, "a")
-    for request_id, session_id in ((1, "s1"), (2, "s2")):
-        assert isinstance(client.backend("a", result(request_id, sid(session_id))), Deliver)
-    assert client.routes.sessions == {"s1": "a"}
+    assert isinstance(client.send(request(1, "session/new", new_params())), Handle)
+    client.routes.forward(1, "a")
+    error_reply(client.send(request(2, "session/new", new_params())), 2, -32015)
+    error_reply(client.send(request(3, "session/resume", sid("s2"))), 3, -32015)
+    assert isinstance(client.backend("a", result(1, sid("s1"))), Deliver)
+    assert client.routes.attached() == {"s1": "a"}
     assert client.attach_log == [("a", 1)]
+
+
+def test_a_failed_session_new_frees_its_room() -> None:
+    client = Client(Limits(max_sessions=1))
+    assert isinstance(client.send(request(1, "session/new", new_params())), Handle)
+    client.routes.fail(1, NoBackendAvailable())
+    assert isinstance(client.send(request(2, "session/new", new_params())), Handle)
+
+
+@pytest.mark.parametrize(
+    "request_id", ["acp-router:authenticate:1", "acp-router:initialize", "acp-router:"]
+)
+def test_the_routers_own_request_ids_are_refused(request_id: str) -> None:
+    client = Client()
+    client.new_session(1, "a", "s1")
+    data = error_reply(
+        client.send(request(request_id, "session/prompt", sid("s1"))), request_id, -32600
+    )
+    assert data == {}
+    assert client.routes.unanswered() == []
+    # an id that merely contains it is the client's own
+    assert isinstance(client.send(request("x-acp-router:1", "session/prompt", sid("s1"))), Send)
+
+
+def test_a_close_answered_not_found_detaches_the_session() -> None:
+    client = Client()
+    client.new_session(1, "a", "s1")
+    client.send(request(2, "session/close", sid("s1")))
+    settled = client.backend("a", error(2, -32002, {"sessionId": "s1"}))
+    assert isinstance(settled, Deliver)
+    assert settled.settled is not None
+    assert settled.settled.released == "s1"
+    assert client.routes.attached() == {}
+    error_reply(client.send(request(3, "session/prompt", sid("s1"))), 3, -32010)
+
+
+def test_a_close_that_fails_otherwise_keeps_the_session_attached() -> None:
+    client = Client()
+    client.new_session(1, "a", "s1")
+    client.send(request(2, "session/close", sid("s1")))
+    settled = client.backend("a", error(2, -32603))
+    assert isinstance(settled, Deliver)
+    assert settled.settled is not None
+    assert settled.settled.released is None
+    assert client.routes.attached() == {"s1": "a"}
+
+
+def test_a_lost_link_reports_the_calls_it_failed() -> None:
+    client = Client()
+    client.send(request(1, "session/resume", sid("s1")))
+    client.routes.forward(1, "a")
+    client.send(request(2, "_x/y"))
+    lost = client.routes.backend_lost(BackendId("a"))
+    assert [call.request.method for call in lost.calls] == ["session/resume", "_x/y"]
+
+
+# -- links -------------------------------------------------------------------------------------
+
+
+def test_the_first_frame_routed_to_a_backend_opens_its_link_with_the_handshake() -> None:
+    client = Client()
+    assert client.routes.link_commands() == ()
+    client.send(request(1, "session/new", new_params()))
+    send = client.routes.forward(1, "a")
+    (opened,) = client.routes.link_commands()
+    assert isinstance(opened, OpenLink)
+    assert (opened.backend, opened.initialize.method, opened.authenticate, opened.first) == (
+        "a",
+        "initialize",
+        None,
+        (),
+    )
+    assert send == Send("a", request(1, "session/new", new_params()))
+    client.send(request(2, "session/new", new_params()))
+    client.routes.forward(2, "a")
+    assert client.routes.link_commands() == ()  # one link per backend
+
+
+def test_a_link_opened_ahead_is_closed_when_the_call_goes_elsewhere() -> None:
+    client = Client()
+    client.send(request(1, "session/resume", sid("s1")))
+    client.routes.open_ahead(1, BackendId("a"))
+    assert [type(c) for c in client.routes.link_commands()] == [OpenLink]
+    client.routes.forward(1, "b")
+    assert client.routes.link_commands() == (
+        OpenLink(BackendId("b"), client.routes.initialize),
+        CloseLink(BackendId("a"), "opened ahead, not needed"),
+    )
+
+
+def test_a_link_opened_ahead_stays_when_the_call_goes_there_or_another_frame_uses_it() -> None:
+    client = Client()
+    client.send(request(1, "session/resume", sid("s1")))
+    client.routes.open_ahead(1, BackendId("a"))
+    client.routes.link_commands()
+    client.routes.forward(1, "a")
+    assert client.routes.link_commands() == ()
+    # used by another call first: the failed locate closes nothing
+    client.send(request(2, "session/resume", sid("s2")))
+    client.routes.open_ahead(2, BackendId("b"))
+    client.routes.link_commands()
+    client.send(request(3, "_x/y"))  # goes to the last backend used: a
+    client.backend("a", result(1, {}))
+    client.send(request(4, "session/prompt", sid("s1")))
+    assert client.routes.fail(2, NoBackendAvailable()).error == -32011
+    closed = [c for c in client.routes.link_commands() if isinstance(c, CloseLink)]
+    assert closed == [CloseLink(BackendId("b"), "opened ahead, not needed")]
+
+
+def test_a_failed_locate_closes_its_unused_link_ahead() -> None:
+    client = Client()
+    client.send(request(1, "session/resume", sid("s1")))
+    client.routes.open_ahead(1, BackendId("a"))
+    client.routes.link_commands()
+    client.routes.fail(1, NoBackendAvailable())
+    assert client.routes.link_commands() == (CloseLink(BackendId("a"), "opened ahead, not needed"),)
+
+
+def test_a_link_that_opens_during_an_authenticate_round_joins_it() -> None:
+    # on the old main, a link opened ahead of a resume during a round skipped it, and the
+    # resume reached an agent that requires auth unauthenticated
+    client = Client()
+    client.new_session(1, "a", "s1")
+    client.routes.link_commands()
+    backends, routed_id = routed(client.send(AUTH))
+    assert backends == ("a",)
+    client.send(request(2, "session/resume", sid("s9")))
+    client.routes.open_ahead(2, BackendId("b"))
+    (opened,) = client.routes.link_commands()
+    assert isinstance(opened, OpenLink)
+    assert opened.backend == "b"
+    assert opened.authenticate is None  # not accepted yet: it is the round's
+    (first,) = opened.first
+    assert orjson.loads(first) == {**orjson.loads(AUTH), "id": routed_id}
+    # the round waits for every link that opens during it, and a joined link is not
+    # closed as unused when the call it was opened ahead for goes elsewhere
+    assert isinstance(client.backend("a", result(routed_id, {})), Drop)
+    client.routes.forward(2, "c")
+    commands = client.routes.link_commands()
+    assert [(type(c), c.backend) for c in commands] == [(OpenLink, "c")]
+    assert isinstance(client.backend("c", result(routed_id, {})), Drop)
+    answered = client.backend("b", result(routed_id, {}))
+    assert isinstance(answered, Deliver)
+    assert kept(client) == as_request(AUTH)
+    # a link opened after the round replays the accepted authenticate in its handshake
+    client.send(request(3, "session/resume", sid("s8")))
+    client.routes.forward(3, "d")
+    (later,) = client.routes.link_commands()
+    assert isinstance(later, OpenLink)
+    assert (later.authenticate, later.first) == (as_request(AUTH), ())
 
 
 # -- every request gets exactly one answer -----------------------------------------------------
 
 BACKENDS = ("a", "b", "c")
-IDS: tuple[RequestId, ...] = (0, 1, 2, 3, 4, 5, 6, "0", "a")
+IDS: tuple[RequestId, ...] = (0, 1, 2, 3, 4, 5, 6, "0", "a", "acp-router:authenticate:1")
 SESSIONS = ("s1", "s2", "s3")
 #: weighted towards the methods that place, locate, attach and detach
 METHODS = (
@@ -916,6 +1068,7 @@ METHODS = (
     "session/list",
     "_vendor/x",
     "initialize",
+    "authenticate",
 )
 MAX_IN_FLIGHT = 5
 MAX_SESSIONS = 2
@@ -954,6 +1107,57 @@ class Model:
         self.queued: dict[str, deque[tuple[int, RequestId | None]]] = defaultdict(deque)
         self.texts: dict[int, str] = {}
         self.left: dict[str, list[int]] = {}  # session -> serials, in the order they left
+        #: the links the shell holds, as the core's link commands made them
+        self.linked: set[str] = set()
+        #: links opened ahead that nothing was sent on yet, and the call each was for
+        self.unused: dict[str, RequestId | None] = {}
+        #: the authenticate round in flight: the client's id, and the backends it waits on
+        self.auth_id: RequestId | None = None
+        self.auth_waiting: set[str] = set()
+        self.auth_text = ""
+
+    # -- the shell's links -----------------------------------------------------------------------
+
+    def _links(self) -> None:
+        """Carry out the core's link commands, as the shell does before each action."""
+        for command in self.routes.link_commands():
+            if isinstance(command, OpenLink):
+                assert command.backend not in self.linked, "a second link to one backend"
+                self.linked.add(command.backend)
+                if command.first:
+                    assert self.auth_id is not None, "a first frame with no round in flight"
+                    assert command.first == (self.auth_text,)
+                    self.auth_waiting.add(command.backend)
+                else:
+                    assert self.auth_id is None, "a link opened during a round skipped it"
+                assert command.authenticate == self.routes.authenticate
+            else:
+                assert command.backend in self.unused, "closed a link that carried frames"
+                self.linked.discard(command.backend)
+                del self.unused[command.backend]
+
+    def _sent(self, action: Action) -> None:
+        """After the link commands: a frame goes only on a link the shell holds."""
+        self._links()
+        if isinstance(action, Send):
+            assert action.backend in self.linked, f"sent to {action.backend} with no link"
+            self.unused.pop(action.backend, None)
+        elif isinstance(action, Broadcast):
+            assert set(action.backends) <= self.linked
+            for backend in action.backends:
+                self.unused.pop(backend, None)
+
+    def _no_link_ahead_for(self, request_id: RequestId) -> None:
+        """A call that settled (or went where it goes) left no unused link behind."""
+        assert request_id not in self.unused.values(), "an unused link outlived its call"
+
+    def _round_began(self, action: Action, request_id: RequestId) -> None:
+        assert isinstance(action, Broadcast), action
+        assert self.auth_id is None
+        self.auth_id = request_id
+        self.auth_waiting = set(action.backends)
+        self.auth_text = action.text
+        assert orjson.loads(action.text)["id"] != request_id  # under a router id
 
     def _answered(self, text: str) -> None:
         request_id = orjson.loads(text)["id"]
@@ -972,8 +1176,13 @@ class Model:
     def _routed(self, text: str, action: Action) -> None:
         """What became of a client request the core routed (on arrival or on release)."""
         request_id = orjson.loads(text)["id"]
+        self._sent(action)
         if isinstance(action, Reply):
             self._answered(action.text)
+            return
+        if isinstance(action, Broadcast):
+            assert action.backends == tuple(sorted(self.linked))
+            self._round_began(action, request_id)
             return
         assert isinstance(action, Send | Handle), action
         self._left(text)
@@ -1000,7 +1209,9 @@ class Model:
 
     def release_one(self) -> bool:
         """The shell takes one released frame and carries it out; False when none is."""
-        session = next(iter(self.routes._releasable), None)  # the core's choice, to check it
+        session = next(
+            iter(self.routes.sessions.releasable()), None
+        )  # the core's choice, to check it
         action = self.routes.release()
         if action is None:
             assert session is None
@@ -1010,6 +1221,7 @@ class Model:
         if request_id is None:  # a notification
             self.held_notifications -= 1
             assert isinstance(action, Send | Drop), action
+            self._sent(action)
             if isinstance(action, Send):
                 assert orjson.loads(action.text)["params"].get("_n", serial) == serial
                 self._left(action.text)
@@ -1030,8 +1242,10 @@ class Model:
         self.serial += 1
         text = request(request_id, method, new_params() | sid(session, _n=self.serial))
         self.texts[self.serial] = text
-        scoped = method not in ("session/new", "session/list", "_vendor/x", "initialize")
-        fresh = request_id not in self.open
+        unscoped = ("session/new", "session/list", "_vendor/x", "initialize", "authenticate")
+        scoped = method not in unscoped
+        reserved = isinstance(request_id, str) and request_id.startswith("acp-router:")
+        fresh = request_id not in self.open and not reserved
         expect_held = scoped and fresh and self._room() and self._is_held(session)
         action = self.routes.receive_client(parse(text))
         assert isinstance(action, Held) == expect_held, (action, expect_held)
@@ -1039,7 +1253,7 @@ class Model:
             decoded = orjson.loads(action.text)
             assert decoded["id"] == request_id
             if not fresh:
-                assert decoded["error"]["code"] == -32600  # a refused duplicate
+                assert decoded["error"]["code"] == -32600  # reserved, or a refused duplicate
             self.answers[self.serial] += 1
             return
         assert fresh
@@ -1064,7 +1278,7 @@ class Model:
         else:
             session = SESSIONS[y % 3]
             note = notification("session/cancel", sid(session, _n=self.serial))
-            backend = self.routes.sessions.get(SessionId(session))
+            backend = self.routes.attached().get(SessionId(session))
             held = SessionId(session) if self._is_held(session) else None
         room = self._room()
         action = self.routes.receive_client(parse(note))
@@ -1076,6 +1290,7 @@ class Model:
             assert isinstance(action, Drop)
         else:
             assert action == Send(backend, note)
+            self._sent(action)
             self._left(note)
 
     def client_answers_an_agent(self, x: int, y: int, z: int) -> None:
@@ -1085,6 +1300,7 @@ class Model:
         backend, original = self.agent_calls.pop(router_id)
         action = self.routes.receive_client(parse(result(router_id, {"ok": router_id})))
         assert action == Send(backend, result(original, {"ok": router_id}))
+        self._sent(action)
 
     # -- the shell -----------------------------------------------------------------------------
 
@@ -1093,17 +1309,44 @@ class Model:
             return
         request_id = sorted(self.handles, key=repr)[x % len(self.handles)]
         handle = self.handles.pop(request_id)
-        routed = handle.duty in (Duty.PLACE, Duty.LOCATE, Duty.LOCATE_DETACHED)
+        routed = handle.duty in (Duty.PLACE, Duty.LOCATE, Duty.LOCATE_DETACHED, Duty.AUTHENTICATE)
         choices = [*BACKENDS, "fail"] if routed else ["answer", "fail"]
         choice = choices[y % len(choices)]
         if choice == "answer":
-            self._answered(self.routes.answer(request_id, {}).text)
+            reply = self.routes.answer(request_id, {})
+            self._sent(reply)
+            self._answered(reply.text)
         elif choice == "fail":
             failure = LocateInconclusive() if routed else NoBackendAvailable()
-            self._answered(self.routes.fail(request_id, failure).text)
+            reply = self.routes.fail(request_id, failure)
+            self._sent(reply)
+            self._answered(reply.text)
+        elif handle.duty is Duty.AUTHENTICATE:
+            broadcast = self.routes.authenticate_on(request_id, BackendId(choice))
+            self._sent(broadcast)
+            assert broadcast.backends == (choice,)
+            self._round_began(broadcast, request_id)
+            return
         else:
-            assert self.routes.forward(request_id, choice) == Send(choice, handle.request.text)
+            send = self.routes.forward(request_id, choice)
+            assert send == Send(choice, handle.request.text)
+            self._sent(send)
             self.forwarded.add(self.open[request_id])
+        self._no_link_ahead_for(request_id)
+
+    def shell_opens_ahead(self, x: int, y: int, z: int) -> None:
+        """The shell guesses where a resume being located will go and opens that link."""
+        locating = sorted((i for i, h in self.handles.items() if h.duty is Duty.LOCATE), key=repr)
+        if not locating:
+            return
+        request_id, backend = locating[x % len(locating)], BACKENDS[y % 3]
+        fresh = backend not in self.linked
+        self.routes.open_ahead(request_id, BackendId(backend))
+        joins = self.auth_id is not None
+        self._links()
+        assert backend in self.linked
+        if fresh and not joins:
+            self.unused[backend] = request_id
 
     # -- backends ------------------------------------------------------------------------------
 
@@ -1122,8 +1365,9 @@ class Model:
                 session = SessionId(SESSIONS[z % 3])
         else:
             text = error(request_id, -32002 if outcome == "not_found" else -32603)
-        before = dict(self.routes.sessions)
+        before = self.routes.attached()
         action = self.routes.receive_backend(call.backend, parse(text))
+        self._sent(action)
         self._check_attachment(call.request.method, outcome, call.backend, session, before)
         if isinstance(action, Relocate):
             assert outcome == "not_found"
@@ -1140,6 +1384,31 @@ class Model:
         assert action.settled.call == call
         self.record(action.settled.changes)
         self._answered(action.text)
+        self._no_link_ahead_for(request_id)
+
+    def backend_answers_the_round(self, x: int, y: int, z: int) -> None:
+        """A backend the authenticate round waits on accepts or refuses it."""
+        if self.auth_id is None:
+            return
+        waiting = sorted(self.auth_waiting)
+        backend = waiting[x % len(waiting)]
+        routed_id = orjson.loads(self.auth_text)["id"]
+        accepts = y % 3 != 0
+        text = result(routed_id, {}) if accepts else error(routed_id, -32000)
+        action = self.routes.receive_backend(BackendId(backend), parse(text))
+        self._sent(action)
+        self.auth_waiting.discard(backend)
+        if accepts and self.auth_waiting:
+            assert isinstance(action, Drop), action
+            return
+        assert isinstance(action, Deliver), action
+        assert orjson.loads(action.text)["id"] == self.auth_id
+        request_id, self.auth_id, self.auth_waiting = self.auth_id, None, set()
+        assert (self.routes.authenticate is not None) is accepts or not accepts
+        if accepts:
+            assert self.routes.authenticate is not None
+            assert self.routes.authenticate.id == request_id
+        self._answered(action.text)
 
     def record(self, changes: Iterable[Change]) -> None:
         for change in changes:
@@ -1148,30 +1417,38 @@ class Model:
     def _check_attachment(
         self, method: str, outcome: str, backend: str, session: str | None, before: dict[str, str]
     ) -> None:
-        after = self.routes.sessions
-        if outcome != "ok" or session is None:
+        after = self.routes.attached()
+        closed = method == "session/close" and outcome in ("ok", "not_found")
+        if closed and session is not None and before.get(session) == backend:
+            assert after == {s: b for s, b in before.items() if s != session}
+        elif outcome != "ok" or session is None:
             assert after == before
         elif method in ("session/new", "session/resume", "session/load"):
             room = session in before or len(before) < MAX_SESSIONS
             assert after == ((before | {session: backend}) if room else before)
-        elif method == "session/close" and before.get(session) == backend:
-            assert after == {s: b for s, b in before.items() if s != session}
         else:
             assert after == before
 
     def backend_answers_nothing_in_flight(self, x: int, y: int, z: int) -> None:
         backend, request_id = BACKENDS[x % 3], IDS[y % len(IDS)]
         call = self.routes.calls.get(request_id)
-        if call is None or call.backend != backend:
+        answers_the_round = (
+            backend in self.auth_waiting and request_id == (orjson.loads(self.auth_text)["id"])
+        )
+        if (call is None or call.backend != backend) and not answers_the_round:
             action = self.routes.receive_backend(backend, parse(result(request_id, {})))
             assert isinstance(action, Drop)
 
     def agent_request(self, x: int, y: int, z: int) -> None:
         backend, original = BACKENDS[x % 3], IDS[y % len(IDS)]
+        if backend not in self.linked:
+            return  # only a backend with a link sends anything
         action = self.routes.receive_backend(backend, parse(request(original, "fs/x", {})))
+        self.unused.pop(backend, None)  # a link that carries a request is in use
         if len(self.agent_calls) >= MAX_AGENT_REQUESTS:
             assert isinstance(action, Send)
             assert action.backend == backend
+            self._sent(action)
             return
         assert isinstance(action, Deliver)
         router_id = orjson.loads(action.text)["id"]
@@ -1181,25 +1458,32 @@ class Model:
     def backend_lost(self, x: int, y: int, z: int) -> None:
         backend = BACKENDS[x % 3]
         lost = self.routes.backend_lost(backend)
+        self.linked.discard(backend)
+        self.unused.pop(backend, None)
+        self._links()
         self.record(lost.detached)
+        if backend in self.auth_waiting:
+            assert self.auth_id in {orjson.loads(a.text)["id"] for a in lost.replies}
+            self.auth_id, self.auth_waiting = None, set()
         for answer in lost.replies:
             assert orjson.loads(answer.text)["error"]["code"] == -32013
             self._answered(answer.text)
         self.agent_calls = {r: e for r, e in self.agent_calls.items() if e[0] != backend}
         assert all(c.backend != backend for c in self.routes.calls.values())
-        assert backend not in self.routes.sessions.values()
+        assert backend not in self.routes.attached().values()
 
     # -- checks --------------------------------------------------------------------------------
 
     def check(self) -> None:
         assert set(self.routes.calls) == set(self.open)
         for request_id, call in self.routes.calls.items():
-            assert (call.backend is None) == (request_id in self.handles or call.held)
+            unrouted = request_id in self.handles or call.held or request_id == self.auth_id
+            assert (call.backend is None) == unrouted
             assert call.held == (request_id in self.waiting)
         assert set(self.answers.values()) <= {1}
-        assert +self.attached == Counter(self.routes.sessions.values())
+        assert +self.attached == Counter(self.routes.attached().values())
         assert all(count >= 0 for count in self.attached.values())
-        assert len(self.routes.sessions) <= MAX_SESSIONS
+        assert len(self.routes.attached()) <= MAX_SESSIONS
         for session, serials in self.left.items():
             assert serials == sorted(set(serials)), f"{session}'s frames left out of order"
 
@@ -1218,7 +1502,9 @@ class Model:
         while self.handles:
             request_id = sorted(self.handles, key=repr)[0]
             del self.handles[request_id]
-            self._answered(self.routes.fail(request_id, NoBackendAvailable()).text)
+            reply = self.routes.fail(request_id, NoBackendAvailable())
+            self._sent(reply)
+            self._answered(reply.text)
             while self.release_one():
                 pass
         assert not self.waiting
@@ -1234,6 +1520,8 @@ STEPS = (
     *(Model.client_request,) * 4,
     *(Model.shell_decides,) * 3,
     *(Model.backend_answers,) * 3,
+    Model.shell_opens_ahead,
+    Model.backend_answers_the_round,
     *(Model.shell_releases,) * 2,
     Model.client_cancels,
     Model.client_answers_an_agent,
@@ -1244,7 +1532,7 @@ STEPS = (
 _STEP = st.tuples(st.sampled_from(STEPS), st.integers(0, 2**24 - 1))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.lists(_STEP, min_size=30, max_size=90))
 def test_every_request_is_answered_exactly_once(steps: list[Any]) -> None:
     model = Model()
@@ -1311,7 +1599,7 @@ def test_no_frame_makes_the_core_raise(steps: list[tuple[str, str]]) -> None:
                 _check_counted(reply)
         elif who == "shell":
             for request_id in [i for i, call in routes.calls.items() if call.backend is None]:
-                if routes.auth_round is not None and routes.auth_round.request.id == request_id:
+                if routes.auth.round is not None and routes.auth.round.request.id == request_id:
                     continue  # on its way: the backends answer it
                 if routes.calls[request_id].request.method == "authenticate":
                     routes.authenticate_on(request_id, BackendId("a"))

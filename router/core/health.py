@@ -1,14 +1,19 @@
 """Whether a backend may still hold sessions in memory, sans-I/O: up, unknown or gone.
 
-Down is not gone (design.md, "Routing", rule 4). A backend whose control link is
-down may still run sessions, so it stays in the pool as *unknown* (probed never,
-placed on never, but a reason to fail a resume closed) until it is known to have
-lost its memory:
+Down is not gone, and refused is not gone (design.md, "Routing", rule 4). A backend
+whose control link is down may still run sessions: an L4 proxy, a Kubernetes Service
+whose endpoint turned unready, or a restarting listener refuses new connections while
+the process behind it goes on running turns. So it stays in the pool as *unknown*
+(probed never, placed on never, a reason to fail a resume closed) until there is
+positive evidence that its process lost its memory, and only two things are:
 
-* its reconnect is refused: nothing listens, so the process that held the sessions
-  is gone;
-* it has been unreachable for longer than the grace (``control.down_grace_ms``);
-* it comes back as another process (:meth:`Instance.same_process`).
+* it came back as another process (:meth:`Instance.same_process`), seen on the control
+  link or on any client link that opens to it;
+* no link of any kind to it (the control link, or a client connection's link) has been
+  alive for the grace (``control.down_grace_ms``).
+
+A client link that is alive proves the process is alive, however often the control
+link's reconnects are refused.
 
 Transitions are a pure function of the state, the event and ``now`` (the shell's
 monotonic clock, in seconds); nothing here reads a clock.
@@ -17,11 +22,11 @@ monotonic clock, in seconds); nothing here reads a clock.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 #: where a backend that reports a per-process nonce puts it: ``_meta`` of its
-#: ``initialize`` result (the reference agent does)
+#: ``initialize`` result (the reference agent and ``acp-router host`` do)
 INSTANCE_META_KEY = "instanceId"
 
 
@@ -29,7 +34,7 @@ class Health(enum.Enum):
     """A backend as the pool sees it; also the ``state`` label of its metric."""
 
     UP = "up"  # control link up: probed, and new sessions may go there
-    UNKNOWN = "unknown"  # link down, memory maybe intact: no placements, resumes fail closed
+    UNKNOWN = "unknown"  # not probed, memory maybe intact: no placements, resumes fail closed
     GONE = "gone"  # known to hold nothing: out of the pool until it comes back
 
 
@@ -75,22 +80,41 @@ class CameUp:
 
 @dataclass(frozen=True, slots=True)
 class LinkDown:
-    """The control link went down, or a reconnect failed."""
+    """The control link went down, or a reconnect failed.
 
-    #: nothing listens (connection refused): the process is gone
+    ``refused``: nothing accepted the connection. Said for the log only: it is not
+    evidence that the process is gone (a proxy in front of a live agent refuses too).
+    """
+
     refused: bool = False
 
 
-Event = CameUp | LinkDown
+@dataclass(frozen=True, slots=True)
+class ClientLinkUp:
+    """A client connection's link to the backend opened (its ``initialize`` answered)."""
+
+    instance: Instance
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLinkDown:
+    """A client connection's link to the backend that had opened has ended."""
+
+
+Event = CameUp | LinkDown | ClientLinkUp | ClientLinkDown
 
 
 @dataclass(frozen=True, slots=True)
 class BackendState:
+    #: UP while the control link is up; otherwise UNKNOWN, or GONE once decided
     health: Health
-    #: when ``health`` began, on the shell's clock
+    #: when the backend was last known alive while not up (the control link dropped, or
+    #: the last client link ended), on the shell's clock; the grace runs from here
     since: float
-    #: the process last seen up, kept while it is down to tell a restart
+    #: the process last seen, kept while it is down to tell a restart
     instance: Instance | None = None
+    #: client links open to it now: each proves the process alive
+    live_links: int = 0
 
     @classmethod
     def starting(cls, now: float) -> BackendState:
@@ -98,9 +122,15 @@ class BackendState:
         one before a restart, may have placed sessions there."""
         return cls(Health.UNKNOWN, now)
 
+    @property
+    def seen(self) -> bool:
+        """Whether it has answered since the router started."""
+        return self.instance is not None
+
     def at(self, now: float, grace: float) -> Health:
-        """The health at ``now``: unknown turns into gone once ``grace`` has passed."""
-        if self.health is Health.UNKNOWN and now - self.since >= grace:
+        """The health at ``now``: unknown turns into gone once ``grace`` has passed with no
+        link of any kind alive."""
+        if self.health is Health.UNKNOWN and not self.live_links and now - self.since >= grace:
             return Health.GONE
         return self.health
 
@@ -108,8 +138,8 @@ class BackendState:
 @dataclass(frozen=True, slots=True)
 class Transition:
     state: BackendState
-    #: it lost its memory just now (refused, past the grace, or restarted): hints to it
-    #: name sessions it no longer runs
+    #: it lost its memory just now (past the grace, or restarted): hints to it name
+    #: sessions it no longer runs
     lost_memory: bool = False
     #: it came back as another process
     restarted: bool = False
@@ -119,16 +149,34 @@ def transition(state: BackendState, event: Event, *, now: float, grace: float) -
     """The state after ``event`` at ``now``."""
     health = state.at(now, grace)
     lapsed = health is Health.GONE and state.health is not Health.GONE
-    if isinstance(event, CameUp):
-        restarted = state.instance is not None and not state.instance.same_process(event.instance)
-        up = BackendState(Health.UP, now, event.instance)
-        return Transition(
-            up, lost_memory=lapsed or (restarted and health is not Health.GONE), restarted=restarted
-        )
-    if event.refused and health is not Health.GONE:
-        return Transition(BackendState(Health.GONE, now, state.instance), lost_memory=True)
+    if isinstance(event, CameUp | ClientLinkUp):
+        return _answered(state, event, health, lapsed, now)
+    if isinstance(event, ClientLinkDown):
+        live = max(state.live_links - 1, 0)
+        if health is Health.UP:
+            return Transition(replace(state, live_links=live))
+        return Transition(replace(state, since=now, live_links=live))
     if health is Health.UP:
-        return Transition(BackendState(Health.UNKNOWN, now, state.instance))
+        return Transition(replace(state, health=Health.UNKNOWN, since=now))
     if lapsed:
-        return Transition(BackendState(Health.GONE, now, state.instance), lost_memory=True)
+        return Transition(replace(state, health=Health.GONE), lost_memory=state.seen)
     return Transition(state)
+
+
+def _answered(
+    state: BackendState, event: CameUp | ClientLinkUp, health: Health, lapsed: bool, now: float
+) -> Transition:
+    """A process answered ``initialize``, on the control link or on a client link."""
+    restarted = state.instance is not None and not state.instance.same_process(event.instance)
+    if isinstance(event, CameUp):
+        after = BackendState(Health.UP, now, event.instance, state.live_links)
+    else:
+        stays_up = health is Health.UP and not restarted
+        after = BackendState(
+            Health.UP if stays_up else Health.UNKNOWN,
+            now,
+            event.instance,
+            state.live_links + 1,
+        )
+    lost = (lapsed and state.seen) or (restarted and health is not Health.GONE)
+    return Transition(after, lost_memory=lost, restarted=restarted)

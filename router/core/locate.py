@@ -1,35 +1,50 @@
-"""Locating a session from its probe answers, sans-I/O.
+"""Where a session lives, sans-I/O: one decision, fed by one snapshot of the pool.
 
-The rules (design.md, "Routing"), applied to the answers of the backends that are
-up, in the session's rendezvous order:
+A :class:`Snapshot` holds, for every backend in the session's rendezvous order, what
+the router knows without asking anyone (:class:`Candidate`: health, what an operator
+set, whether it can be probed, whether the session is attached to it through this
+router on a link that is alive), and the session's location :class:`~router.core.hints.Hint`.
+A :class:`LocateRound` says whom to probe, first the hinted backend and then the rest,
+and decides once it has heard enough; the shell only sends the probes and waits.
 
-1. Exactly one ``active`` → that backend. Several → the best-ranked of them, and
-   the caller is told (split brain).
-2. No ``active`` and some backend *unknown* (up but silent, or an error, or down
-   but not gone: :mod:`router.core.health`) → fail closed with a retryable error,
-   unless the policy is ``place_anyway``: that backend may hold the session in
-   memory, and resuming elsewhere could run it twice.
+The evidence about one backend (:func:`evidence`):
+
+* where the backend answered ``session/status``, its answer wins;
+* where it could not (no ``session/status``, its control link down, the probe timed
+  out), a session attached to it through this router on a live link is ``active``
+  there: that link proves the process alive, and the session in its memory;
+* otherwise a backend that is down but not gone (:mod:`router.core.health`), or that
+  did not answer its probe, is *unknown*; one that is up but cannot be asked is blind.
+
+The rules (design.md, "Routing"), over that evidence, in rendezvous order:
+
+1. Exactly one ``active`` → that backend. Several → the best-ranked of them, and the
+   caller is told (split brain).
+2. No ``active`` and some backend unknown → fail closed with a retryable error, unless
+   the policy is ``place_anyway``: that backend may hold the session in memory, and
+   resuming elsewhere could run it twice.
 3. No ``active``, some ``inactive`` → the best-ranked backend that knows it.
-4. Nothing known by any backend that can be asked → the backends that cannot be
-   asked (no ``session/status``): the one this router remembers placing or finding
-   the session on, else the best-ranked of them; each answers ``-32002`` at most
-   once per resume (``tried``), then the next is tried.
+4. Nothing known by any backend that can be asked → the backends that cannot be asked:
+   the one this router remembers placing or finding the session on, else the
+   best-ranked of them; each answers ``-32002`` at most once per resume (``tried``),
+   then the next is tried.
 5. No backend left to try → the best-ranked backend (the rendezvous default) on the
    first try, ``-32002`` after that.
 
-Backends that do not advertise ``session/status`` are never probed.
+Backends that do not advertise ``session/status`` are never probed; gone ones are not
+in the pool.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cachetools import TLRUCache
-
-from router.protocol.acp import ProbeResult
+from router.core.health import Health
+from router.core.hints import Hint
+from router.protocol.acp import ProbeResult, StatusAnswer
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
 from router.protocol.ids import BackendId, SessionId
 
@@ -43,7 +58,11 @@ class UnknownPolicy(enum.Enum):
 
 class AdminState(enum.Enum):
     """What an operator set a backend to (``POST /admin/backends/{id}/<state>``), with
-    HAProxy's meaning (see :func:`decide`)."""
+    HAProxy's meaning: a *draining* backend still takes the sessions located there
+    (active there, or known only there), and nothing else; one in *maintenance* takes
+    nothing, and a session it holds in memory (or may hold: it is where this router
+    remembers placing it) gets the retryable ``-32012`` rather than a second life
+    elsewhere."""
 
     READY = "ready"
     DRAIN = "drain"
@@ -60,6 +79,51 @@ class Outcome(enum.Enum):
     REMEMBERED = "remembered"
 
 
+class Stage(enum.Enum):
+    """How the hint served a locate (the ``result`` label of the hint-lookup metric)."""
+
+    HIT = "hit"  # the hinted backend said active, and a fan-out confirmed it lately
+    VERIFY = "verify"  # it said active, but the confirmation is old: the pool is asked too
+    STALE = "stale"  # it did not say active
+    MISS = "miss"  # no hint that can be probed
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One backend in the pool, as a locate of one session sees it before asking."""
+
+    id: BackendId
+    health: Health
+    #: it advertises ``session/status``: it can be asked while it is up
+    has_status: bool = True
+    admin: AdminState = AdminState.READY
+    #: found by DNS once, gone from it since: takes no new sessions, like a drained one
+    leaving: bool = False
+    #: the session is attached to it through this router, on a link that is alive
+    attached: bool = False
+
+    @property
+    def probeable(self) -> bool:
+        return self.has_status and self.health is Health.UP
+
+    @property
+    def draining(self) -> bool:
+        return self.admin is AdminState.DRAIN or self.leaving
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What a locate of ``session_id`` starts from."""
+
+    session_id: SessionId
+    #: every backend of the pool, in the session's rendezvous order (best first)
+    candidates: tuple[Candidate, ...]
+    hint: Hint | None = None
+    policy: UnknownPolicy = UnknownPolicy.FAIL_CLOSED
+    #: backends that already answered ``-32002`` to this resume
+    tried: tuple[BackendId, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class Located:
     """Where a session goes, and why."""
@@ -70,69 +134,138 @@ class Located:
     split_brain: tuple[BackendId, ...] = ()
 
 
-def decide(
-    order: Sequence[BackendId],
-    answers: Mapping[BackendId, ProbeResult],
-    policy: UnknownPolicy = UnknownPolicy.FAIL_CLOSED,
-    *,
-    session_id: str,
-    unreachable: Sequence[BackendId] = (),
-    remembered: BackendId | None = None,
-    tried: Collection[BackendId] = (),
-    draining: Collection[BackendId] = (),
-    maintenance: Collection[BackendId] = (),
-) -> Located:
-    """Choose a backend for ``session_id``.
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """Probe these backends, then hand their answers to the round."""
 
-    ``order`` is every backend that is up, best-ranked first; ``answers`` holds the
-    probe answer of each backend that was probed (and ``active`` for a backend the
-    session is attached to through this router). ``unreachable`` are the backends that
-    are down but not gone (:mod:`router.core.health`): they count as unknown.
-    ``remembered`` is where this router last placed or found the session, and
-    ``tried`` the backends that already answered ``-32002`` to this resume.
+    backends: tuple[BackendId, ...]
 
-    An operator may take backends out (``POST /admin/backends/{id}/...``), as HAProxy
-    does: a *draining* backend still takes the sessions located there (active there,
-    or known only there), and nothing else; one in *maintenance* takes nothing, and a
-    session it holds in memory (or may hold: it is where this router remembers
-    placing it) gets the retryable ``-32012`` rather than a second life elsewhere.
+
+def evidence(candidate: Candidate, answer: ProbeResult | None) -> ProbeResult | None:
+    """What the router may believe about the session on ``candidate``; None: nothing
+    (up, but it cannot be asked)."""
+    if answer in (ProbeResult.ACTIVE, ProbeResult.INACTIVE, ProbeResult.NOT_FOUND):
+        return answer
+    if candidate.attached and candidate.health is not Health.GONE:
+        return ProbeResult.ACTIVE
+    if answer is ProbeResult.UNKNOWN or candidate.health is Health.UNKNOWN:
+        return ProbeResult.UNKNOWN
+    return None
+
+
+class LocateRound:
+    """One locate: :meth:`start`, then :meth:`hear` the answers of each :class:`Ask`,
+    until a :class:`Located` (or an error) comes out.
+
+    The hinted backend is asked alone first. Its ``active`` is trusted alone only for
+    ``verify_after`` seconds after a fan-out over the whole pool confirmed it (so a
+    second ``active`` instance, split brain, is seen within that long); otherwise, or
+    when it does not say ``active``, the rest of the pool is asked and :func:`decide`
+    rules over everything heard.
+    """
+
+    def __init__(self, snapshot: Snapshot, *, now: float, verify_after: float) -> None:
+        self.snapshot = snapshot
+        self._now = now
+        self._verify_after = verify_after
+        self._by_id = {c.id: c for c in snapshot.candidates}
+        self.answers: dict[BackendId, ProbeResult] = {}
+        self._hinted: Hint | None = None
+        self.stage = Stage.MISS
+        #: when a fan-out last confirmed the result (for the hint to remember); None:
+        #: nothing confirmed it
+        self.checked: float | None = None
+
+    @property
+    def probes(self) -> int:
+        """Backends asked so far."""
+        return len(self.answers)
+
+    def start(self) -> Ask | Located:
+        hint = self.snapshot.hint
+        hinted = self._by_id.get(hint.backend) if hint is not None else None
+        if (
+            hint is not None
+            and hinted is not None
+            and hinted.probeable
+            and hinted.admin is not AdminState.MAINT
+        ):
+            self._hinted = hint
+            return Ask((hint.backend,))
+        return self._ask_the_rest()
+
+    def hear(self, answers: Mapping[BackendId, ProbeResult]) -> Ask | Located:
+        self.answers.update(answers)
+        hint, self._hinted = self._hinted, None
+        if hint is None:
+            return self._decided()
+        if self.answers.get(hint.backend) is not ProbeResult.ACTIVE:
+            self.stage = Stage.STALE
+        elif hint.confirmed(self._now, self._verify_after):
+            self.stage, self.checked = Stage.HIT, hint.checked
+            return Located(hint.backend, Outcome.ACTIVE)
+        else:
+            self.stage = Stage.VERIFY
+        return self._ask_the_rest()
+
+    def _ask_the_rest(self) -> Ask | Located:
+        rest = tuple(
+            c.id for c in self.snapshot.candidates if c.probeable and c.id not in self.answers
+        )
+        return Ask(rest) if rest else self._decided()
+
+    def _decided(self) -> Located:
+        located = decide(self.snapshot, self.answers)
+        if located.outcome is Outcome.ACTIVE:
+            self.checked = self._now
+        return located
+
+
+def decide(snapshot: Snapshot, answers: Mapping[BackendId, ProbeResult]) -> Located:
+    """Choose a backend for the session, from every answer heard (rules 1 to 5 above).
 
     Raises :class:`NoBackendAvailable` when no backend may take the session,
     :class:`LocateInconclusive` under rule 2 or for a session held in maintenance, and
     :class:`SessionNotFound` when every backend that might know the session has been
     tried.
     """
-    if not order:
-        raise NoBackendAvailable(None, {"sessionId": session_id})
-    active = tuple(b for b in order if answers.get(b) is ProbeResult.ACTIVE)
+    session_id, tried = snapshot.session_id, snapshot.tried
+    pool = [c for c in snapshot.candidates if c.health is not Health.GONE]
+    seen = {c.id: evidence(c, answers.get(c.id)) for c in pool}
+    active = [c for c in pool if seen[c.id] is ProbeResult.ACTIVE]
     if active:
-        if active[0] in maintenance:
-            raise _held_in_maintenance(session_id, active[0])
-        return Located(active[0], Outcome.ACTIVE, active if len(active) > 1 else ())
-    silent = [b for b in order if answers.get(b) is ProbeResult.UNKNOWN]
-    silent += [b for b in unreachable if b not in silent]
-    if silent and policy is UnknownPolicy.FAIL_CLOSED:
+        if active[0].admin is AdminState.MAINT:
+            raise _held_in_maintenance(session_id, active[0].id)
+        split = tuple(c.id for c in active) if len(active) > 1 else ()
+        return Located(active[0].id, Outcome.ACTIVE, split)
+    up = [c for c in pool if c.health is Health.UP]
+    if not up:
+        raise NoBackendAvailable(None, {"sessionId": session_id})
+    silent = [c.id for c in pool if seen[c.id] is ProbeResult.UNKNOWN]
+    if silent and snapshot.policy is UnknownPolicy.FAIL_CLOSED:
         raise LocateInconclusive(None, {"sessionId": session_id, "backends": silent})
-    serving = [b for b in order if b not in maintenance and b not in draining]
-    serving += [b for b in order if b in draining and b not in maintenance]
-    known = [b for b in serving if answers.get(b) is ProbeResult.INACTIVE and b not in tried]
+    serving = [c for c in up if c.admin is not AdminState.MAINT]
+    serving = [c for c in serving if not c.draining] + [c for c in serving if c.draining]
+    known = [c for c in serving if seen[c.id] is ProbeResult.INACTIVE and c.id not in tried]
     if known:
-        return Located(known[0], Outcome.INACTIVE)
+        return Located(known[0].id, Outcome.INACTIVE)
     # nobody that can be asked knows it: try the backends that cannot be asked
-    blind = [b for b in order if b not in answers and b not in tried]
-    if remembered is not None and remembered in blind:
-        if remembered in maintenance:
-            raise _held_in_maintenance(session_id, remembered)
-        return Located(remembered, Outcome.REMEMBERED)
-    blind = [b for b in serving if b in blind and b not in draining]
-    if blind:
-        return Located(blind[0], Outcome.DEFAULT)
+    blind = [c for c in up if seen[c.id] is None and c.id not in tried]
+    remembered = snapshot.hint.backend if snapshot.hint is not None else None
+    for candidate in blind:
+        if candidate.id == remembered:
+            if candidate.admin is AdminState.MAINT:
+                raise _held_in_maintenance(session_id, candidate.id)
+            return Located(candidate.id, Outcome.REMEMBERED)
+    fresh = [c for c in serving if not c.draining]
+    blind_fresh = [c for c in fresh if c in blind]
+    if blind_fresh:
+        return Located(blind_fresh[0].id, Outcome.DEFAULT)
     if tried:
         raise SessionNotFound(session_id)
-    fresh = [b for b in serving if b not in draining]
     if not fresh:
         raise NoBackendAvailable(None, {"sessionId": session_id})
-    return Located(fresh[0], Outcome.DEFAULT)
+    return Located(fresh[0].id, Outcome.DEFAULT)
 
 
 def _held_in_maintenance(session_id: str, backend: BackendId) -> LocateInconclusive:
@@ -142,13 +275,68 @@ def _held_in_maintenance(session_id: str, backend: BackendId) -> LocateInconclus
     )
 
 
+# -- the router's own session/status -------------------------------------------------------------
+
+
+class StatusRound:
+    """The router's ``session/status`` answer for one session, from the pool.
+
+    Where the session is attached through this router, those backends are asked first
+    (one round trip, and the v2 foreground ``state`` they report); the rest of the pool
+    only when none of them says ``active``. Then :func:`pool_status` rules over the
+    evidence: the backends' own answers, and an attachment here where a backend cannot
+    answer. A close (even one a backend answered ``-32002``) detaches, so a session
+    closed through the router is no longer ``active`` here.
+    """
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+        self.answers: dict[BackendId, StatusAnswer] = {}
+        self._asked_all = False
+
+    def start(self) -> Ask | dict[str, Any]:
+        attached = [c for c in self.snapshot.candidates if c.attached]
+        if not attached:
+            return self._ask_the_rest()
+        first = tuple(c.id for c in attached if c.probeable)
+        if not first:  # attached where nobody can say: the attachment is the evidence
+            return self._ruled()
+        return Ask(first)
+
+    def hear(self, answers: Mapping[BackendId, StatusAnswer]) -> Ask | dict[str, Any]:
+        self.answers.update(answers)
+        if self._asked_all or any(a.result is ProbeResult.ACTIVE for a in answers.values()):
+            return self._ruled()
+        return self._ask_the_rest()
+
+    def _ask_the_rest(self) -> Ask | dict[str, Any]:
+        self._asked_all = True
+        rest = tuple(
+            c.id for c in self.snapshot.candidates if c.probeable and c.id not in self.answers
+        )
+        return Ask(rest) if rest else self._ruled()
+
+    def _ruled(self) -> dict[str, Any]:
+        pool = [c for c in self.snapshot.candidates if c.health is not Health.GONE]
+        if not any(c.health is Health.UP or c.attached for c in pool):
+            raise NoBackendAvailable(None, {"sessionId": self.snapshot.session_id})
+        heard = {b: a.result for b, a in self.answers.items()}
+        seen = {c.id: evidence(c, heard.get(c.id)) for c in pool}
+        states = {b: a.state for b, a in self.answers.items() if a.state is not None}
+        return pool_status(
+            {b: r for b, r in seen.items() if r is not None},
+            session_id=self.snapshot.session_id,
+            states=states,
+        )
+
+
 def pool_status(
     answers: Mapping[BackendId, ProbeResult],
     *,
     session_id: str,
     states: Mapping[BackendId, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The router's own ``session/status`` result from the pool's answers.
+    """The router's own ``session/status`` result from the pool's evidence.
 
     ``active`` if any backend has it in memory; ``inactive`` if any knows it; the
     RFD's ``-32002`` when every backend answered and none knows it. When none knows
@@ -171,83 +359,3 @@ def pool_status(
         unknown = sorted(b for b, r in answers.items() if r is ProbeResult.UNKNOWN)
         raise LocateInconclusive(None, {"sessionId": session_id, "backends": unknown})
     raise SessionNotFound(session_id)
-
-
-@dataclass(frozen=True, slots=True)
-class Hint:
-    """Where this router last placed or found a session."""
-
-    backend: BackendId
-    #: when a fan-out over the whole pool last confirmed it (the shell's clock); None: never
-    checked: float | None = None
-    #: the backend cannot be probed, so this is the router's only memory of the session
-    lasting: bool = False
-
-    def confirmed(self, now: float, verify_after: float) -> bool:
-        """Whether an ``active`` answer from the hinted backend alone may be trusted.
-
-        Past ``verify_after`` seconds since the last fan-out, the next locate asks the
-        whole pool again even when the hint says ``active``, so a second ``active``
-        instance (split brain) is seen and counted instead of hidden behind the hint.
-        """
-        return self.checked is not None and now - self.checked < verify_after
-
-
-class LocationCache:
-    """Bounded session → :class:`Hint`, each with a TTL; the clock is injected.
-
-    A hint to a backend that can be probed is only a guess: the caller probes it
-    first and fans out when it does not say ``active``; it lives ``ttl`` seconds. A
-    hint to a backend that cannot be probed (``lasting``) is the only memory of
-    where the session is, so it lives ``remember`` seconds (longer); both are bounded
-    by ``maxsize`` (least recently used first out).
-    """
-
-    def __init__(
-        self,
-        maxsize: int,
-        ttl: float,
-        clock: Callable[[], float],
-        *,
-        remember: float | None = None,
-    ) -> None:
-        lasting_ttl = ttl if remember is None else remember
-
-        def expires(_: SessionId, hint: Hint, now: float) -> float:
-            return now + (lasting_ttl if hint.lasting else ttl)
-
-        self._cache: TLRUCache[SessionId, Hint] = TLRUCache(
-            maxsize=maxsize, ttu=expires, timer=clock
-        )
-
-    def get(self, session_id: SessionId) -> BackendId | None:
-        """The hinted backend, or None (never seen, expired or evicted)."""
-        hint = self._cache.get(session_id)
-        return None if hint is None else hint.backend
-
-    def hint(self, session_id: SessionId) -> Hint | None:
-        """The whole hint, with when it was last confirmed, or None."""
-        return self._cache.get(session_id)
-
-    def put(
-        self,
-        session_id: SessionId,
-        backend: BackendId,
-        *,
-        checked: float | None = None,
-        lasting: bool = False,
-    ) -> None:
-        """Remember that ``session_id`` was last seen on ``backend``."""
-        self._cache[session_id] = Hint(backend, checked, lasting)
-
-    def invalidate(self, session_id: SessionId) -> None:
-        """Forget the hint for ``session_id`` (its backend did not know it)."""
-        self._cache.pop(session_id, None)
-
-    def forget_backend(self, backend: BackendId) -> None:
-        """Forget every hint that points at ``backend``."""
-        for session_id in [s for s, h in self._cache.items() if h.backend == backend]:
-            self._cache.pop(session_id, None)
-
-    def __len__(self) -> int:
-        return len(self._cache)

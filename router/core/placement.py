@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from router.protocol.ids import BackendId
+from router.protocol.ids import BackendId, SessionId
 
 _M64 = (1 << 64) - 1
 #: the largest float below 1: (x + 0.5) / 2**64 rounds up to 1.0 for the top ~1000 hashes
@@ -97,34 +98,52 @@ def _score(key_hash: int, seed: int, weight: float) -> float:
 class Spread:
     """Where new sessions go: the candidate with the least load for its weight.
 
-    A backend's load is what is attached to it now on this replica plus what this
-    replica placed there, each placement decaying with a half-life of ``half_life``
-    seconds. The attached count alone forgets a session as soon as its client leaves,
-    although the agent keeps it (12 one-session clients in a row all landed on one
-    backend); the decayed count remembers it for a while. A session still attached is
-    counted twice while its placement is recent: a deliberate lean away from backends
-    taking sessions right now.
+    A backend's load counts each session this replica knows to be on it once, however
+    many times it was placed, resumed or attached:
 
-    Equal loads (a fresh pool) are broken by a rendezvous hash of ``salt`` and the number
-    of placements made so far, so equal backends alternate and two replicas with
-    different salts do not start on the same backend. The shell passes ``now`` (a
-    monotonic clock, in seconds); this class reads no clock. Its table holds one entry
-    per backend ever placed on: bounded by the configured backends.
+    * a session attached to it through this replica counts 1 (the caller passes how many
+      distinct sessions are attached to each backend);
+    * a session that was attached and no longer is (its client left; the agent keeps it
+      in memory for a while) counts 1, fading with a half-life of ``half_life`` seconds
+      from when it was let go (:meth:`detached`), until it is attached again anywhere
+      (:meth:`attached`), or closed (:meth:`released`);
+    * a placement whose ``session/new`` has not answered yet counts 1, fading the same
+      way, until the session it created attaches (:meth:`created`).
+
+    The attached count alone forgets a session as soon as its client leaves, although
+    the agent keeps it (12 one-session clients in a row all landed on one backend); the
+    fading count remembers it for a while. Equal loads (a fresh pool) are broken by a
+    rendezvous hash of ``salt`` and the number of placements made so far, so equal
+    backends alternate and two replicas with different salts do not start on the same
+    backend. The shell passes ``now`` (a monotonic clock, in seconds); this class reads
+    no clock. Its tables hold one sum per backend (:meth:`forget_backend` drops one that
+    left the pool) and at most ``max_sessions`` let-go sessions (the oldest fade out
+    first).
     """
 
-    def __init__(self, half_life: float, salt: str = "") -> None:
+    def __init__(self, half_life: float, salt: str = "", *, max_sessions: int = 100_000) -> None:
         if not 0 < half_life < math.inf:
             raise ValueError("the half-life must be positive and finite")
         self._half_life = half_life
         self._salt = salt
-        self._placed: dict[BackendId, tuple[float, float]] = {}  # backend -> (count, as of)
+        self._max_sessions = max_sessions
+        self._fading: dict[BackendId, tuple[float, float]] = {}  # backend -> (sum, as of)
+        #: sessions let go, each still fading on its backend: session -> (backend, since)
+        self._let_go: OrderedDict[SessionId, tuple[BackendId, float]] = OrderedDict()
         self._placements = 0
 
     def recent(self, backend: BackendId, now: float) -> float:
-        """What this replica placed on ``backend``, decayed to ``now``."""
-        count, as_of = self._placed.get(backend, (0.0, now))
-        decay: float = 0.5 ** (max(now - as_of, 0.0) / self._half_life)
-        return count * decay
+        """The fading part of ``backend``'s load at ``now``."""
+        total, as_of = self._fading.get(backend, (0.0, now))
+        return total * self._decay(now - as_of)
+
+    def _decay(self, elapsed: float) -> float:
+        decay: float = 0.5 ** (max(elapsed, 0.0) / self._half_life)
+        return decay
+
+    def _add(self, backend: BackendId, weight: float, now: float) -> None:
+        total = max(self.recent(backend, now) + weight, 0.0)
+        self._fading[backend] = (total, now)
 
     def place(
         self, candidates: Sequence[Node], attached: Mapping[BackendId, int], now: float
@@ -142,8 +161,40 @@ class Spread:
         ]
         backend = _first(f"{self._salt}#{self._placements}", tied)
         self._placements += 1
-        self._placed[backend] = (self.recent(backend, now) + 1.0, now)
+        self._add(backend, 1.0, now)
         return backend
+
+    def created(self, backend: BackendId, now: float) -> None:
+        """A placement on ``backend`` created its session, which is attached now and
+        counted as such: the placement stops counting."""
+        self._add(backend, -1.0, now)
+
+    def attached(self, session_id: SessionId, now: float) -> None:
+        """``session_id`` is attached through this replica again: it counts as attached."""
+        let_go = self._let_go.pop(session_id, None)
+        if let_go is not None:
+            backend, since = let_go
+            self._add(backend, -self._decay(now - since), now)
+
+    def detached(self, session_id: SessionId, backend: BackendId, now: float) -> None:
+        """``session_id`` is no longer attached to ``backend`` anywhere here: it keeps
+        counting there, fading from now."""
+        self.attached(session_id, now)  # once, wherever it was let go before
+        self._let_go[session_id] = (backend, now)
+        self._add(backend, 1.0, now)
+        while len(self._let_go) > self._max_sessions:
+            _, (where, since) = self._let_go.popitem(last=False)
+            self._add(where, -self._decay(now - since), now)
+
+    def released(self, session_id: SessionId, now: float) -> None:
+        """``session_id`` was closed: it counts nowhere."""
+        self.attached(session_id, now)
+
+    def forget_backend(self, backend: BackendId) -> None:
+        """``backend`` left the pool: drop what it carried."""
+        self._fading.pop(backend, None)
+        for session_id in [s for s, (b, _) in self._let_go.items() if b == backend]:
+            del self._let_go[session_id]
 
 
 def _first(key: str, nodes: Sequence[Node]) -> BackendId:

@@ -5,36 +5,55 @@ Rules this module keeps:
 1. Every client request is recorded in ``calls`` when it arrives and leaves it when
    exactly one answer goes back: the backend's response, or an error the router
    makes (:meth:`ClientRoutes.answer`, :meth:`ClientRoutes.fail`,
-   :meth:`ClientRoutes.backend_lost`). A request id already in flight is refused.
+   :meth:`ClientRoutes.backend_lost`). A request id already in flight is refused, and
+   so is one in the router's own id space (``acp-router:...``).
 2. Client request ids travel to backends unchanged: each backend link belongs to
    one client connection, so they cannot collide there. Agent→client request ids
-   are rewritten to router-assigned integers, so two backends never collide at the
-   client, and the client's replies get the original ids back.
+   are rewritten to router-assigned integers (:mod:`router.core.agent_requests`).
 3. Frames are forwarded as the text they arrived in; only ids are spliced.
-   ``authenticate`` is forwarded truthfully (:class:`AuthRound`): the router never
-   answers it itself.
-4. Per-session order: while a ``session/resume`` or ``session/load`` of a session, or a
-   ``session/close`` of a session not attached here, is in flight, every later request
-   and notification for that session waits in the session's queue (:class:`Held`), so a
-   pipelined resume + prompt does not get ``-32010``. When the call settles, whatever
-   answered it, :meth:`ClientRoutes.release` hands the waiting frames out one at a time,
-   in arrival order, routed as if they had just arrived; frames that arrive meanwhile
-   queue behind them. Other sessions are never held. Held frames count against
-   ``max_in_flight`` (held requests are in ``calls``), so the queues are bounded.
-5. Nothing here does I/O or reads a clock: methods take messages and return
-   :data:`Action` values that the shell carries out. Every decision is made here
-   and handed out as data (which sessions attached or detached, what a resume
-   came to, where a session was learned to live); the shell records it and never
-   works it out again.
+   ``authenticate`` is forwarded truthfully (:mod:`router.core.authentication`).
+4. Per-session order (:mod:`router.core.sessions`): while a ``session/resume`` or
+   ``session/load`` of a session, or a ``session/close`` of a session not attached
+   here, is in flight, every later request and notification for that session waits
+   (:class:`~router.core.actions.Held`); :meth:`ClientRoutes.release` hands the waiting
+   frames out one at a time, in arrival order, routed as if they had just arrived.
+   Other sessions are never held. Held frames count against ``max_in_flight``.
+5. The links to backends are the core's to open and close (:mod:`router.core.links`):
+   a frame routed to a backend opens its link first; a link may be opened ahead of a
+   locate (:meth:`ClientRoutes.open_ahead`) and is closed again if nothing was routed
+   on it. The shell carries out :meth:`ClientRoutes.link_commands` before each action.
+6. Nothing here does I/O or reads a clock: methods take messages and return
+   :mod:`~router.core.actions` values that the shell carries out.
 """
 
 from __future__ import annotations
 
-import enum
-from collections import deque
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Any
 
+from router.core.actions import (
+    Action,
+    Broadcast,
+    Change,
+    Deliver,
+    Drop,
+    Duty,
+    Handle,
+    Held,
+    LinkCommand,
+    Lost,
+    PendingCall,
+    Relocate,
+    Reply,
+    ResumeResult,
+    Send,
+    Settled,
+    refusal,
+)
+from router.core.agent_requests import AgentRequests
+from router.core.authentication import Authentication, Ended
+from router.core.links import Links
+from router.core.sessions import Phase, SessionTable
 from router.protocol import acp
 from router.protocol.errors import (
     BackendLinkLost,
@@ -42,7 +61,6 @@ from router.protocol.errors import (
     InvalidRequest,
     JsonRpcError,
     MethodNotFound,
-    ProtocolError,
     SessionNotAttached,
     TooManyInFlight,
     TooManySessions,
@@ -63,206 +81,10 @@ from router.protocol.jsonrpc import (
     replace_param,
 )
 
-
-class Duty(enum.Enum):
-    """Requests the router answers or routes itself."""
-
-    INITIALIZE = "initialize"
-    AUTHENTICATE = "authenticate"
-    PLACE = "place"  # session/new: choose a backend
-    LOCATE = "locate"  # session/resume, session/load: locate, forward, attach
-    #: session/close, session/archive or session/delete of a session not attached here
-    LOCATE_DETACHED = "locate_detached"
-    STATUS = "status"  # session/status: answered from the pool
-    LIST = "list"  # session/list: merged over the pool
-
-
-@dataclass(frozen=True, slots=True)
-class PendingCall:
-    """A client request awaiting its one answer, and where it was sent."""
-
-    request: Request
-    session_id: SessionId | None
-    backend: BackendId | None = None
-    #: backends that answered this resume/load with ``-32002``, in the order tried
-    tried: tuple[BackendId, ...] = ()
-    #: waiting behind its session's resume/load/close (not yet routed anywhere)
-    held: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Attach:
-    """``session_id`` is now routed to ``backend`` on this connection."""
-
-    session_id: SessionId
-    backend: BackendId
-
-
-@dataclass(frozen=True, slots=True)
-class Detach:
-    """``session_id`` is no longer routed to ``backend`` on this connection."""
-
-    session_id: SessionId
-    backend: BackendId
-
-
-Change = Attach | Detach
-
-#: What a forwarded ``session/resume`` or ``session/load`` came to (a metric label).
-ResumeResult = Literal["ok", "not_found", "error"]
-
-
-@dataclass(frozen=True, slots=True)
-class Settled:
-    """A backend answered a forwarded call: what that changed, for the shell to record."""
-
-    call: PendingCall
-    backend: BackendId
-    #: set for ``session/resume`` and ``session/load``
-    resume: ResumeResult | None = None
-    #: a session the answer shows living on ``backend`` (a location worth remembering)
-    learned: SessionId | None = None
-    changes: tuple[Change, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """Send ``text`` to the client (an answer the router made).
-
-    ``error`` is the JSON-RPC code when the answer is an error the router made
-    itself (the shell counts it in ``acp_router_client_errors_total{code}``).
-    """
-
-    text: str
-    error: int | None = None
-
-
-def refusal(request_id: RequestId | None, error: JsonRpcError | ErrorObject) -> Reply:
-    """The router's own error answer to ``request_id``: the one way such answers are made.
-
-    ``error`` is the router's, or a backend's that the router answers in its name (a
-    replayed handshake step the backend refused, so the request never reached it).
-    """
-    return Reply(encode_error(request_id, error), error.code)
-
-
-def unreadable(error: ProtocolError) -> Reply:
-    """The answer to a client frame :func:`~router.protocol.jsonrpc.parse` rejected."""
-    return refusal(error.request_id, error)
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """Send ``text`` to ``backend`` on this connection's link to it."""
-
-    backend: BackendId
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Broadcast:
-    """Send ``text`` to each of ``backends`` (opening links as needed)."""
-
-    backends: tuple[BackendId, ...]
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class Deliver:
-    """Send a backend's ``text`` to the client; ``settled`` says what it answered."""
-
-    text: str
-    settled: Settled | None = None
-    #: sessions the message itself attached (a ``subagent_update`` announcing a child)
-    changes: tuple[Change, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Handle:
-    """The shell must carry out ``duty`` for ``request``, then answer or forward it."""
-
-    duty: Duty
-    request: Request
-    session_id: SessionId | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Relocate:
-    """``backend`` did not know the session a forwarded resume/load named after all.
-
-    The call is back in flight, with ``backend`` added to the backends it tried: the
-    shell forgets the location hint, locates again among the backends not tried yet
-    and forwards (:meth:`ClientRoutes.forward`), or answers ``-32002`` when none is left.
-    At most :attr:`Limits.max_resume_attempts` backends are tried per call.
-    """
-
-    request: Request
-    session_id: SessionId
-    backend: BackendId
-    tried: tuple[BackendId, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Lost:
-    """A backend link closed: what the client is owed, and the sessions detached.
-
-    ``withdrawn`` holds a ``$/cancel_request`` for each agent request the client was
-    still answering (``requestId`` is the id the client saw); ``replies`` answer the
-    client's own requests on that link.
-    """
-
-    replies: tuple[Reply, ...]
-    detached: tuple[Detach, ...]
-    withdrawn: tuple[Reply, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Held:
-    """Nothing to send yet: the frame waits behind ``session_id``'s resume, load or
-    close; :meth:`ClientRoutes.release` hands it out once that call has settled."""
-
-    session_id: SessionId
-
-
-@dataclass(frozen=True, slots=True)
-class Drop:
-    """Nothing to send: the frame is ignored, for ``reason`` (logged at debug)."""
-
-    reason: str
-
-
-Action = Reply | Send | Broadcast | Deliver | Handle | Relocate | Held | Drop
-
-#: ids the router gives a forwarded ``authenticate`` (a counter follows), so that no
-#: answer to an earlier round can pass for the answer to a later request
-AUTHENTICATE_ID = "acp-router:authenticate:"
-
-
-@dataclass(frozen=True, slots=True)
-class AuthRound:
-    """The client's ``authenticate`` on its way to backends, forwarded truthfully.
-
-    It goes to every backend the connection has a link to, or, with none yet, to the
-    one the shell picks (where a ``session/new`` would go now), under a router id. The
-    first refusal ends the round: the client gets that backend's own error, which says
-    nothing of retrying; so backends that disagree fail closed. When every target has
-    accepted, the client gets the last acceptance and the request is kept, to be
-    replayed on links opened later. A target lost before it answered ends the round
-    with -32013 (retryable). One round at a time.
-    """
-
-    request: Request
-    routed_id: str
-    waiting: frozenset[BackendId]
-
-
-@dataclass(slots=True)
-class _Queue:
-    """One session's frames waiting behind ``holder``, its resume/load/close in flight
-    (None once that call settled and the frames are being released)."""
-
-    holder: RequestId | None
-    frames: deque[Request | Notification] = field(default_factory=deque)
+#: the router's own request ids begin so (its handshake replays, forwarded
+#: ``authenticate``): a client request id that does is refused (-32600), so that no
+#: answer meant for the router can be taken for the client's, or the other way round
+RESERVED_ID_PREFIX = "acp-router:"
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +92,8 @@ class Limits:
     """Bounds on one connection's tables: calls in flight, sessions, agent requests."""
 
     max_in_flight: int = 1024
+    #: sessions attached, counting those a call in flight may attach (a session/new,
+    #: or a resume of a session not attached here)
     max_sessions: int = 1024
     max_agent_requests: int = 1024
     #: longest ``sessionId`` routed: longer ones are -32602 here, never a probe that an
@@ -285,23 +109,28 @@ class ClientRoutes:
 
     def __init__(self, limits: Limits = Limits()) -> None:
         self.limits = limits
-        #: the client's ``initialize``, and the last ``authenticate`` that every backend it
-        #: went to accepted: both are replayed on every link opened later
+        #: the client's ``initialize``: replayed on every link opened
         self.initialize: Request | None = None
-        self.authenticate: Request | None = None
-        self.auth_round: AuthRound | None = None
-        self._auth_rounds = 0
-        #: backends this connection has a link to, or is opening one to
-        self.linked: set[BackendId] = set()
-        self.sessions: dict[SessionId, BackendId] = {}
+        self.auth = Authentication()
+        self.links = Links()
+        self.sessions = SessionTable()
         self.calls: dict[RequestId, PendingCall] = {}
         self.last_backend: BackendId | None = None
-        self._agent_calls: dict[RoutedId, tuple[BackendId, RequestId]] = {}
-        self._next_agent_id = 0
-        #: sessions held behind an attaching call, and those whose frames can go now
-        self._queues: dict[SessionId, _Queue] = {}
-        self._releasable: dict[SessionId, None] = {}  # an ordered set
+        self.agent_requests = AgentRequests(limits.max_agent_requests)
         self._held_notifications = 0
+
+    @property
+    def authenticate(self) -> Request | None:
+        """The ``authenticate`` every backend it went to accepted (replayed on new links)."""
+        return self.auth.accepted
+
+    def attached(self) -> dict[SessionId, BackendId]:
+        """Every session attached to this connection, and its backend."""
+        return self.sessions.attached()
+
+    def link_commands(self) -> tuple[LinkCommand, ...]:
+        """The links to open and close, in order, before the last action is carried out."""
+        return self.links.commands()
 
     # -- from the client ---------------------------------------------------------------------
 
@@ -314,6 +143,9 @@ class ClientRoutes:
         return self._client_request(message)
 
     def _client_request(self, request: Request) -> Action:
+        if isinstance(request.id, str) and request.id.startswith(RESERVED_ID_PREFIX):
+            error = InvalidRequest(f"request ids starting with {RESERVED_ID_PREFIX!r} are reserved")
+            return refusal(request.id, error)
         if request.id in self.calls:
             error = InvalidRequest(f"request id {request.id!r} is already in flight")
             return refusal(request.id, error)
@@ -322,7 +154,7 @@ class ClientRoutes:
         queue_of = self._held_session(request)
         if queue_of is not None:
             self.calls[request.id] = PendingCall(request, queue_of, held=True)
-            self._queues[queue_of].frames.append(request)
+            self.sessions.wait(queue_of, request)
             return Held(queue_of)
         return self._route_request(request)
 
@@ -332,10 +164,14 @@ class ClientRoutes:
         except JsonRpcError as exc:
             return refusal(request.id, exc)
         self.calls[request.id] = call
-        if call.session_id is not None and _holds_its_session(call, action):
-            queue = self._queues.setdefault(call.session_id, _Queue(request.id))
-            queue.holder = request.id
-            self._releasable.pop(call.session_id, None)
+        session_id = call.session_id
+        if session_id is not None:
+            if request.method in acp.ATTACHING:
+                self.sessions.hold(session_id, request.id, Phase.ATTACHING)
+            elif isinstance(action, Handle) and action.duty is Duty.LOCATE_DETACHED:
+                self.sessions.hold(session_id, request.id, Phase.RELEASING)
+            elif request.method in acp.RELEASING:
+                self.sessions.releasing(session_id)
         return action
 
     def _in_flight(self) -> int:
@@ -350,7 +186,7 @@ class ClientRoutes:
         if message.method not in acp.SESSION_SCOPED:
             return None
         session_id = acp.session_id_of(message)
-        return session_id if session_id in self._queues else None
+        return session_id if session_id is not None and self.sessions.holding(session_id) else None
 
     def release(self) -> Action | None:
         """The next frame that waited behind a settled resume/load/close, routed now as if
@@ -361,14 +197,9 @@ class ClientRoutes:
         carries each action out before asking for the next: that keeps the session's order.
         A released resume/load holds its session again; the frames behind it wait on.
         """
-        session_id = next(iter(self._releasable), None)
-        if session_id is None:
+        frame = self.sessions.next_released()
+        if frame is None:
             return None
-        queue = self._queues[session_id]
-        frame = queue.frames.popleft()
-        if not queue.frames:
-            del self._queues[session_id]
-            del self._releasable[session_id]
         if isinstance(frame, Notification):
             self._held_notifications -= 1
             return self._route_notification(frame)
@@ -376,15 +207,12 @@ class ClientRoutes:
         return self._route_request(frame)
 
     def _settle(self, request_id: RequestId) -> PendingCall:
-        """``request_id`` is answered: forget it; if it held its session, free the queue."""
+        """``request_id`` is answered: forget it, free its session's frames, and close a
+        link opened ahead for it that nothing used."""
         call = self.calls.pop(request_id)
-        queue = self._queues.get(call.session_id) if call.session_id is not None else None
-        if queue is not None and queue.holder == request_id and call.session_id is not None:
-            queue.holder = None
-            if queue.frames:
-                self._releasable[call.session_id] = None
-            else:
-                del self._queues[call.session_id]
+        if call.session_id is not None:
+            self.sessions.settled(call.session_id, request_id)
+        self.links.settled(request_id)
         return call
 
     def _classify(self, request: Request) -> tuple[PendingCall, Action]:
@@ -395,11 +223,12 @@ class ClientRoutes:
         if self.initialize is None:
             raise InvalidRequest(f"send initialize before {method}")
         if method == acp.AUTHENTICATE:
-            if self.auth_round is not None:
+            if any(c.request.method == acp.AUTHENTICATE for c in self.calls.values()):
                 raise InvalidRequest("an authenticate is already in flight on this connection")
-            if not self.linked:
+            linked = self.links.linked()
+            if not linked:
                 return PendingCall(request, None), Handle(Duty.AUTHENTICATE, request)
-            return PendingCall(request, None), self._authenticate(request, sorted(self.linked))
+            return PendingCall(request, None), self._authenticate(request, linked)
         if method == acp.SESSION_NEW:
             self._check_room(None)
             return PendingCall(request, None), Handle(Duty.PLACE, request)
@@ -422,7 +251,7 @@ class ClientRoutes:
             )
         if request.method == acp.SESSION_STATUS:
             return PendingCall(request, session_id), Handle(Duty.STATUS, request, session_id)
-        backend = self.sessions.get(session_id)
+        backend = self.sessions.backend(session_id)
         if backend is not None:
             return self._forwarded(request, session_id, backend)
         if request.method in acp.ATTACHING:
@@ -434,15 +263,54 @@ class ClientRoutes:
         raise SessionNotAttached(session_id)
 
     def _check_room(self, session_id: SessionId | None) -> None:
-        if len(self.sessions) >= self.limits.max_sessions:
+        """Room for one more session: the attached ones, and those calls in flight may
+        attach, are fewer than the limit."""
+        if self.sessions.count_attached() + self._may_attach() >= self.limits.max_sessions:
             raise TooManySessions(None, {"sessionId": session_id} if session_id else None)
+
+    def _may_attach(self) -> int:
+        """Calls in flight that attach a session not attached here when they succeed."""
+        count = 0
+        for call in self.calls.values():
+            method = call.request.method
+            if method in acp.CREATING or (
+                method in acp.ATTACHING
+                and call.session_id is not None
+                and self.sessions.backend(call.session_id) is None
+            ):
+                count += 1
+        return count
 
     def _forwarded(
         self, request: Request, session_id: SessionId | None, backend: BackendId
     ) -> tuple[PendingCall, Send]:
+        return PendingCall(request, session_id, backend), self._send(backend, request.text)
+
+    def _send(self, backend: BackendId, text: str) -> Send:
+        """Route ``text`` to ``backend``, opening the connection's link there first."""
+        self._link(backend)
         self.last_backend = backend
-        self.linked.add(backend)
-        return PendingCall(request, session_id, backend), Send(backend, request.text)
+        return Send(backend, text)
+
+    def _link(self, backend: BackendId) -> None:
+        """Make sure the link to ``backend`` is open (a link that opens during an
+        ``authenticate`` round joins it)."""
+        if not self.links.used(backend):
+            assert self.initialize is not None  # nothing is routed before initialize
+            first = self.auth.join(backend)
+            self.links.open(backend, self.initialize, self.auth.accepted, first)
+
+    def open_ahead(self, request_id: RequestId | None, backend: BackendId) -> None:
+        """Open the link to ``backend`` now, ahead of need: where the call ``request_id``
+        (a resume or load being located; None: no call, a pool of one at ``initialize``)
+        will most likely go. Closed again when the call settles elsewhere, if nothing
+        was routed on it; nothing happens when the link is open already."""
+        if self.initialize is None or backend in self.links:
+            return
+        first = self.auth.join(backend)
+        self.links.open(
+            backend, self.initialize, self.auth.accepted, first, ahead_for=request_id, ahead=True
+        )
 
     def _client_notification(self, note: Notification) -> Action:
         queue_of = self._held_session(note)
@@ -450,7 +318,7 @@ class ClientRoutes:
             return self._route_notification(note)
         if self._in_flight() >= self.limits.max_in_flight:
             return Drop(f"{note.method}: too many frames held on this connection")
-        self._queues[queue_of].frames.append(note)
+        self.sessions.wait(queue_of, note)
         self._held_notifications += 1
         return Held(queue_of)
 
@@ -460,20 +328,20 @@ class ClientRoutes:
             call = self.calls.get(named) if named is not None else None
             if call is None or call.backend is None:
                 return Drop("$/cancel_request names no request forwarded to a backend")
-            return Send(call.backend, note.text)
+            return self._send(call.backend, note.text)
         if note.method in acp.SESSION_SCOPED:
             session_id = acp.session_id_of(note)
-            backend = self.sessions.get(session_id) if session_id else None
+            backend = self.sessions.backend(session_id) if session_id else None
             if backend is None:
                 return Drop(f"{note.method} for a session not attached to this connection")
-            return Send(backend, note.text)
+            return self._send(backend, note.text)
         if self.last_backend is None:
             return Drop(f"{note.method} with no backend to send it to")
-        return Send(self.last_backend, note.text)
+        return self._send(self.last_backend, note.text)
 
     def _client_response(self, response: Response) -> Action:
         entry = (
-            self._agent_calls.pop(RoutedId(response.id), None)
+            self.agent_requests.answered(RoutedId(response.id))
             if isinstance(response.id, int)
             else None
         )
@@ -488,21 +356,20 @@ class ClientRoutes:
         """Send a located or placed request to ``backend``."""
         call = replace(self.calls[request_id], backend=backend)
         self.calls[request_id] = call
-        self.last_backend = backend
-        self.linked.add(backend)
-        return Send(backend, call.request.text)
+        send = self._send(backend, call.request.text)
+        self.links.settled(request_id)  # a link opened ahead elsewhere is not needed
+        return send
 
     def authenticate_on(self, request_id: RequestId, backend: BackendId) -> Broadcast:
         """Send the client's ``authenticate`` to ``backend``, picked by the shell because
-        the connection had no link yet (see :class:`AuthRound`)."""
+        the connection had no link yet."""
         return self._authenticate(self.calls[request_id].request, [backend])
 
     def _authenticate(self, request: Request, targets: list[BackendId]) -> Broadcast:
-        self._auth_rounds += 1
-        routed_id = f"{AUTHENTICATE_ID}{self._auth_rounds}"
-        self.auth_round = AuthRound(request, routed_id, frozenset(targets))
-        self.linked.update(targets)
-        return Broadcast(tuple(targets), replace_id(request.text, routed_id))
+        for backend in targets:
+            self._link(backend)
+        auth_round = self.auth.begin(request, targets)
+        return Broadcast(tuple(targets), auth_round.text)
 
     def answer(self, request_id: RequestId, result: Any) -> Reply:
         """The router's own answer to a call in flight (KeyError if it was answered)."""
@@ -514,9 +381,10 @@ class ClientRoutes:
         self._settle(request_id)
         return refusal(request_id, error)
 
-    def close(self) -> tuple[Detach, ...]:
+    def close(self) -> tuple[Change, ...]:
         """The client connection is gone: detach every session."""
-        return tuple(self._drop_session(session_id) for session_id in list(self.sessions))
+        detached = (self.sessions.detach(s) for s in list(self.sessions.attached()))
+        return tuple(d for d in detached if d is not None)
 
     # -- from a backend ------------------------------------------------------------------------
 
@@ -539,15 +407,15 @@ class ClientRoutes:
             child is None
             or parent is None
             or not self._lives_on(parent, backend)
-            or child in self.sessions
+            or self.sessions.backend(child) is not None
             or len(child) > self.limits.max_session_id_chars
         ):
             return ()
-        return self._attach_quietly(child, backend)
+        return self._attach(child, backend)
 
     def _lives_on(self, session_id: SessionId, backend: BackendId) -> bool:
         """Attached to ``backend`` here, or being resumed there (its answer not yet in)."""
-        if self.sessions.get(session_id) == backend:
+        if self.sessions.backend(session_id) == backend:
             return True
         return any(
             call.session_id == session_id
@@ -557,9 +425,11 @@ class ClientRoutes:
         )
 
     def _backend_response(self, backend: BackendId, response: Response) -> Action:
-        auth = self.auth_round
-        if auth is not None and response.id == auth.routed_id and backend in auth.waiting:
-            return self._authenticated(auth, backend, response)
+        if self.auth.answers(backend, response):
+            ended = self.auth.heard(backend, response)
+            if ended is None:
+                return Drop(f"{backend} accepted authenticate; backends to go")
+            return self._authenticated(backend, ended)
         request_id = response.id
         call = self.calls.get(request_id) if request_id is not None else None
         if request_id is None or call is None or call.backend != backend:
@@ -573,24 +443,17 @@ class ClientRoutes:
             self._settle(request_id)
             return Deliver(response.text, self._settle_attach(call, backend, session_id, response))
         self._settle(request_id)
+        if method in acp.RELEASING and session_id is not None:
+            return Deliver(response.text, self._settle_close(call, backend, session_id, response))
         if not response.ok:
             return Deliver(response.text, self._settle_failed(call, backend, response))
         if method in acp.CREATING:
             return Deliver(response.text, self._settle_created(call, backend, response))
-        if method in acp.RELEASING and session_id is not None:
-            return Deliver(response.text, self._settle_close(call, backend, session_id))
         return Deliver(response.text, Settled(call, backend))
 
-    def _authenticated(self, auth: AuthRound, backend: BackendId, response: Response) -> Action:
-        waiting = auth.waiting - {backend}
-        if response.ok and waiting:
-            self.auth_round = replace(auth, waiting=waiting)
-            return Drop(f"{backend} accepted authenticate; {len(waiting)} backend(s) to go")
-        self.auth_round = None
-        call = self.calls.pop(auth.request.id)
-        if response.ok:
-            self.authenticate = auth.request
-        return Deliver(replace_id(response.text, auth.request.id), Settled(call, backend))
+    def _authenticated(self, backend: BackendId, ended: Ended) -> Action:
+        call = self._settle(ended.request.id)
+        return Deliver(replace_id(ended.response.text, ended.request.id), Settled(call, backend))
 
     def _settle_attach(
         self, call: PendingCall, backend: BackendId, session_id: SessionId, response: Response
@@ -598,8 +461,7 @@ class ClientRoutes:
         if not response.ok:
             result: ResumeResult = "not_found" if _not_found(response) else "error"
             return Settled(call, backend, result)
-        changes = self._attach_quietly(session_id, backend)
-        return Settled(call, backend, "ok", session_id, changes)
+        return Settled(call, backend, "ok", session_id, self._attach(session_id, backend))
 
     def _settle_created(self, call: PendingCall, backend: BackendId, response: Response) -> Settled:
         result = response.result
@@ -607,7 +469,7 @@ class ClientRoutes:
         if not isinstance(new_id, str):
             return Settled(call, backend)
         session_id = SessionId(new_id)
-        return Settled(call, backend, None, session_id, self._attach_quietly(session_id, backend))
+        return Settled(call, backend, None, session_id, self._attach(session_id, backend))
 
     def _settle_failed(self, call: PendingCall, backend: BackendId, response: Response) -> Settled:
         # -32010 from the backend itself: it no longer holds the session for this link (the
@@ -615,44 +477,47 @@ class ClientRoutes:
         # so the client's next resume is located instead of sent back to it.
         session_id = call.session_id
         moved = response.error is not None and response.error.code == SessionNotAttached.code
-        if not moved or session_id is None or self.sessions.get(session_id) != backend:
+        if not moved or session_id is None or self.sessions.backend(session_id) != backend:
             return Settled(call, backend)
-        return Settled(call, backend, changes=(self._drop_session(session_id),))
+        return Settled(call, backend, changes=self._detach(session_id))
 
     def _settle_close(
-        self, call: PendingCall, backend: BackendId, session_id: SessionId
+        self, call: PendingCall, backend: BackendId, session_id: SessionId, response: Response
     ) -> Settled:
-        if self.sessions.get(session_id) != backend:
+        """A close (archive, delete) answered: unless it failed for another reason than
+        "not found" (the backend does not have it: it is not running there either), the
+        session is detached, and counts nowhere now."""
+        gone = response.ok or _not_found(response) or _moved(response)
+        if not gone:
+            self.sessions.kept(session_id)
             return Settled(call, backend)
-        return Settled(call, backend, changes=(self._drop_session(session_id),))
+        changes = self._detach(session_id) if self.sessions.backend(session_id) == backend else ()
+        return Settled(call, backend, changes=changes, released=session_id)
 
-    def _attach_quietly(self, session_id: SessionId, backend: BackendId) -> tuple[Change, ...]:
+    def _attach(self, session_id: SessionId, backend: BackendId) -> tuple[Change, ...]:
         # The backend already holds the session for us; past the limit we still tell the
         # client what the backend said, but route nothing more for that session.
-        previous = self.sessions.get(session_id)
-        if previous == backend:
+        if self.sessions.backend(session_id) is None and (
+            self.sessions.count_attached() >= self.limits.max_sessions
+        ):
             return ()
-        if previous is None and len(self.sessions) >= self.limits.max_sessions:
-            return ()
-        changes: tuple[Change, ...] = () if previous is None else (self._drop_session(session_id),)
-        self.sessions[session_id] = backend
-        return (*changes, Attach(session_id, backend))
+        return self.sessions.attach(session_id, backend)
 
-    def _drop_session(self, session_id: SessionId) -> Detach:
-        return Detach(session_id, self.sessions.pop(session_id))
+    def _detach(self, session_id: SessionId) -> tuple[Change, ...]:
+        detached = self.sessions.detach(session_id)
+        return () if detached is None else (detached,)
 
     def _agent_request(self, backend: BackendId, request: Request) -> Action:
-        if len(self._agent_calls) >= self.limits.max_agent_requests:
+        self.links.used(backend)  # it carries a request now: never closed as unused
+        router_id = self.agent_requests.admit(backend, request.id)
+        if router_id is None:
             error = TooManyInFlight("Too many agent requests awaiting the client")
             return Send(backend, encode_error(request.id, error))
-        router_id = RoutedId(self._next_agent_id)
-        self._next_agent_id += 1
-        self._agent_calls[router_id] = (backend, request.id)
         return Deliver(replace_id(request.text, router_id))
 
     def _agent_cancel(self, backend: BackendId, note: Notification) -> Action:
-        wanted = (backend, _named_request(note))
-        router_id = next((rid for rid, entry in self._agent_calls.items() if entry == wanted), None)
+        named = _named_request(note)
+        router_id = None if named is None else self.agent_requests.router_id(backend, named)
         if router_id is None:
             return Drop("$/cancel_request for no agent request awaiting the client")
         return Deliver(replace_param(note.text, "requestId", router_id))
@@ -669,36 +534,26 @@ class ClientRoutes:
         own error. Each agent request the client was still answering is withdrawn with a
         ``$/cancel_request``; a late client answer to it is dropped.
         """
+        self.links.lost(backend)
         data = {"backend": backend} if reason is None else {"backend": backend, "reason": reason}
         error: JsonRpcError | ErrorObject = refused or BackendLinkLost(None, data)
         lost = [rid for rid, call in self.calls.items() if call.backend == backend]
-        auth = self.auth_round
-        if auth is not None and backend in auth.waiting:
-            self.auth_round = None
-            lost.append(auth.request.id)
+        round_request = self.auth.lost(backend)
+        if round_request is not None:
+            lost.append(round_request.id)
+        calls = tuple(self.calls[rid] for rid in lost)
         replies = tuple(self.fail(rid, error) for rid in lost)
         detached = tuple(
-            self._drop_session(s) for s in [s for s, b in self.sessions.items() if b == backend]
+            d for d in (self.sessions.detach(s) for s in self.sessions.on(backend)) if d
         )
-        withdrawn = [r for r, (b, _) in self._agent_calls.items() if b == backend]
-        for router_id in withdrawn:
-            del self._agent_calls[router_id]
+        withdrawn = self.agent_requests.withdraw(backend)
         if self.last_backend == backend:
             self.last_backend = None
-        self.linked.discard(backend)
-        return Lost(replies, detached, tuple(_withdraw(router_id) for router_id in withdrawn))
+        return Lost(replies, detached, tuple(_withdraw(rid) for rid in withdrawn), calls)
 
     def unanswered(self) -> list[RequestId]:
         """Ids of client requests still awaiting an answer."""
         return list(self.calls)
-
-
-def _holds_its_session(call: PendingCall, action: Action) -> bool:
-    """True for the calls later frames of their session wait behind: resume and load (they
-    attach it), and a close of a session not attached here (it is being located)."""
-    if call.request.method in acp.ATTACHING:
-        return True
-    return isinstance(action, Handle) and action.duty is Duty.LOCATE_DETACHED
 
 
 def _withdraw(router_id: RoutedId) -> Reply:
@@ -708,6 +563,10 @@ def _withdraw(router_id: RoutedId) -> Reply:
 
 def _not_found(response: Response) -> bool:
     return response.error is not None and response.error.code == acp.RESOURCE_NOT_FOUND
+
+
+def _moved(response: Response) -> bool:
+    return response.error is not None and response.error.code == SessionNotAttached.code
 
 
 def _named_request(note: Notification) -> RequestId | None:

@@ -6,6 +6,8 @@ is a :class:`JsonRpcError` carrying its code, so exactly one function
 
     AcpRouterError
     ├── ConfigError                     a bad configuration file or flag (not JSON-RPC)
+    ├── BackendRefused                  a backend's own error to a request the router made
+    │                                   for a client: answered in the backend's words
     └── JsonRpcError                    anything answered as a JSON-RPC error object
         ├── ProtocolError               the peer broke JSON-RPC itself
         │   ├── ParseError              -32700, the frame is not JSON
@@ -45,6 +47,22 @@ class AcpRouterError(Exception):
 
 class ConfigError(AcpRouterError):
     """A configuration value is missing or wrong; the message names the key."""
+
+
+class BackendRefused(AcpRouterError):
+    """A backend answered a request the router made on a client's behalf (a page of
+    ``session/list``) with an error. The client gets that error as the backend said it,
+    code and all (:attr:`error`), with ``data.backend`` naming the backend."""
+
+    def __init__(self, backend: str, error: ErrorObject) -> None:
+        from router.protocol.jsonrpc import ErrorObject  # the envelope module imports this one
+
+        data = dict(error.data) if isinstance(error.data, dict) else {}
+        if error.data is not None and not isinstance(error.data, dict):
+            data["detail"] = error.data
+        data["backend"] = backend
+        super().__init__(f"{backend}: {error.message}")
+        self.error = ErrorObject(error.code, error.message, data)
 
 
 class JsonRpcError(AcpRouterError):

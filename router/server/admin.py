@@ -93,7 +93,7 @@ class Admin:
 
     async def _sessions(self, request: web.Request) -> web.Response:
         pool = self._pool()
-        attached = list(pool.attachments.items())[:MAX_LISTED_SESSIONS]
+        attached = list(pool.directory.attachments.items())[:MAX_LISTED_SESSIONS]
         answers = await asyncio.gather(
             *(_ask(pool, next(iter(where)), session) for session, where in attached)
         )
@@ -101,7 +101,7 @@ class Admin:
             {"sessionId": session, "backend": next(iter(where)), **_answer(answer)}
             for (session, where), answer in zip(attached, answers, strict=True)
         ]
-        return web.json_response({"sessions": rows, "truncated": len(pool.attachments) > len(rows)})
+        return web.json_response({"sessions": rows, "truncated": len(pool.directory.attachments) > len(rows)})
 
     async def _session(self, request: web.Request) -> web.Response:
         pool = self._pool()
@@ -111,7 +111,7 @@ class Admin:
         body = {
             "sessionId": session,
             "active": active,
-            "attachedHere": sorted(pool.attachments.get(session, {})),
+            "attachedHere": sorted(pool.directory.attachments.get(session, {})),
             "backends": {b: _answer(answer) for b, answer in answers.items()},
             "unreachable": pool.unreachable(),
         }
@@ -150,8 +150,8 @@ def _backend(pool: Pool, backend: BackendId) -> dict[str, Any]:
         "health": pool.health(backend).value,
         "admin": pool.admin_state(backend).value,
         "leaving": backend in pool.leaving,
-        "attachedSessions": pool.attached.get(backend, 0),
-        "pinnedConnections": pool.pinned.get(backend, 0),
+        "attachedSessions": pool.directory.attached.get(backend, 0),
+        "pinnedConnections": pool.directory.pinned.get(backend, 0),
         "probeLatencyMs": _milliseconds(last),
         "probeLatencyAverageMs": _milliseconds(average),
     }

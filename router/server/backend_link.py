@@ -20,6 +20,7 @@ import contextlib
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import aiohttp
 
@@ -140,15 +141,18 @@ class BackendLink:
         initialize: Request,
         authenticate: Request | None,
         on_message: Callable[[Message], Awaitable[None]],
+        on_open: Callable[[Any], None] = lambda result: None,
     ) -> str:
         """Open the link, then pump frames both ways until it ends; why it ended.
+        ``on_open`` gets the backend's ``initialize`` result once the handshake is done.
 
         Raises :class:`BackendLinkLost` when the link cannot be opened within the
         deadline, breaks, or is closed by :meth:`close`; returns when the backend
         closes it.
         """
         life = self._life = asyncio.create_task(
-            self._live(initialize, authenticate, on_message), name=f"link-life-{self.backend}"
+            self._live(initialize, authenticate, on_message, on_open),
+            name=f"link-life-{self.backend}",
         )
         if self.ended is not None:  # closed before it started
             life.cancel()
@@ -169,9 +173,11 @@ class BackendLink:
         initialize: Request,
         authenticate: Request | None,
         on_message: Callable[[Message], Awaitable[None]],
+        on_open: Callable[[Any], None],
     ) -> str:
         with backend_faults(self.backend):
-            ws = await self._open(initialize, authenticate)
+            ws, result = await self._open(initialize, authenticate)
+            on_open(result)
             writer = asyncio.create_task(self._write(ws), name=f"link-writer-{self.backend}")
             try:
                 async for message in messages(ws, self.backend, self._metrics):
@@ -189,8 +195,9 @@ class BackendLink:
 
     async def _open(
         self, initialize: Request, authenticate: Request | None
-    ) -> aiohttp.ClientWebSocketResponse:
-        """Connect, upgrade and hand-shake under one deadline."""
+    ) -> tuple[aiohttp.ClientWebSocketResponse, Any]:
+        """Connect, upgrade and hand-shake under one deadline; the socket, and the
+        backend's ``initialize`` result."""
         ws: aiohttp.ClientWebSocketResponse | None = None
         deadline = asyncio.timeout(self._connect_timeout)
         try:
@@ -202,8 +209,7 @@ class BackendLink:
                     autoping=True,
                     heartbeat=30.0,
                 )
-                await self._handshake(ws, initialize, authenticate)
-                return ws
+                return ws, await self._handshake(ws, initialize, authenticate)
         except BaseException as exc:
             if ws is not None:
                 await _shut(ws)
@@ -226,21 +232,23 @@ class BackendLink:
 
     async def _handshake(
         self, ws: aiohttp.ClientWebSocketResponse, initialize: Request, authenticate: Request | None
-    ) -> None:
+    ) -> Any:
+        """Replay the client's handshake; the backend's ``initialize`` result."""
         await ws.send_str(replayed_initialize(initialize))
-        await self._expect_ok(ws, HANDSHAKE_INITIALIZE, acp.INITIALIZE)
+        result = await self._expect_ok(ws, HANDSHAKE_INITIALIZE, acp.INITIALIZE)
         if authenticate is not None:
             await ws.send_str(replayed_authenticate(authenticate))
             await self._expect_ok(ws, HANDSHAKE_AUTHENTICATE, acp.AUTHENTICATE)
+        return result
 
     async def _expect_ok(
         self, ws: aiohttp.ClientWebSocketResponse, request_id: str, step: str
-    ) -> None:
+    ) -> Any:
         async for message in messages(ws, self.backend, self._metrics):
             if isinstance(message, Response) and message.id == request_id:
                 if message.error is not None:
                     raise HandshakeRefused(self.backend, step, message.error)
-                return
+                return message.result
         raise BackendLinkLost(None, {"backend": self.backend, "reason": "closed during handshake"})
 
 

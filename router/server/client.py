@@ -26,25 +26,27 @@ from typing import Any, Protocol, assert_never
 
 import aiohttp
 
-from router.core.routes import (
+from router.core.actions import (
     Action,
     Broadcast,
-    ClientRoutes,
+    CloseLink,
     Deliver,
     Drop,
     Duty,
     Handle,
     Held,
-    Limits,
+    OpenLink,
     Relocate,
     Reply,
     Send,
     Settled,
     unreadable,
 )
+from router.core.routes import ClientRoutes, Limits
 from router.protocol import acp
 from router.protocol.errors import (
     BackendLinkLost,
+    BackendRefused,
     HandshakeRefused,
     InternalError,
     JsonRpcError,
@@ -97,8 +99,6 @@ class ClientConnection:
         )
         self.links: dict[BackendId, BackendLink] = {}
         self.tasks: set[asyncio.Task[None]] = set()
-        #: links opened ahead of a locate (:meth:`_open_ahead`) that no frame has used yet
-        self._unused: set[BackendId] = set()
 
     async def shut(self, code: int, reason: str) -> None:
         """Close the client's connection (the router is stopping: 1012)."""
@@ -110,7 +110,7 @@ class ClientConnection:
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
-        self.pool.record(self.routes.close())
+        self.pool.directory.record(self.routes.close())
 
     async def _to_client(self, text: str) -> None:
         """Write one frame to the client, from whichever task has it (the channel keeps
@@ -151,6 +151,12 @@ class ClientConnection:
         await self._to_client(refusal.text)  # as it is: never through gate.reply
 
     async def _do(self, action: Action) -> None:
+        """Carry out one action of the core, after the links it needs opened or closed."""
+        for command in self.routes.link_commands():
+            if isinstance(command, OpenLink):
+                self._open_link(command)
+            else:
+                self._close_unused(command)
         match action:
             case Reply(text, error):
                 if error is not None:  # every error the core makes passes here, once
@@ -165,7 +171,7 @@ class ClientConnection:
                 if settled is not None:
                     self._record(settled)
                 if changes:
-                    self.pool.record(changes)
+                    self.pool.directory.record(changes)
                 self.metrics.count_frame(TO_CLIENT, text)
                 await self._to_client(text)
             case Handle(duty, request, session_id):
@@ -189,27 +195,35 @@ class ClientConnection:
         """The backend did not know the session after all: forget the hint, locate again
         among the backends not tried yet."""
         self.metrics.resumes.labels(backend, "not_found").inc()
-        self.pool.forget(session_id)
+        self.pool.directory.forget(session_id)
         self._spawn(self._locate(request, session_id, tried), "relocate")
 
     def _record(self, settled: Settled) -> None:
         """Record what a backend's answer changed, as the routing core reported it."""
         if settled.resume is not None:
             self.metrics.resumes.labels(settled.backend, settled.resume).inc()
+        directory = self.pool.directory
         if settled.learned is not None:
             created = settled.call.request.method in acp.CREATING
             self.pool.learn(settled.learned, settled.backend, created=created)
-        self.pool.record(settled.changes)
+            if created and settled.changes:
+                directory.created(settled.backend)
+        directory.record(settled.changes)
+        if settled.released is not None:
+            directory.released(settled.released)
 
     async def _send(self, backend: BackendId, text: str) -> None:
-        """Queue ``text`` on the link to ``backend`` (opening it): never waits on the backend."""
-        link = self.links.get(backend) or self._open_link(backend)
-        self._unused.discard(backend)
+        """Queue ``text`` on the link to ``backend`` (the core opened it): never waits on
+        the backend."""
+        link = self.links.get(backend)
+        if link is None:  # given up since the core routed there: its calls are answered
+            logger.debug("dropped a frame for backend %s: its link has ended", backend)
+            return
         self.metrics.count_frame(TO_BACKEND, text)
         if not link.offer(text):
             await self._lose(link, link.ended or "closed")
 
-    async def _fail(self, request_id: RequestId, error: JsonRpcError) -> None:
+    async def _fail(self, request_id: RequestId, error: JsonRpcError | ErrorObject) -> None:
         await self._do(self.routes.fail(request_id, error))
         await self._release_held()
 
@@ -225,12 +239,12 @@ class ClientConnection:
     async def _handle(self, duty: Duty, request: Request, session_id: SessionId | None) -> None:
         if duty is Duty.INITIALIZE:
             capabilities = self.gate.capabilities(self.pool.capabilities())
-            await self._do(self.routes.answer(request.id, capabilities))
             only = self.pool.only_backend()
-            if only is not None and only not in self.links:
+            if only is not None:
                 # a pool of one: whatever this client does next goes there, so its link
-                # opens now rather than on its first frame (see _open_ahead)
-                self._open_link(only)
+                # opens now rather than on its first frame
+                self.routes.open_ahead(None, only)
+            await self._do(self.routes.answer(request.id, capabilities))
         elif duty in (Duty.PLACE, Duty.AUTHENTICATE):  # where a new session would go now
             try:
                 backend = self.pool.place_new()
@@ -243,19 +257,24 @@ class ClientConnection:
                 await self._do(self.routes.authenticate_on(request.id, backend))
         elif duty is Duty.STATUS:
             assert session_id is not None
-            self._spawn(self._answer(request.id, self.pool.status(session_id)), "status")
+            status = self.pool.queries.status(session_id)
+            self._spawn(self._answer(request.id, status), "status")
         elif duty is Duty.LIST:
-            self._spawn(self._answer(request.id, self.pool.list_sessions(request.params)), "list")
+            listed = self.pool.queries.list_sessions(request.params)
+            self._spawn(self._answer(request.id, listed), "list")
         else:  # LOCATE, LOCATE_DETACHED
             assert session_id is not None
-            guess = self._open_ahead(session_id)
-            self._spawn(self._locate(request, session_id, guess=guess), "locate")
+            self._open_ahead(request, session_id)
+            self._spawn(self._locate(request, session_id), "locate")
 
     async def _answer(self, request_id: RequestId, work: Coroutine[Any, Any, Any]) -> None:
         try:
             result = await work
         except JsonRpcError as exc:
             await self._fail(request_id, exc)
+            return
+        except BackendRefused as exc:
+            await self._fail(request_id, exc.error)
             return
         except Exception:  # a request task's boundary: the client still gets one answer
             logger.exception("request %r failed inside the router", request_id)
@@ -265,36 +284,27 @@ class ClientConnection:
         await self._release_held()
 
     async def _locate(
-        self,
-        request: Request,
-        session_id: SessionId,
-        tried: tuple[BackendId, ...] = (),
-        *,
-        guess: BackendId | None = None,
+        self, request: Request, session_id: SessionId, tried: tuple[BackendId, ...] = ()
     ) -> None:
         log_context.session.set(session_id)
         try:
-            try:
-                located = await self.pool.locate(session_id, tried)
-            except JsonRpcError as exc:
-                await self._fail(request.id, exc)
-                return
-            except Exception:  # a request task's boundary: the client still gets one answer
-                logger.exception("locating %s failed inside the router", session_id)
-                await self._fail(request.id, InternalError())
-                return
-            if request.id in self.routes.calls:  # still wanted
-                if request.method in acp.ATTACHING:
-                    self.metrics.resume_attempts.labels("retry" if tried else "first").inc()
-                await self._do(self.routes.forward(request.id, located.backend))
-        finally:
-            if guess is not None:
-                self._drop_unused(guess)
+            located = await self.pool.locator.locate(session_id, tried)
+        except JsonRpcError as exc:
+            await self._fail(request.id, exc)
+            return
+        except Exception:  # a request task's boundary: the client still gets one answer
+            logger.exception("locating %s failed inside the router", session_id)
+            await self._fail(request.id, InternalError())
+            return
+        if request.id in self.routes.calls:  # still wanted
+            if request.method in acp.ATTACHING:
+                self.metrics.resume_attempts.labels("retry" if tried else "first").inc()
+            await self._do(self.routes.forward(request.id, located.backend))
 
     # -- backend links -------------------------------------------------------------------------------
 
-    def _open_ahead(self, session_id: SessionId) -> BackendId | None:
-        """Start opening the link a resume of ``session_id`` will most likely need
+    def _open_ahead(self, request: Request, session_id: SessionId) -> None:
+        """Have the core open the link a resume of ``session_id`` will most likely need
         (:meth:`Pool.likely`) while the locate runs, instead of after it: a resume from a
         fresh connection then costs max(locate, link opening) plus the forward, not their
         sum (bench locate: the opening is ~60 % of such a resume at one backend).
@@ -302,30 +312,22 @@ class ClientConnection:
         Nothing is shared: the link is this connection's own, as if opened by its first
         frame, and carries nothing until the core routes a frame there, so isolation
         (no other client's frame on it) and order (its outbox is FIFO from the first
-        frame) are what they were. A wrong guess costs one link opened and closed
-        (:meth:`_drop_unused`). The backend it goes to, or None (no guess, or the link
-        is open already).
+        frame) are what they were. A wrong guess costs one link opened and closed (the
+        core closes it when the call settles elsewhere).
         """
-        if self.routes.initialize is None:
-            return None
         backend = self.pool.likely(session_id)
-        if backend is None or backend in self.links:
-            return None
-        self._open_link(backend)
-        self._unused.add(backend)
-        return backend
+        if backend is not None:
+            self.routes.open_ahead(request.id, backend)
 
-    def _drop_unused(self, backend: BackendId) -> None:
-        """Close a link opened ahead that the locate did not need, quietly (nothing was
+    def _close_unused(self, command: CloseLink) -> None:
+        """Close a link the core opened ahead and did not need, quietly (nothing was
         ever routed on it, so nothing is answered or withdrawn)."""
-        if backend not in self._unused:
-            return
-        self._unused.discard(backend)
-        link = self.links.pop(backend, None)
+        link = self.links.pop(command.backend, None)
         if link is not None:
-            link.close("opened ahead, not needed")
+            link.close(command.reason)
 
-    def _open_link(self, backend: BackendId) -> BackendLink:
+    def _open_link(self, command: OpenLink) -> BackendLink:
+        backend = command.backend
         settings = self.pool.settings.router
         link = BackendLink(
             backend,
@@ -337,19 +339,29 @@ class ClientConnection:
             tls=self.pool.tls(backend),
         )
         self.links[backend] = link
-        task = self._spawn(self._run_link(link), f"link-{backend}")
+        for text in command.first:
+            self.metrics.count_frame(TO_BACKEND, text)
+            link.offer(text)  # an empty outbox takes any frame a client may send
+        task = self._spawn(self._run_link(link, command), f"link-{backend}")
         # the task's end, however it ends (even cancelled before it ran), unpins
-        self.pool.pin(backend, 1)
-        task.add_done_callback(lambda _: self.pool.pin(backend, -1))
+        directory = self.pool.directory
+        directory.pin(backend, 1)
+        task.add_done_callback(lambda _: directory.pin(backend, -1))
         return link
 
-    async def _run_link(self, link: BackendLink) -> None:
+    async def _run_link(self, link: BackendLink, command: OpenLink) -> None:
         log_context.backend.set(link.backend)
-        assert self.routes.initialize is not None
         refused: ErrorObject | None = None
+        opened = False
+
+        def on_open(result: Any) -> None:
+            nonlocal opened
+            opened = True
+            self.pool.client_link_up(link.backend, result)
+
         try:
             reason = await link.run(
-                self.routes.initialize, self.routes.authenticate, self._from_link(link)
+                command.initialize, command.authenticate, self._from_link(link), on_open
             )
         except BackendLinkLost as exc:
             reason = str((exc.data or {}).get("reason", exc.message))
@@ -357,6 +369,9 @@ class ClientConnection:
         except Exception:  # the link task's boundary: its calls must still be answered
             logger.exception("link to backend %s failed", link.backend)
             reason = "router error"
+        finally:
+            if opened:
+                self.pool.client_link_down(link.backend)
         await self._lose(link, reason, refused)
 
     def _from_link(self, link: BackendLink) -> Callable[[Message], Awaitable[None]]:
@@ -378,7 +393,10 @@ class ClientConnection:
             "link to backend %s ended: %s", link.backend, reason, extra={"outcome": reason}
         )
         lost = self.routes.backend_lost(link.backend, refused, reason)
-        self.pool.record(lost.detached)
+        self.pool.directory.record(lost.detached)
+        for call in lost.calls:
+            if call.request.method in acp.ATTACHING:
+                self.metrics.resumes.labels(link.backend, "link_lost").inc()
         for cancel in lost.withdrawn:
             await self._to_client(cancel.text)
         for reply in lost.replies:

@@ -1,0 +1,83 @@
+"""One client connection's links to backends, sans-I/O: which are open, which were
+opened ahead of need, and what the shell must open or close.
+
+A connection has at most one link per backend. The core opens one when it first
+routes a frame there, and may open one *ahead*: where a resume will most likely go
+while its locate runs (:meth:`Links.ahead`), or, in a pool of one, at ``initialize``.
+A link opened ahead carries nothing until a frame is routed there; if the call it was
+opened for settles elsewhere, it is closed again (:meth:`Links.settled`), quietly,
+since nothing is owed on it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from router.core.actions import CloseLink, LinkCommand, OpenLink
+from router.protocol.ids import BackendId
+from router.protocol.jsonrpc import Request, RequestId
+
+
+class Links:
+    def __init__(self) -> None:
+        self._linked: set[BackendId] = set()
+        #: links opened ahead that nothing was routed on yet, and the call each was for
+        #: (None: no call in particular, a pool of one)
+        self._unused: dict[BackendId, RequestId | None] = {}
+        self._commands: deque[LinkCommand] = deque()
+
+    def __contains__(self, backend: object) -> bool:
+        return backend in self._linked
+
+    def linked(self) -> list[BackendId]:
+        return sorted(self._linked)
+
+    def used(self, backend: BackendId) -> bool:
+        """A frame is routed to ``backend``: True when the link exists (it is in use from
+        now on), False when it must be opened."""
+        self._unused.pop(backend, None)
+        return backend in self._linked
+
+    def open(
+        self,
+        backend: BackendId,
+        initialize: Request,
+        authenticate: Request | None,
+        first: str | None = None,
+        *,
+        ahead_for: RequestId | None = None,
+        ahead: bool = False,
+    ) -> None:
+        """Open the link to ``backend`` (the caller checked there is none): replaying
+        ``initialize`` and ``authenticate``, then sending ``first`` before anything else.
+
+        ``ahead``: nothing is routed there yet; it was opened for the call ``ahead_for``
+        (None: for no call in particular) and is closed when that call settles elsewhere.
+        A link that carries a ``first`` frame is in use at once.
+        """
+        self._linked.add(backend)
+        if ahead and first is None:
+            self._unused[backend] = ahead_for
+        self._commands.append(
+            OpenLink(backend, initialize, authenticate, () if first is None else (first,))
+        )
+
+    def settled(self, call: RequestId) -> None:
+        """``call`` has gone where it goes (or failed): close the link opened ahead for it
+        if nothing was routed on it."""
+        for backend in [b for b, c in self._unused.items() if c is not None and c == call]:
+            del self._unused[backend]
+            self._linked.discard(backend)
+            self._commands.append(CloseLink(backend, "opened ahead, not needed"))
+
+    def lost(self, backend: BackendId) -> None:
+        """The link to ``backend`` closed (the shell saw it end)."""
+        self._linked.discard(backend)
+        self._unused.pop(backend, None)
+
+    def commands(self) -> tuple[LinkCommand, ...]:
+        """What to open and close, in order, since the last call; the shell carries these
+        out before the action it was given."""
+        commands = tuple(self._commands)
+        self._commands.clear()
+        return commands

@@ -1,0 +1,78 @@
+"""The pool-wide requests the router answers itself: ``session/status`` (the I/O around
+:class:`router.core.locate.StatusRound`) and ``session/list`` (merged by
+:class:`router.core.listing.ListPage`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from router.core import listing
+from router.core.locate import Ask, StatusRound
+from router.protocol import acp
+from router.protocol.errors import BackendLinkLost, BackendRefused, LocateInconclusive
+from router.protocol.ids import BackendId, SessionId
+
+if TYPE_CHECKING:
+    from router.server.pool import Pool
+
+#: how long one backend's ``session/list`` page may take, at least (the probe timeout if
+#: longer): a list may read a store, which a status must not
+MIN_LIST_SECONDS = 5.0
+
+
+class Queries:
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+
+    async def status(self, session_id: SessionId) -> dict[str, Any]:
+        """The pool's ``session/status`` result (:class:`router.core.locate.StatusRound`)."""
+        round_ = StatusRound(self._pool.snapshot(session_id))
+        step = round_.start()
+        while isinstance(step, Ask):
+            step = round_.hear(await self._pool.probe_answers(step.backends, session_id))
+        return step
+
+    async def list_sessions(self, params: Any) -> dict[str, Any]:
+        """``session/list`` over every backend that lists, merged behind one cursor.
+
+        A backend that refuses gets its own error passed on, naming it. One that does not
+        answer in time is left out of the page and named in ``_meta.unlistedBackends``
+        with the others the router could not ask; when no backend that lists answered,
+        the client gets the retryable ``-32012``.
+        """
+        pool = self._pool
+        page = listing.ListPage.from_params(params, pool.ready())
+        targets = [b for b in page.pending if pool.can_list(b)]
+        answers = await asyncio.gather(
+            *(self._list_one(b, page.backend_params(b)) for b in targets), return_exceptions=True
+        )
+        results: dict[BackendId, Any] = {}
+        silent: list[BackendId] = []
+        for backend, answer in zip(targets, answers, strict=True):
+            if isinstance(answer, TimeoutError | BackendLinkLost):
+                silent.append(backend)
+            elif isinstance(answer, BaseException):
+                raise answer
+            else:
+                results[backend] = answer
+        if silent and not results:
+            raise LocateInconclusive(
+                "No agent backend answered session/list in time; retry later",
+                {"backends": silent},
+            )
+        merged = page.merge(results)
+        ready = set(pool.ready())
+        unlisted = [b for b in pool.links if b not in ready or not pool.can_list(b) or b in silent]
+        if unlisted:  # their sessions are missing from the page: say whose
+            merged["_meta"] = {"unlistedBackends": unlisted}
+        return merged
+
+    async def _list_one(self, backend: BackendId, params: dict[str, Any]) -> Any:
+        pool = self._pool
+        timeout = max(pool.settings.probe.timeout_ms / 1000, MIN_LIST_SECONDS)
+        response = await pool.links[backend].call(acp.SESSION_LIST, params, timeout=timeout)
+        if response.error is not None:
+            raise BackendRefused(backend, response.error)  # the client gets its own words
+        return response.result
