@@ -101,7 +101,9 @@ class Admin:
             {"sessionId": session, "backend": next(iter(where)), **_answer(answer)}
             for (session, where), answer in zip(attached, answers, strict=True)
         ]
-        return web.json_response({"sessions": rows, "truncated": len(pool.directory.attachments) > len(rows)})
+        return web.json_response(
+            {"sessions": rows, "truncated": len(pool.directory.attachments) > len(rows)}
+        )
 
     async def _session(self, request: web.Request) -> web.Response:
         pool = self._pool()
