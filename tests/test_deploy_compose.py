@@ -381,9 +381,10 @@ async def _built_image() -> AsyncIterator[str]:
     assert DOCKER is not None
     tag = f"acp-router:test-{secrets.token_hex(4)}"
     build = await _run(
-        DOCKER, "build", "--file", str(DOCKERFILE), "--tag", tag, str(REPO), timeout=600
-    )
-    assert build.returncode == 0, build.stderr[-4000:]
+        DOCKER, "build", "--force-rm", "--file", str(DOCKERFILE), "--tag", tag, str(REPO),
+        timeout=600,
+    )  # fmt: skip
+    assert build.returncode == 0, (build.stdout + build.stderr)[-4000:]
     try:
         yield tag
     finally:
