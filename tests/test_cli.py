@@ -87,11 +87,13 @@ async def refuses_connections(url: str) -> bool:
     ("text", "names"),
     [
         pytest.param(
-            f'[router]\nlisen = "127.0.0.1:0"\n{BACKEND}', "router.lisen", id="unknown-key"
+            f'[router]\nlisen = "127.0.0.1:0"\n{BACKEND}',
+            "router: unknown key 'lisen' (did you mean 'listen'?)",
+            id="unknown-key",
         ),
         pytest.param(
             '[[backends]]\nid = "agent-1"\nurl = "http://127.0.0.1:9001/acp"\n',
-            "backends.0.url",
+            "backends (the 1st [[backends]] table): 'url' must be a ws:// or wss:// URL",
             id="bad-backend-url",
         ),
         pytest.param('[router]\nlisten = "127.0.0.1:0"\n', "backends", id="no-backends"),
