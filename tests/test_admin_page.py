@@ -1,15 +1,17 @@
 """The status page at /admin/ in headless Chromium: it loads, shows every backend and the
 sessions attached through the router, and follows a drain (clicked on the page, or made
-through the API by someone else)."""
+through the API by someone else). Without a token, or with one the router refuses, it
+shows a form that asks for one instead of empty tables."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from tests.browser import CHROMIUM, open_page
+from tests.browser import CHROMIUM, Page, open_page
 from tests.fleet import backends_of, start_fleet, start_router
 from tests.support import AcpClient
 from tests.test_admin import ADMIN, BEARER, TOKEN
@@ -67,6 +69,20 @@ async def test_the_status_page_shows_the_fleet_and_follows_a_drain(tmp_path: Pat
         assert rows == [["agent-1", "ready"], ["agent-2", "drain"], ["agent-3", "maint"]]
 
 
+#: what the page shows: [form visible, fleet visible, the status line, the form's reason]
+VIEW = (
+    "[!document.getElementById('login').hidden, !document.getElementById('fleet').hidden,"
+    " document.getElementById('status').textContent, document.getElementById('why').textContent]"
+)
+
+
+async def submit_token(page: Page, token: str) -> None:
+    await page.evaluate(
+        f"document.getElementById('token').value = {json.dumps(token)};"
+        "document.getElementById('login').requestSubmit()"
+    )
+
+
 async def test_without_a_token_the_page_asks_for_one(tmp_path: Path) -> None:
     async with (
         start_fleet(tmp_path / "store", 1) as agents,
@@ -74,11 +90,43 @@ async def test_without_a_token_the_page_asks_for_one(tmp_path: Path) -> None:
         open_page(tmp_path / "profile") as page,
     ):
         await page.open(f"{router.base}/admin/")
-        assert await page.evaluate("document.getElementById('login').hidden") is False
+        form, fleet, status, why = await page.evaluate(VIEW)
+        assert (form, fleet) == (True, False)  # the form instead of empty tables
+        assert "loading" not in status
+        assert "admin token" in why
         assert await page.evaluate("document.getElementById('backends').rows.length") == 0
-        await page.evaluate(
-            f"document.getElementById('token').value = '{TOKEN}';"
-            "document.getElementById('login').requestSubmit()"
-        )
+        await submit_token(page, TOKEN)
         rows = await page.wait_for("#backends", f"root.rows.length === 1 && {ROWS}")
         assert rows == [["agent-1", "ready"]]
+        form, fleet, status, _ = await page.evaluate(VIEW)
+        assert (form, fleet) == (False, True)
+        assert status.startswith("updated ")
+
+
+async def test_a_refused_token_brings_the_form_back(tmp_path: Path) -> None:
+    async with (
+        start_fleet(tmp_path / "store", 1) as agents,
+        start_router(backends_of(agents), admin=ADMIN) as router,
+        open_page(tmp_path / "profile") as page,
+    ):
+        # a stale or mistyped token in the link: the router answers 401
+        await page.open(f"{router.base}/admin/#token=not-the-token")
+        why = await page.wait_for("#login", "root.querySelector('#why').textContent")
+        assert "refused" in why
+        assert "401" in why
+        form, fleet, status, _ = await page.evaluate(VIEW)
+        assert (form, fleet) == (True, False)
+        assert "loading" not in status
+        # the refused token is forgotten, so the page stops asking with it
+        assert await page.evaluate("sessionStorage.getItem('acp-router-admin')") is None
+        assert await page.evaluate("location.hash") == ""
+
+        await submit_token(page, "still-wrong")
+        why = await page.wait_for(
+            "#login", "root.querySelector('#why').textContent.includes('refused') && !root.hidden"
+        )
+        assert why is True
+        await submit_token(page, TOKEN)
+        rows = await page.wait_for("#backends", f"root.rows.length === 1 && {ROWS}")
+        assert rows == [["agent-1", "ready"]]
+        assert (await page.evaluate(VIEW))[:2] == [False, True]

@@ -9,11 +9,15 @@ import asyncio
 import json
 import re
 import signal
+import textwrap
+import tomllib
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
+from router.commands.cli import build_parser
+from router.server.config import settings_from
 from tests.fleet import backends_of, start_fleet, start_router
 from tests.support import (
     WAIT,
@@ -87,11 +91,13 @@ async def refuses_connections(url: str) -> bool:
     ("text", "names"),
     [
         pytest.param(
-            f'[router]\nlisen = "127.0.0.1:0"\n{BACKEND}', "router.lisen", id="unknown-key"
+            f'[router]\nlisen = "127.0.0.1:0"\n{BACKEND}',
+            "router: unknown key 'lisen' (did you mean 'listen'?)",
+            id="unknown-key",
         ),
         pytest.param(
             '[[backends]]\nid = "agent-1"\nurl = "http://127.0.0.1:9001/acp"\n',
-            "backends.0.url",
+            "backends (the 1st [[backends]] table): 'url' must be a ws:// or wss:// URL",
             id="bad-backend-url",
         ),
         pytest.param('[router]\nlisten = "127.0.0.1:0"\n', "backends", id="no-backends"),
@@ -268,3 +274,48 @@ async def test_connect_pipes_a_resume_and_a_prompt_as_a_script_would(tmp_path: P
     assert answers[3]["error"]["code"] == -32002
     assert answers[4]["error"]["code"] == -32010
     assert answers[4]["error"]["data"]["sessionId"] == "sess_nobody"
+
+
+# -- help ------------------------------------------------------------------------------------------
+
+COMMANDS = ("agent", "host", "demo", "serve", "connect", "status")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+async def test_every_command_has_a_description_and_an_example(command: str) -> None:
+    run = await run_cli_to_exit(command, "--help")
+    assert run.returncode == 0, run.stderr
+    usage, description, *rest = run.stdout.split("\n\n")
+    assert usage.startswith(f"usage: acp-router {command} ")
+    assert len(description.split()) >= 20, description  # a paragraph, not a title
+    [example] = [part for part in rest if part.startswith("example")]
+    commands = [line.strip() for line in example.splitlines()[1:]]
+    assert commands
+    assert all(re.match(rf"acp-router( --\S+ \S+)* {command}( |$)", c) for c in commands), commands
+    for line in commands:  # each example is a command line the real parser accepts
+        assert parses(line.split()[1:]), line
+
+
+async def test_serve_help_says_what_the_router_serves_and_shows_a_config() -> None:
+    run = await run_cli_to_exit("serve", "--help")
+    for words in ("/acp", "/metrics", "SIGHUP", "config/router.example.toml", "[[backends]]"):
+        assert words in run.stdout, words
+    minimal = run.stdout[run.stdout.index("a minimal FILE:") :].split("\n", 1)[1]
+    settings = settings_from(tomllib.loads(textwrap.dedent(minimal)))
+    assert [b.id for b in settings.backends] == ["agent-1"]
+
+
+async def test_the_command_list_points_at_each_command_help() -> None:
+    run = await run_cli_to_exit("--help")
+    assert run.returncode == 0
+    assert "acp-router COMMAND --help" in run.stdout
+    for command in COMMANDS:
+        assert re.search(rf"^    {command} +\S", run.stdout, re.MULTILINE), command
+
+
+def parses(argv: list[str]) -> bool:
+    try:
+        build_parser().parse_args(argv)
+    except SystemExit:
+        return False
+    return True

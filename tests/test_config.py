@@ -109,108 +109,242 @@ def test_settings_are_frozen() -> None:
         settings.probe.timeout_ms = 1  # type: ignore[misc]
 
 
+B1 = "backends (the 1st [[backends]] table)"
+B2 = "backends (the 2nd [[backends]] table)"
+#: pydantic's own words, which an operator should never have to read
+JARGON = ("Input should", "Extra inputs", "Field required", "Value error", "instance of", "dict")
+
+
 @pytest.mark.parametrize(
-    ("data", "key"),
+    ("data", "message"),
     [
-        (_backend(url="http://h/acp"), "backends.0.url"),
-        (_backend(url="ws:///acp"), "backends.0.url"),
-        (_backend(url="not a url"), "backends.0.url"),
-        (_backend(url="ws://h:99999/acp"), "backends.0.url"),
-        (_backend(url="ws://h:port/acp"), "backends.0.url"),
-        (_backend(url=5), "backends.0.url"),
-        (_backend(id=""), "backends.0.id"),
-        (_backend(id=3), "backends.0.id"),
-        (_backend(weight=0), "backends.0.weight"),
-        (_backend(weight=-1.5), "backends.0.weight"),
-        (_backend(weight=float("inf")), "backends.0.weight"),
-        (_backend(weight=float("nan")), "backends.0.weight"),
-        (_backend(weight="2"), "backends.0.weight"),
-        (_backend(weight=True), "backends.0.weight"),
-        (_backend(wieght=2), "backends.0.wieght"),
+        # an unknown key, with the nearest known one
+        (_backend(wieght=2), f"{B1}: unknown key 'wieght' (did you mean 'weight'?)"),
         (
-            {"backends": [{"id": "a", "url": "ws://h/acp"}, {"id": "b", "url": "ftp://h"}]},
-            "backends.1.url",
+            {
+                "backends": [
+                    {"id": "a", "url": "ws://h/acp"},
+                    {"id": "b", "url": "ws://h/acp", "wieght": 2},
+                ]
+            },
+            f"{B2}: unknown key 'wieght' (did you mean 'weight'?)",
         ),
-        ({"backends": [{"url": "ws://h/acp"}]}, "backends.0.id"),
-        ({"backends": [{"id": "a"}]}, "backends.0.url"),
-        ({"backends": "ws://h/acp"}, "backends"),
-        ({"backends": []}, "backends"),
-        ({}, "backends"),
-        (_with(router={"lisen": "127.0.0.1:1"}), "router.lisen"),
-        (_with(router={"listen": "127.0.0.1"}), "router.listen"),
-        (_with(router={"listen": ":80"}), "router.listen"),
-        (_with(router={"listen": "h:70000"}), "router.listen"),
-        (_with(router={"listen": "h:-1"}), "router.listen"),
-        (_with(router={"listen": "h:٨٠"}), "router.listen"),
-        (_with(router={"listen": 8080}), "router.listen"),
-        (_with(router={"unknown_policy": "yolo"}), "router.unknown_policy"),
-        (_with(router={"max_connections": 0}), "router.max_connections"),
-        (_with(router={"max_in_flight_per_connection": -1}), "router.max_in_flight_per_connection"),
-        (_with(router={"max_sessions_per_connection": 1.5}), "router.max_sessions_per_connection"),
-        (_with(router={"compression": "no"}), "router.compression"),
-        (_with(router={"drain_seconds": -1}), "router.drain_seconds"),
-        (_with(router="x"), "router"),
-        (_with(probe={"timeout_ms": 0}), "probe.timeout_ms"),
-        (_with(probe={"timeout_ms": "500"}), "probe.timeout_ms"),
-        (_with(probe={"timeout_ms": True}), "probe.timeout_ms"),
-        (_with(probe={"timeout_ms": 2.5}), "probe.timeout_ms"),
-        (_with(probe={"timeout": 5}), "probe.timeout"),
-        (_with(control={"heartbeat_seconds": 0}), "control.heartbeat_seconds"),
-        (_with(control={"heartbeat_seconds": float("inf")}), "control.heartbeat_seconds"),
-        (_with(control={"reconnect_max_ms": 0}), "control.reconnect_max_ms"),
-        (_with(cache={"ttl_seconds": -1}), "cache.ttl_seconds"),
-        (_with(cache={"max_entries": 0}), "cache.max_entries"),
-        (_with(placement={"decay_seconds": 0}), "placement.decay_seconds"),
-        (_with(placement={"half_life": 5}), "placement.half_life"),
-        (_with(proxy={}), "proxy"),
-        (_with(router={"tls_cert": "/c.pem"}), "router"),
-        (_with(router={"tls_key": "/k.pem"}), "router"),
-        (_with(router={"metrics_listen": "9100"}), "router.metrics_listen"),
-        (_with(router={"allowed_origins": ["editor.example"]}), "router.allowed_origins"),
-        (_with(router={"allowed_origins": ["https://e.example/path"]}), "router.allowed_origins"),
-        (_with(router={"allowed_origins": "https://e.example"}), "router.allowed_origins"),
-        (_with(router={"max_connections_per_address": 0}), "router.max_connections_per_address"),
         (
-            _with(router={"new_sessions_per_minute_per_address": 0}),
-            "router.new_sessions_per_minute_per_address",
+            _with(router={"lisen": "127.0.0.1:1"}),
+            "router: unknown key 'lisen' (did you mean 'listen'?)",
         ),
-        (_with(router={"new_sessions_per_minute": -5}), "router.new_sessions_per_minute"),
-        (_backend(tls_ca="/ca.pem"), "backends.0"),
-        (_backend(url="wss://h/acp", tls_cert="/c.pem"), "backends.0"),
-        (_with(auth={}), "auth"),
-        (_with(auth={"tokens": [""]}), "auth.tokens.0"),
-        (_with(auth={"tokens": "abc"}), "auth.tokens"),
-        (_with(auth={"tokens": ["t"], "bind_sessions": True}), "auth"),
-        (_with(auth={"tokens": ["t"], "session_secret": "short"}), "auth.session_secret"),
+        (_with(probe={"timeout": 5}), "probe: unknown key 'timeout' (did you mean 'timeout_ms'?)"),
+        (
+            _with(auth={"tokens": ["t"], "tokenz": "t"}),
+            "auth: unknown key 'tokenz' (did you mean 'tokens'?)",
+        ),
+        (_with(cache={"size": 5}), "cache: unknown key 'size'"),
+        (_with(proxy={}), "unknown table [proxy] (did you mean [probe]?)"),
+        (_with(routr={}), "unknown table [routr] (did you mean [router]?)"),
+        (_with(listen="0.0.0.0:1"), "unknown key 'listen' at the top level (it goes in [router])"),
+        (
+            _with(tokens=["t"]),
+            "unknown key 'tokens' at the top level (it goes in [auth] or [admin])",
+        ),
+        # a missing key
+        ({"backends": [{"url": "ws://h/acp"}]}, f"{B1}: missing key 'id'"),
+        ({"backends": [{"id": "a"}]}, f"{B1}: missing key 'url'"),
+        (
+            {"discovery": [{"dns": "agents.local"}]},
+            "discovery (the 1st [[discovery]] table): missing key 'port'",
+        ),
+        # a value of the wrong type
+        (_backend(weight="2"), f"{B1}: 'weight' must be a number, not the string \"2\""),
+        (_backend(weight=True), f"{B1}: 'weight' must be a number, not true"),
+        (_backend(id=3), f"{B1}: 'id' must be a string, not 3"),
+        (_with(probe={"timeout_ms": 2.5}), "probe: 'timeout_ms' must be an integer, not 2.5"),
+        (
+            _with(router={"compression": "no"}),
+            "router: 'compression' must be true or false, not the string \"no\"",
+        ),
+        (
+            _with(router={"allowed_origins": "https://e.example"}),
+            "router: 'allowed_origins' must be an array, not the string \"https://e.example\"",
+        ),
+        (
+            _with(router={"allowed_origins": [1]}),
+            "router: the 1st item of 'allowed_origins' must be a string, not 1",
+        ),
+        (_with(router="x"), "'router' must be a table, not the string \"x\""),
+        (
+            _with(probe={"status_aliases": ["warm"]}),
+            "probe: 'status_aliases' must be a table, not an array",
+        ),
+        (
+            {"backends": "ws://h/acp"},
+            "'backends' must be [[backends]] tables, not the string \"ws://h/acp\"",
+        ),
+        (
+            {"backends": ["ws://h/acp"]},
+            "the 1st item of 'backends' must be a table, not the string \"ws://h/acp\"",
+        ),
+        # a number out of range
+        (_backend(weight=0), f"{B1}: 'weight' must be greater than 0, not 0"),
+        (_backend(weight=float("inf")), f"{B1}: 'weight' must be a finite number, not inf"),
+        (_with(router={"drain_seconds": -1}), "router: 'drain_seconds' must be at least 0, not -1"),
+        (
+            {"discovery": [{"dns": "agents.local", "port": 70000}]},
+            "discovery (the 1st [[discovery]] table): 'port' must be at most 65535, not 70000",
+        ),
+        # a word that is not one of the choices
+        (
+            _with(router={"unknown_policy": "yolo"}),
+            'router: \'unknown_policy\' must be "fail_closed" or "place_anyway", not the string "yolo"',
+        ),
+        (
+            _with(probe={"status_aliases": {"warm": "hot"}}),
+            'probe.status_aliases: \'warm\' must be "active", "inactive" or "not_found", not the string "hot"',
+        ),
+        # too short (secrets are never repeated back)
+        (_backend(id=""), f"{B1}: 'id' must not be empty"),
+        (_with(auth={"tokens": [""]}), "auth: the 1st item of 'tokens' must not be empty"),
+        (_with(auth={"tokens": "abc"}), "auth: 'tokens' must be an array"),
+        (
+            _with(auth={"tokens": ["t"], "session_secret": "short"}),
+            "auth: 'session_secret' must be at least 16 characters long (it has 5)",
+        ),
+        # the router's own checks
+        (
+            _backend(url="http://h/acp"),
+            f"{B1}: 'url' must be a ws:// or wss:// URL (such as ws://agent-1:9001/acp), not the string \"http://h/acp\"",
+        ),
+        (
+            _backend(tls_ca="/ca.pem"),
+            f"{B1}: 'tls_ca', 'tls_cert' and 'tls_key' are for a wss:// 'url', not the string \"ws://h:1/acp\"",
+        ),
+        (
+            _backend(url="wss://h/acp", tls_cert="/c.pem"),
+            f"{B1}: 'tls_cert' needs 'tls_key' too: a certificate goes with its key",
+        ),
+        (
+            _with(router={"tls_key": "/k.pem"}),
+            "router: 'tls_key' needs 'tls_cert' too: a certificate goes with its key",
+        ),
+        (
+            _with(router={"listen": "127.0.0.1"}),
+            "router: 'listen' must be HOST:PORT (such as 127.0.0.1:8765), not the string \"127.0.0.1\"",
+        ),
+        (
+            _with(router={"metrics_listen": "9100"}),
+            "router: 'metrics_listen' must be HOST:PORT (such as 127.0.0.1:8765), not the string \"9100\"",
+        ),
+        (
+            _with(router={"allowed_origins": ["*", "editor.example"]}),
+            'router: the 2nd item of \'allowed_origins\' must be an origin (scheme://host[:port], such as https://editor.example) or "*", not the string "editor.example"',
+        ),
+        (
+            {"discovery": [{"dns": "agents.local", "port": 9001, "path": "acp"}]},
+            "discovery (the 1st [[discovery]] table): 'path' must start with / (such as /acp), not the string \"acp\"",
+        ),
+        (
+            {"discovery": [{"dns": "agents.local", "port": 9001, "nameserver": "ns"}]},
+            "discovery (the 1st [[discovery]] table): 'nameserver' must be HOST:PORT (such as 127.0.0.1:8765), not the string \"ns\"",
+        ),
+        (_with(auth={}), "auth: give at least one of 'tokens', 'tokens_file' and 'token_env'"),
+        (_with(admin={}), "admin: give at least one of 'tokens', 'tokens_file' and 'token_env'"),
+        (
+            _with(auth={"tokens": ["t"], "bind_sessions": True}),
+            "auth: 'bind_sessions' needs 'session_secret', 'session_secret_file' or 'session_secret_env'",
+        ),
         (
             _with(auth={"tokens": ["t"], "session_secret": "x" * 16, "session_secret_env": "S"}),
-            "auth",
+            "auth: give only one of 'session_secret', 'session_secret_file' and 'session_secret_env'",
         ),
-        (_with(auth={"tokens": ["t"], "token": "t"}), "auth.token"),
+        ({}, "give at least one [[backends]] table (or a [[discovery]] table)"),
+        (
+            {"backends": [{"id": "a", "url": "ws://h:1/acp"}, {"id": "a", "url": "ws://h:2/acp"}]},
+            "each [[backends]] table needs a unique 'id'; repeated: \"a\"",
+        ),
     ],
 )
-def test_bad_values_name_their_dotted_key(data: dict[str, Any], key: str) -> None:
-    message = _error(data)
-    assert message.startswith(f"config: {key}: "), message
+def test_each_kind_of_mistake_reads_in_plain_words(data: dict[str, Any], message: str) -> None:
+    assert _error(data) == f"config: {message}"
 
 
-def test_duplicate_backend_ids_name_the_backends_and_the_id() -> None:
-    message = _error(
-        {
-            "backends": [
-                {"id": "a", "url": "ws://h:1/acp"},
-                {"id": "b", "url": "ws://h:2/acp"},
-                {"id": "a", "url": "ws://h:3/acp"},
-            ]
-        }
-    )
-    assert message.startswith("config: backends: "), message
-    assert "unique" in message
-    assert "a" in message.removeprefix("config: backends: ")
+@pytest.mark.parametrize(
+    ("data", "where", "key"),
+    [
+        (_backend(url="ws:///acp"), B1, "url"),
+        (_backend(url="not a url"), B1, "url"),
+        (_backend(url="ws://h:99999/acp"), B1, "url"),
+        (_backend(url="ws://h:port/acp"), B1, "url"),
+        (_backend(url=5), B1, "url"),
+        (_backend(weight=-1.5), B1, "weight"),
+        (_backend(weight=float("nan")), B1, "weight"),
+        (
+            {"backends": [{"id": "a", "url": "ws://h/acp"}, {"id": "b", "url": "ftp://h"}]},
+            B2,
+            "url",
+        ),
+        ({"backends": []}, "", "[[backends]]"),
+        (_with(router={"listen": ":80"}), "router", "listen"),
+        (_with(router={"listen": "h:70000"}), "router", "listen"),
+        (_with(router={"listen": "h:-1"}), "router", "listen"),
+        (_with(router={"listen": "h:٨٠"}), "router", "listen"),
+        (_with(router={"listen": 8080}), "router", "listen"),
+        (_with(router={"max_connections": 0}), "router", "max_connections"),
+        (
+            _with(router={"max_in_flight_per_connection": -1}),
+            "router",
+            "max_in_flight_per_connection",
+        ),
+        (
+            _with(router={"max_sessions_per_connection": 1.5}),
+            "router",
+            "max_sessions_per_connection",
+        ),
+        (_with(router={"tls_cert": "/c.pem"}), "router", "tls_cert"),
+        (
+            _with(router={"allowed_origins": ["https://e.example/path"]}),
+            "router",
+            "allowed_origins",
+        ),
+        (_with(router={"max_connections_per_address": 0}), "router", "max_connections_per_address"),
+        (
+            _with(router={"new_sessions_per_minute_per_address": 0}),
+            "router",
+            "new_sessions_per_minute_per_address",
+        ),
+        (_with(router={"new_sessions_per_minute": -5}), "router", "new_sessions_per_minute"),
+        (_with(probe={"timeout_ms": 0}), "probe", "timeout_ms"),
+        (_with(probe={"timeout_ms": "500"}), "probe", "timeout_ms"),
+        (_with(probe={"timeout_ms": True}), "probe", "timeout_ms"),
+        (_with(control={"heartbeat_seconds": 0}), "control", "heartbeat_seconds"),
+        (_with(control={"heartbeat_seconds": float("inf")}), "control", "heartbeat_seconds"),
+        (_with(control={"reconnect_max_ms": 0}), "control", "reconnect_max_ms"),
+        (_with(control={"down_grace_ms": -1}), "control", "down_grace_ms"),
+        (_with(cache={"ttl_seconds": -1}), "cache", "ttl_seconds"),
+        (_with(cache={"max_entries": 0}), "cache", "max_entries"),
+        (_with(placement={"decay_seconds": 0}), "placement", "decay_seconds"),
+        (_with(placement={"half_life": 5}), "placement", "half_life"),
+        (_with(auth={"tokens": ["t"], "session_secret_env": ""}), "auth", "session_secret_env"),
+        (_with(admin={"tokens": ["t"], "token_env": 5}), "admin", "token_env"),
+    ],
+)
+def test_bad_values_name_their_table_and_key(data: dict[str, Any], where: str, key: str) -> None:
+    message = _error(data).removeprefix("config: ")
+    if where:
+        assert message.startswith(f"{where}: "), message
+    quoted = key if key.startswith("[") else f"'{key}'"
+    assert quoted in message, message
+    assert not [word for word in JARGON if word in message], message
+
+
+def test_secrets_are_not_repeated_in_errors() -> None:
+    secret = "s3cr3t-but-short"[:12]
+    message = _error(_with(auth={"tokens": ["t"], "session_secret": secret}))
+    assert secret not in message
+    message = _error(_with(auth={"tokens": secret}))
+    assert secret not in message
 
 
 def test_the_source_names_the_file() -> None:
-    with pytest.raises(ConfigError, match=r"^my\.toml: backends: "):
+    with pytest.raises(ConfigError, match=r"^my\.toml: give at least one \[\[backends\]\] "):
         settings_from({}, source="my.toml")
 
 
@@ -235,10 +369,29 @@ def test_load_settings(tmp_path: Path) -> None:
 
 def test_load_settings_names_the_file_and_key(tmp_path: Path) -> None:
     path = tmp_path / "router.toml"
-    path.write_text('[[backends]]\nid = "a"\nurl = "http://a/acp"\n', encoding="utf-8")
+    path.write_text(
+        '[[backends]]\nid = "a"\nurl = "ws://a/acp"\n\n'
+        '[[backends]]\nid = "b"\nurl = "ws://b/acp"\nwieght = 2\n',
+        encoding="utf-8",
+    )
     with pytest.raises(ConfigError) as caught:
         load_settings(path)
-    assert str(caught.value).startswith(f"{path}: backends.0.url: ")
+    assert str(caught.value) == (
+        f"{path}: backends (the 2nd [[backends]] table): unknown key 'wieght'"
+        " (did you mean 'weight'?)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("number", "words"),
+    [(1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (12, "12th"), (13, "13th"),
+     (21, "21st"), (22, "22nd"), (101, "101st"), (111, "111th")],
+)  # fmt: skip
+def test_tables_are_counted_from_one(number: int, words: str) -> None:
+    backends = [{"id": f"b{n}", "url": "ws://h/acp"} for n in range(number)]
+    backends[-1]["url"] = "http://h/acp"
+    message = _error({"backends": backends})
+    assert message.startswith(f"config: backends (the {words} [[backends]] table): 'url' "), message
 
 
 def _load_error(path: Path) -> str:

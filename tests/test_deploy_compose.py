@@ -1,24 +1,40 @@
-"""deploy/Dockerfile and docker-compose.yml: parsed and checked against the repository
-(no Docker engine runs here), then the compose topology run as local processes."""
+"""deploy/Dockerfile and docker-compose.yml: parsed and checked against the repository,
+against Compose 1.29 (Debian's ``docker-compose``) and the Compose Specification that v2
+reads, then the compose topology run as local processes. Where a Docker engine and the base
+image are present, the image is built and started; elsewhere that test skips, saying which
+is missing.
+
+``tests/compose-spec.json`` is the Compose Specification's JSON Schema
+(github.com/compose-spec/compose-spec, schema/compose-spec.json at a08f8d5, Apache-2.0): the
+schema Compose v2 validates a file against.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import re
+import secrets
+import shutil
 import sys
 import tomllib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
+import jsonschema
 import pytest
 import yaml
 
 from router.commands.cli import build_parser
 from router.server.config import load_settings
-from tests.support import WAIT, run_cli_to_exit
+from tests.support import WAIT, CompletedRun, run_cli_to_exit
 from tests.topology import (
+    COMPOSE_FILE,
     DOCKERFILE,
     REPO,
     agent_services,
@@ -211,6 +227,80 @@ def test_compose_prometheus_and_grafana_are_wired_to_the_router() -> None:
         assert all(source == expected for source in sources), panel["title"]
 
 
+# -- the Compose versions people have -------------------------------------------------------
+
+DOCKER = shutil.which("docker")
+DOCKER_COMPOSE = shutil.which("docker-compose")
+COMPOSE_SPEC = Path(__file__).resolve().parent / "compose-spec.json"
+#: top-level keys of the Compose Specification that Compose 1.29 refuses
+NEWER_THAN_1_29 = {"name", "include", "models"}
+
+
+async def _run(*argv: str, timeout: float = WAIT) -> CompletedRun:
+    """Run a program to completion, its output captured."""
+    process = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(timeout):
+            stdout, stderr = await process.communicate()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode is not None
+    return CompletedRun(process.returncode, stdout.decode(), stderr.decode())
+
+
+def test_compose_file_follows_the_compose_specification() -> None:
+    # what Compose v2 validates against; 1.29 knows an older subset of it
+    document = compose()
+    jsonschema.Draft7Validator(json.loads(COMPOSE_SPEC.read_text())).validate(document)
+    assert not NEWER_THAN_1_29 & document.keys(), "Compose 1.29 refuses these top-level keys"
+
+
+@pytest.mark.skipif(
+    DOCKER_COMPOSE is None,
+    reason="docker-compose not installed (Compose 1.29, Debian's docker-compose; .ci/run installs it)",
+)
+async def test_compose_1_29_accepts_the_file() -> None:
+    assert DOCKER_COMPOSE is not None
+    version = await _run(DOCKER_COMPOSE, "version", "--short")
+    assert version.returncode == 0, version.stderr
+    run = await _run(DOCKER_COMPOSE, "--file", str(COMPOSE_FILE), "config")
+    assert run.returncode == 0, f"docker-compose {version.stdout.strip()}: {run.stderr}"
+    resolved = yaml.safe_load(run.stdout)
+    assert resolved["services"].keys() == compose()["services"].keys()
+    assert resolved["services"]["router"]["image"] == compose()["services"]["router"]["image"]
+
+
+async def test_compose_v2_accepts_the_file() -> None:
+    if DOCKER is None or (await _run(DOCKER, "compose", "version")).returncode != 0:
+        pytest.skip(
+            "Compose v2 (the docker compose plugin) not installed: the file is checked against"
+            " the Compose Specification's schema instead"
+        )
+    run = await _run(DOCKER, "compose", "--file", str(COMPOSE_FILE), "config", "--quiet")
+    assert run.returncode == 0, run.stderr
+
+
+def test_the_readme_says_which_compose_and_which_images() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("### The compose demo") : readme.index("### Kubernetes")]
+    services = compose()["services"]
+    stages = {i.arguments.split()[-1] for i in dockerfile() if " AS " in i.arguments.upper()}
+    bases = {i.arguments.split()[0] for i in dockerfile() if i.keyword == "FROM"} - stages
+    images = {service["image"] for service in services.values()} | bases
+    assert len(images) == 4  # the image built here, its base, Prometheus and Grafana
+    for image in images:
+        assert f"`{image}`" in section, f"the README's compose section does not name {image}"
+    assert "Compose v2" in section
+    assert "1.29" in section
+
+
 # -- the topology, run as processes -------------------------------------------------------------
 
 
@@ -249,3 +339,82 @@ def test_a_bad_command_is_caught(service: str) -> None:
     command = command_of(compose()["services"][service])
     assert not parses([*command, "--no-such-flag"])
     assert not parses(["agnet", *command[1:]])
+
+
+# -- the image, where a Docker engine runs ------------------------------------------------------
+
+
+async def _why_no_image() -> str | None:
+    """Why the image cannot be built and started here, or None when it can."""
+    if DOCKER is None:
+        return "no docker command: no Docker engine to build the image with"
+    info = await _run(DOCKER, "info", "--format", "{{.ServerVersion}}")
+    if info.returncode != 0:
+        said = (info.stderr.strip().splitlines() or ["no output"])[0]
+        return f"no Docker engine answers `docker info`: {said}"
+    stages = {i.arguments.split()[-1] for i in dockerfile() if " AS " in i.arguments.upper()}
+    for base in sorted({i.arguments.split()[0] for i in dockerfile() if i.keyword == "FROM"}):
+        if base not in stages and (await _run(DOCKER, "image", "inspect", base)).returncode:
+            return f"the base image {base} is not in the Docker engine (docker pull {base})"
+    return None
+
+
+async def _wait_for_line(container: str, text: str) -> None:
+    assert DOCKER is not None
+    logs = await asyncio.create_subprocess_exec(
+        DOCKER, "logs", "--follow", container,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    assert logs.stdout is not None
+    try:
+        async with asyncio.timeout(WAIT):
+            while text not in (line := (await logs.stdout.readline()).decode()):
+                assert line, f"the container stopped before it logged {text!r}"
+    finally:
+        if logs.returncode is None:
+            logs.kill()
+        await logs.wait()
+
+
+@contextlib.asynccontextmanager
+async def _built_image() -> AsyncIterator[str]:
+    assert DOCKER is not None
+    tag = f"acp-router:test-{secrets.token_hex(4)}"
+    build = await _run(
+        DOCKER, "build", "--force-rm", "--file", str(DOCKERFILE), "--tag", tag, str(REPO),
+        timeout=600,
+    )  # fmt: skip
+    assert build.returncode == 0, (build.stdout + build.stderr)[-4000:]
+    try:
+        yield tag
+    finally:
+        await _run(DOCKER, "image", "rm", "--force", tag)
+
+
+@pytest.mark.timeout(900)
+async def test_the_image_builds_and_answers_healthz() -> None:
+    reason = await _why_no_image()
+    if reason is not None:
+        pytest.skip(reason)
+    assert DOCKER is not None
+    config = router_config_file()
+    port = load_settings(config).router.address[1]
+    async with _built_image() as tag:
+        started = await _run(
+            DOCKER, "run", "--detach", "--publish", f"127.0.0.1::{port}",
+            "--volume", f"{config}:/etc/acp-router/router.toml:ro", tag,
+        )  # fmt: skip
+        assert started.returncode == 0, started.stderr
+        container = started.stdout.strip()
+        try:
+            await _wait_for_line(container, "acp-router listening on")
+            published = await _run(DOCKER, "port", container, f"{port}/tcp")
+            address = re.findall(r"127\.0\.0\.1:\d+", published.stdout)[0]
+            async with aiohttp.ClientSession() as http, asyncio.timeout(WAIT):
+                async with http.get(f"http://{address}/healthz") as response:
+                    assert response.status == 200
+            # the image's own HEALTHCHECK command, run inside it, passes too
+            check = await _run(DOCKER, "exec", container, *exec_form("HEALTHCHECK"))
+            assert check.returncode == 0, check.stderr
+        finally:
+            await _run(DOCKER, "rm", "--force", container)

@@ -124,5 +124,5 @@ async def test_the_alias_table_takes_more_words_from_the_config() -> None:
 
 
 def test_a_bad_alias_names_its_key() -> None:
-    with pytest.raises(ConfigError, match=r"probe\.status_aliases\.warm"):
+    with pytest.raises(ConfigError, match=r"^test: probe\.status_aliases: 'warm' must be "):
         router_settings([("a", "ws://127.0.0.1:1/acp")], probe={"status_aliases": {"warm": "hot"}})

@@ -1,7 +1,12 @@
-"""The /metrics exposition follows the Prometheus naming rules the dashboard relies on."""
+"""The /metrics exposition follows the Prometheus naming rules the dashboard relies on, and
+the README's metrics table says what each family's HELP says."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
 from router.server.metrics import LATENCY_BUCKETS, TO_BACKEND, TO_CLIENT, Metrics
@@ -56,3 +61,50 @@ def test_backends_are_declared_up_front() -> None:
     families = {name: samples for name, _, samples in exposed()}
     up = {s[1]["backend"]: s[2] for s in families["acp_router_backend_up"]}
     assert up == {"agent-1": 0.0, "agent-2": 0.0}
+
+
+# -- the README's table ----------------------------------------------------------------------------
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+#: a row of the README's metrics table: name, labels, the HELP text
+ROW = re.compile(r"^\| `(acp_router_\w+)` \| (.*?) \| (.*) \|$", re.MULTILINE)
+
+
+def readme_metrics() -> dict[str, tuple[tuple[str, ...], str]]:
+    """The README's metrics table: each name with its labels and its text (without the
+    backticks Markdown may add)."""
+    text = README.read_text()
+    section = text[text.index("### Metrics") : text.index("### Reloading the configuration")]
+    rows: dict[str, tuple[tuple[str, ...], str]] = {}
+    for name, labels, help_text in ROW.findall(section):
+        assert name not in rows, f"{name} is in the README's table twice"
+        names = tuple(re.findall(r"`(\w+)`", labels))
+        rows[name] = (names, help_text.replace("`", "").replace("\\|", "|"))
+    return rows
+
+
+def router_metrics() -> dict[str, tuple[tuple[str, ...], str]]:
+    """Every acp_router_ family a router exports: its name as queried (counters with
+    ``_total``), its label names and its HELP."""
+    metrics = Metrics()
+    metrics.watch_cache(lambda: 0)
+    labels = {
+        metric._name: tuple(metric._labelnames)
+        for metric in vars(metrics).values()
+        if isinstance(metric, MetricWrapperBase)
+    }
+    found = {}
+    for family in metrics.registry.collect():
+        if family.name.startswith("acp_router_"):
+            name = family.name + ("_total" if family.type == "counter" else "")
+            found[name] = (labels.get(family.name, ()), family.documentation)
+    return found
+
+
+def test_the_readme_lists_every_metric_with_its_help_text() -> None:
+    readme, exported = readme_metrics(), router_metrics()
+    assert len(exported) >= 25
+    assert sorted(readme) == sorted(exported), "the README's table and the router's metrics"
+    for name, (labels, help_text) in exported.items():
+        assert readme[name][1] == help_text, f"{name}: the README and the HELP text differ"
+        assert readme[name][0] == labels, f"{name}: the README and the labels differ"

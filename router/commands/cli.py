@@ -51,13 +51,103 @@ def _json_object(value: str) -> dict[str, object]:
     return parsed
 
 
+#: each command's help page: what it does (``description``) and how it is run (``epilog``)
+DESCRIPTIONS = {
+    "agent": """\
+Run the reference ACP agent: a small, real ACP v1 agent over WebSocket at /acp that echoes
+prompts instead of calling a model and names itself in every reply, so routing is visible.
+Sessions live in --store, one file each; agents sharing the folder can resume each other's
+sessions. It answers session/status as the session-status RFD says (not with --no-status).""",
+    "host": """\
+Serve an existing stdio ACP agent over WebSocket at /acp, so a router can use it as a
+backend: the command runs once, every client shares that process, and the host answers
+session/status for it. Prints "host NAME listening on ws://.../acp" once the agent has
+answered initialize.""",
+    "demo": """\
+Start N reference agents on free loopback ports, sharing a temporary session store, and the
+router in front of them on ws://127.0.0.1:P/acp; print how to talk to the fleet. Ctrl-C
+stops everything.""",
+    "serve": """\
+Run the router: one WebSocket front door (/acp) in front of the backends that FILE names,
+with /metrics, /healthz and /readyz beside it (and /admin/ with an [admin] section). The
+configuration is TOML, checked at start: a bad key or value stops the router with one line
+naming it. SIGHUP (or POST /admin/reload) re-reads FILE; SIGTERM drains, then exits 0.
+config/router.example.toml lists every key with its default.""",
+    "connect": """\
+Bridge stdin/stdout to a router's (or an agent's) WebSocket: give it to an editor as the
+agent command and the editor uses the whole fleet. One JSON-RPC message per line each way.
+Sends Authorization: Bearer $ACP_ROUTER_TOKEN when that variable is set. Exits 0 when stdin
+closes (after the answers it owes), 1 when the connection is lost.""",
+    "status": """\
+Ask a router or an agent for one session's status (session/status) and print the answer.
+Exit status: 0 active, 3 inactive, 4 unknown session. Sends Authorization: Bearer
+$ACP_ROUTER_TOKEN when that variable is set.""",
+}
+EXAMPLES = {
+    "agent": """\
+example:
+  acp-router agent --listen 127.0.0.1:9001 --store /tmp/acp-store --id agent-1""",
+    "host": """\
+examples:
+  acp-router host --listen 0.0.0.0:9001 --id claude-1 -- claude-code-acp
+  acp-router host --listen 0.0.0.0:9002 --id py-1 -- python my_agent.py --flag""",
+    "demo": """\
+examples:
+  acp-router demo
+  acp-router demo --agents 5 --port 9000 --token s3cret""",
+    "serve": """\
+examples:
+  acp-router serve --config config/router.example.toml
+  acp-router --log-format json serve --config /etc/acp-router/router.toml
+
+a minimal FILE:
+  [router]
+  listen = "127.0.0.1:8765"
+
+  [[backends]]
+  id = "agent-1"
+  url = "ws://127.0.0.1:9001/acp"
+""",
+    "connect": """\
+example (Zed's settings.json: "command": "acp-router", "args": ["connect", URL]):
+  acp-router connect ws://router.internal:8765/acp""",
+    "status": """\
+example:
+  acp-router status ws://127.0.0.1:8765/acp sess_0123456789abcdef""",
+}
+
+
+def _command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    summary: str,
+    usage: str | None = None,
+) -> argparse.ArgumentParser:
+    """A subcommand with its one-line summary (in ``acp-router --help``), its description and
+    its examples (in ``acp-router NAME --help``), laid out as written."""
+    return commands.add_parser(
+        name,
+        help=summary,
+        description=DESCRIPTIONS[name],
+        epilog=EXAMPLES[name],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage=usage,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="acp-router", description="Session-aware routing proxy for ACP agents."
+        prog="acp-router",
+        description="Session-aware routing proxy for ACP agents.",
+        epilog="Run `acp-router COMMAND --help` for what a command does, its options and"
+        " an example.",
     )
     parser.add_argument("--version", action="version", version=f"acp-router {__version__}")
     parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="the least severe records written (default INFO; DEBUG shows every reconnect)",
     )
     parser.add_argument(
         "--log-format",
@@ -67,10 +157,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    agent = commands.add_parser("agent", help="run the reference ACP agent")
-    agent.add_argument("--listen", type=_host_port, required=True, metavar="HOST:PORT")
+    agent = _command(commands, "agent", "run the reference ACP agent")
+    agent.add_argument(
+        "--listen", type=_host_port, required=True, metavar="HOST:PORT", help="where to serve /acp"
+    )
     agent.add_argument("--store", required=True, metavar="DIR", help="session store folder")
-    agent.add_argument("--id", dest="agent_id", default=None, metavar="NAME")
+    agent.add_argument(
+        "--id",
+        dest="agent_id",
+        default=None,
+        metavar="NAME",
+        help="the name in its replies (default the host name)",
+    )
     agent.add_argument(
         "--idle-timeout",
         type=_positive_float,
@@ -106,14 +204,23 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="act like agents without the session-status RFD: no session/status",
     )
-    host = commands.add_parser(
+    host = _command(
+        commands,
         "host",
-        help="serve an existing stdio ACP agent over WebSocket, answering session/status for it",
+        "serve an existing stdio ACP agent over WebSocket, answering session/status for it",
         usage="acp-router host --listen HOST:PORT [--id NAME] [--client-capabilities JSON] "
         "[--startup-timeout SECONDS] -- CMD [ARGS...]",
     )
-    host.add_argument("--listen", type=_host_port, required=True, metavar="HOST:PORT")
-    host.add_argument("--id", dest="host_id", default=None, metavar="NAME")
+    host.add_argument(
+        "--listen", type=_host_port, required=True, metavar="HOST:PORT", help="where to serve /acp"
+    )
+    host.add_argument(
+        "--id",
+        dest="host_id",
+        default=None,
+        metavar="NAME",
+        help="its name (default the host name)",
+    )
     host.add_argument(
         "--client-capabilities",
         type=_json_object,
@@ -131,27 +238,33 @@ def build_parser() -> argparse.ArgumentParser:
     host.add_argument(
         "agent_command", nargs="+", metavar="CMD", help="the stdio agent command and its arguments"
     )
-    demo = commands.add_parser("demo", help="run reference agents and the router in front of them")
+    demo = _command(commands, "demo", "run reference agents and the router in front of them")
     demo.add_argument("--agents", type=int, default=3, metavar="N", help="how many agents (3)")
     demo.add_argument("--port", type=int, default=8765, metavar="P", help="router port (8765)")
     demo.add_argument(
         "--token", default=None, metavar="TOKEN", help="require this bearer token from clients"
     )
 
-    serve = commands.add_parser("serve", help="run the router")
+    serve = _command(commands, "serve", "run the router")
     serve.add_argument("--config", required=True, metavar="FILE", help="TOML configuration")
 
-    connect = commands.add_parser(
-        "connect", help="bridge stdio (an editor's agent command) to a router or agent URL"
+    connect = _command(
+        commands, "connect", "bridge stdio (an editor's agent command) to a router or agent URL"
     )
     connect.add_argument(
         "url", metavar="URL", help="ws://HOST:PORT/acp (token: $ACP_ROUTER_TOKEN, if set)"
     )
 
-    status = commands.add_parser("status", help="ask a router or an agent for one session's status")
+    status = _command(commands, "status", "ask a router or an agent for one session's status")
     status.add_argument("url", metavar="URL", help="ws://HOST:PORT/acp")
-    status.add_argument("session_id", metavar="SESSION_ID")
-    status.add_argument("--timeout", type=_positive_float, default=10.0, metavar="SECONDS")
+    status.add_argument("session_id", metavar="SESSION_ID", help="the session to ask about")
+    status.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="give up after this long (default 10)",
+    )
     return parser
 
 

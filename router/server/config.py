@@ -1,15 +1,21 @@
 """The router's configuration: TOML validated by pydantic.
 
-A bad file fails at start with one :class:`~router.protocol.errors.ConfigError` line that
-names the key (``backends.1.url: ...``). Unknown keys are errors too, so a typo
-never silently falls back to a default, and values are not coerced: TOML has types,
-so ``timeout_ms = "500"`` or ``weight = true`` is a mistake, not a number.
+A bad file fails at start with one :class:`~router.protocol.errors.ConfigError` line in
+the operator's words, naming the table and the key, tables of an array counted from 1:
+``router.toml: backends (the 2nd [[backends]] table): unknown key 'wieght' (did you mean
+'weight'?)``. Unknown keys are errors too, so a typo never silently falls back to a
+default, and values are not coerced: TOML has types, so ``timeout_ms = "500"`` or
+``weight = true`` is a mistake, not a number. The custom checks below word their own
+messages, naming their keys; :func:`explain` words pydantic's.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import tomllib
-from collections.abc import Mapping
+import typing
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Literal, Self
 from urllib.parse import SplitResult, urlsplit
@@ -23,6 +29,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 from router.core.locate import UnknownPolicy
 from router.protocol import acp
@@ -40,6 +47,17 @@ def _split_listen(value: str) -> tuple[str, int]:
     if not sep or not host or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise ValueError(f"expected HOST:PORT, got {value!r}")
     return host.strip("[]"), int(port)
+
+
+def _check_host_port(value: str | None, info: ValidationInfo) -> None:
+    if value is None:
+        return
+    try:
+        _split_listen(value)
+    except ValueError:
+        raise ValueError(
+            f"'{info.field_name}' must be HOST:PORT (such as 127.0.0.1:8765), not {shown(value)}"
+        ) from None
 
 
 def _has_valid_port(url: SplitResult) -> bool:
@@ -61,9 +79,10 @@ def _is_origin(value: str) -> bool:
     )
 
 
-def _check_pair(cert: str | None, key: str | None, what: str) -> None:
+def _check_pair(cert: str | None, key: str | None) -> None:
     if (cert is None) != (key is None):
-        raise ValueError(f"a {what} certificate needs both tls_cert and tls_key")
+        given, missing = ("tls_cert", "tls_key") if key is None else ("tls_key", "tls_cert")
+        raise ValueError(f"'{given}' needs '{missing}' too: a certificate goes with its key")
 
 
 class RouterSection(_Section):
@@ -108,22 +127,25 @@ class RouterSection(_Section):
 
     @field_validator("listen", "metrics_listen")
     @classmethod
-    def _listen(cls, value: str | None) -> str | None:
-        if value is not None:
-            _split_listen(value)
+    def _listen(cls, value: str | None, info: ValidationInfo) -> str | None:
+        _check_host_port(value, info)
         return value
 
     @field_validator("allowed_origins")
     @classmethod
     def _origins(cls, origins: list[str]) -> list[str]:
-        for origin in origins:
+        for number, origin in enumerate(origins, 1):
             if origin != "*" and not _is_origin(origin):
-                raise ValueError(f"expected scheme://host[:port] or *, got {origin!r}")
+                raise ValueError(
+                    f"the {ordinal(number)} item of 'allowed_origins' must be an origin"
+                    f' (scheme://host[:port], such as https://editor.example) or "*",'
+                    f" not {shown(origin)}"
+                )
         return origins
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Self:
-        _check_pair(self.tls_cert, self.tls_key, "router")
+        _check_pair(self.tls_cert, self.tls_key)
         return self
 
     @property
@@ -154,15 +176,20 @@ class BackendSection(_Section):
     def _url(cls, value: str) -> str:
         parts = urlsplit(value)
         if parts.scheme not in ("ws", "wss") or not parts.hostname or not _has_valid_port(parts):
-            raise ValueError(f"expected a ws:// or wss:// URL, got {value!r}")
+            raise ValueError(
+                "'url' must be a ws:// or wss:// URL (such as ws://agent-1:9001/acp),"
+                f" not {shown(value)}"
+            )
         return value
 
     @model_validator(mode="after")
     def _tls(self) -> Self:
         uses_tls = any(v is not None for v in (self.tls_ca, self.tls_cert, self.tls_key))
         if uses_tls and not self.url.startswith("wss://"):
-            raise ValueError("tls_ca, tls_cert and tls_key need a wss:// url")
-        _check_pair(self.tls_cert, self.tls_key, "backend")
+            raise ValueError(
+                f"'tls_ca', 'tls_cert' and 'tls_key' are for a wss:// 'url', not {shown(self.url)}"
+            )
+        _check_pair(self.tls_cert, self.tls_key)
         return self
 
 
@@ -186,14 +213,13 @@ class DiscoverySection(_Section):
     @classmethod
     def _path(cls, value: str) -> str:
         if not value.startswith("/"):
-            raise ValueError(f"expected a path starting with /, got {value!r}")
+            raise ValueError(f"'path' must start with / (such as /acp), not {shown(value)}")
         return value
 
     @field_validator("nameserver")
     @classmethod
-    def _nameserver(cls, value: str | None) -> str | None:
-        if value is not None:
-            _split_listen(value)
+    def _nameserver(cls, value: str | None, info: ValidationInfo) -> str | None:
+        _check_host_port(value, info)
         return value
 
     @property
@@ -262,7 +288,7 @@ class TokenSection(_Section):
     @model_validator(mode="after")
     def _has_a_source(self) -> Self:
         if not self.tokens and self.tokens_file is None and self.token_env is None:
-            raise ValueError("give tokens, tokens_file or token_env")
+            raise ValueError("give at least one of 'tokens', 'tokens_file' and 'token_env'")
         return self
 
 
@@ -281,10 +307,13 @@ class AuthSection(TokenSection):
         secrets = [self.session_secret, self.session_secret_file, self.session_secret_env]
         given = sum(s is not None for s in secrets)
         if given > 1:
-            raise ValueError("give one of session_secret, session_secret_file, session_secret_env")
+            raise ValueError(
+                "give only one of 'session_secret', 'session_secret_file' and 'session_secret_env'"
+            )
         if self.bind_sessions and not given:
             raise ValueError(
-                "bind_sessions needs session_secret, session_secret_file or session_secret_env"
+                "'bind_sessions' needs 'session_secret', 'session_secret_file' or"
+                " 'session_secret_env'"
             )
         return self
 
@@ -316,7 +345,8 @@ class Settings(_Section):
         ids = [backend.id for backend in backends]
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
         if duplicates:
-            raise ValueError(f"backend ids must be unique, repeated: {', '.join(duplicates)}")
+            repeated = ", ".join(shown(i).removeprefix("the string ") for i in duplicates)
+            raise ValueError(f"each [[backends]] table needs a unique 'id'; repeated: {repeated}")
         return backends
 
 
@@ -333,10 +363,180 @@ def load_settings(path: str | Path) -> Settings:
 
 
 def settings_from(data: dict[str, object], *, source: str = "config") -> Settings:
+    """Validate parsed TOML; raises ConfigError, one line in plain words, the first problem."""
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(part) for part in first["loc"]) or "(top level)"
-        message = first["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"{source}: {key}: {message}") from None
+        raise ConfigError(f"{source}: {explain(exc.errors()[0])}") from None
+
+
+# -- errors in the operator's words --------------------------------------------------------------
+
+Location = Sequence[int | str]
+
+#: what a value of the wrong type should have been, by pydantic error type
+_EXPECTED = {
+    "int_type": "an integer",
+    "float_type": "a number",
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "list_type": "an array",
+    "dict_type": "a table",
+    "model_type": "a table",
+    "finite_number": "a finite number",
+}
+_BOUNDS = {
+    "greater_than": ("gt", "greater than"),
+    "greater_than_equal": ("ge", "at least"),
+    "less_than": ("lt", "less than"),
+    "less_than_equal": ("le", "at most"),
+}
+
+
+def explain(error: ErrorDetails) -> str:
+    """One validation error as one line: the table it is in (``router``, ``backends (the
+    2nd [[backends]] table)``), then what is wrong, naming the key."""
+    kind, loc = error["type"], tuple(error["loc"])
+    if kind != "model_type" and _table_at(loc) is not None:  # about a whole table
+        table, key, index = loc, None, None
+    elif loc and isinstance(loc[-1], int) and len(loc) > 1:  # an item of an array
+        table, key, index = loc[:-2], str(loc[-2]), loc[-1]
+    else:
+        table, key, index = loc[:-1], (str(loc[-1]) if loc else None), None
+    where = _where(table)
+    what = _what(error, table, key, index)
+    return f"{where}: {what}" if where else what
+
+
+def _what(error: ErrorDetails, table: Location, key: str | None, index: int | None) -> str:
+    kind, value = error["type"], error["input"]
+    context = error.get("ctx") or {}
+    subject = "the table" if key is None else f"'{key}'"
+    if index is not None:
+        subject = f"the {ordinal(index + 1)} item of {subject}"
+    section = _table_at(table)
+    field = None if section is None or key is None else section.model_fields.get(key)
+    secret = field is not None and field.repr is False
+    seen = "" if secret else f", not {shown(value)}"
+    if kind == "extra_forbidden":
+        return _unknown(key or "", value, table, section)
+    if kind == "missing":
+        return f"missing key {subject}"
+    if kind == "value_error":  # our own checks word their messages, naming their keys
+        return error["msg"].removeprefix("Value error, ")
+    if kind == "list_type" and _table_at((*table, str(key), 0)) is not None:
+        return f"{subject} must be [[{_dotted(table, key)}]] tables{seen}"
+    if kind in _EXPECTED:
+        return f"{subject} must be {_EXPECTED[kind]}{seen}"
+    if kind == "literal_error":
+        expected = str(context.get("expected", "")).replace("'", '"')
+        return f"{subject} must be {expected}{seen}"
+    if kind in _BOUNDS:
+        name, words = _BOUNDS[kind]
+        return f"{subject} must be {words} {_number(context.get(name))}{seen}"
+    if kind in ("string_too_short", "string_too_long") and isinstance(value, str):
+        if kind == "string_too_short" and context.get("min_length") == 1:
+            return f"{subject} must not be empty"
+        bound, words = (
+            ("min_length", "at least") if kind == "string_too_short" else ("max_length", "at most")
+        )
+        return (
+            f"{subject} must be {words} {context.get(bound)} characters long (it has {len(value)})"
+        )
+    return f"{subject}: {error['msg']}"
+
+
+def _unknown(key: str, value: object, table: Location, section: type[BaseModel] | None) -> str:
+    if not table and isinstance(value, dict):
+        close = difflib.get_close_matches(key, list(Settings.model_fields), n=1)
+        return f"unknown table [{key}]" + (f" (did you mean [{close[0]}]?)" if close else "")
+    said = f"unknown key '{key}'"
+    if not table:  # a key above every table: say which tables have it
+        homes = [f"[{name}]" for name, home in _sections() if key in home.model_fields]
+        return f"{said} at the top level" + (f" (it goes in {' or '.join(homes)})" if homes else "")
+    close = difflib.get_close_matches(key, list(section.model_fields) if section else [], n=1)
+    return said + (f" (did you mean '{close[0]}'?)" if close else "")
+
+
+def _sections() -> list[tuple[str, type[BaseModel]]]:
+    """The top-level tables, by name, with their section models."""
+    found = ((name, _section_in(field.annotation)) for name, field in Settings.model_fields.items())
+    return [(name, section[0]) for name, section in found if section is not None]
+
+
+def _where(table: Location) -> str:
+    """A table's path in words: ``probe.status_aliases``, ``backends (the 2nd [[backends]]
+    table)``; the top level is ``""``."""
+    parts: list[str] = []
+    names: list[str] = []
+    for part in table:
+        if isinstance(part, int) and parts:
+            parts[-1] += f" (the {ordinal(part + 1)} [[{'.'.join(names)}]] table)"
+        else:
+            parts.append(str(part))
+            names.append(str(part))
+    return ".".join(parts)
+
+
+def _dotted(table: Location, key: str | None) -> str:
+    return ".".join([*(str(p) for p in table if isinstance(p, str)), str(key)])
+
+
+def _table_at(path: Location) -> type[BaseModel] | None:
+    """The section model of the table at ``path`` (names, with an index after an array of
+    tables), or None when ``path`` is not a table."""
+    section: type[BaseModel] = Settings
+    needs_index = False
+    for part in path:
+        if needs_index != isinstance(part, int):
+            return None
+        if isinstance(part, int):
+            needs_index = False
+            continue
+        field = section.model_fields.get(part)
+        found = None if field is None else _section_in(field.annotation)
+        if found is None:
+            return None
+        section, needs_index = found
+    return None if needs_index else section
+
+
+def _section_in(annotation: object) -> tuple[type[BaseModel], bool] | None:
+    """The section model a field holds, and whether in an array (``list[BackendSection]``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    for argument in typing.get_args(annotation):
+        found = _section_in(argument)
+        if found is not None:
+            return found[0], found[1] or typing.get_origin(annotation) is list
+    return None
+
+
+def ordinal(number: int) -> str:
+    """1st, 2nd, 3rd, 4th, ... 11th, 12th, 13th, ... 21st."""
+    suffix = (
+        "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    )
+    return f"{number}{suffix}"
+
+
+def shown(value: object) -> str:
+    """A value as TOML writes it (shortened), for a message; tables and arrays by kind."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)
+        return "the string " + (text if len(text) <= 60 else text[:56] + '…"')
+    if isinstance(value, int | float):
+        return _number(value)
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return f"a {type(value).__name__}"  # TOML dates and times
+
+
+def _number(value: object) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)

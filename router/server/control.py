@@ -8,6 +8,11 @@ does not hammer a backend in step), and reports what it sees to the pool as
 :mod:`router.core.health` events: up (with the process that answered), down, or
 refused (nothing listens). The pool decides what that means.
 
+The log says what changed, once: the first failure of an outage (or ``is down`` when an
+open link breaks), then ``is up`` with how long the link was down and how many attempts
+failed. The attempts in between are logged at debug level only, so a backend that stays
+down for an hour does not write a line every few seconds.
+
 Requests leave through the link's own outbox and one writer task, so the pool can send
 a probe to a thousand links in one loop without a task, a future or a timer per probe
 (:mod:`router.server.fanout`); an answer is handed to the callback its request was
@@ -95,6 +100,10 @@ class ControlLink:
         self._next_id = 0
         self.capabilities: dict[str, Any] | None = None  # the last initialize result seen
         self.up = False
+        #: the outage in progress: when the link went down (or the first attempt failed),
+        #: and the attempts that failed since; None while up, or before the first attempt
+        self._down_since: float | None = None
+        self._failed_attempts = 0
 
     @property
     def id(self) -> BackendId:
@@ -116,7 +125,7 @@ class ControlLink:
                 await self._session()
                 delay = self._settings.reconnect_initial_ms / 1000
             except (BackendLinkLost, ProtocolError) as exc:
-                logger.info("backend %s control link failed: %s", self.id, _reason(exc))
+                self._log_failure(_reason(exc))
                 delay = min(delay * 2, self._settings.reconnect_max_ms / 1000)
                 down = LinkDown(refused=refused(exc))
             except Exception:  # the link's boundary: a bug here must not stop the router
@@ -232,9 +241,44 @@ class ControlLink:
             raise BackendLinkLost(None, {"backend": self.id})
         return response
 
+    def _log_failure(self, reason: str) -> None:
+        """An open link broke, or an attempt to open one failed: said at info level once
+        per outage, at debug level for the attempts after the first."""
+        if self.up:  # the link broke: _set_down starts the outage and says "is down"
+            logger.info("backend %s control link failed: %s", self.id, reason)
+            return
+        self._failed_attempts += 1
+        if self._down_since is None:  # the first attempt of all failed
+            self._down_since = asyncio.get_running_loop().time()
+            logger.info(
+                "backend %s control link failed: %s; retrying (each retry is logged at debug"
+                " level, the recovery at info)",
+                self.id,
+                reason,
+            )
+        else:
+            logger.debug(
+                "backend %s control link failed again (attempt %d): %s",
+                self.id,
+                self._failed_attempts,
+                reason,
+            )
+
     def _set_up(self, initialize_result: dict[str, Any]) -> None:
         self.up = True
-        logger.info("backend %s is up (%s)", self.id, self.spec.url)
+        if self._down_since is None:
+            logger.info("backend %s is up (%s)", self.id, self.spec.url)
+        else:
+            down_for = asyncio.get_running_loop().time() - self._down_since
+            logger.info(
+                "backend %s is up (%s) after %.1f s down, %d failed %s",
+                self.id,
+                self.spec.url,
+                down_for,
+                self._failed_attempts,
+                "attempt" if self._failed_attempts == 1 else "attempts",
+            )
+        self._down_since, self._failed_attempts = None, 0
         self._on_event(self, CameUp(Instance.of(initialize_result)))
 
     def _set_down(self, event: LinkDown = _DOWN, *, stopping: bool = False) -> None:
@@ -249,6 +293,7 @@ class ControlLink:
             return
         if was_up:
             logger.warning("backend %s is down", self.id)
+            self._down_since = asyncio.get_running_loop().time()
         self._on_event(self, event)
 
 

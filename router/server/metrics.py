@@ -84,12 +84,16 @@ class Metrics:
         self.registry = registry = CollectorRegistry()
         ProcessCollector(registry=registry)
         self.build_info = Gauge(
-            "acp_router_build_info", "Build information", ["version", "python"], registry=registry
+            "acp_router_build_info",
+            "Build information: the acp-router version and the Python it runs on (always 1)",
+            ["version", "python"],
+            registry=registry,
         )
         self.build_info.labels(__version__, platform.python_version()).set(1)
         self.connections = Counter(
             "acp_router_connections_total",
-            "Client WebSocket connections, by result",
+            "Client WebSocket upgrades, by result: accepted, rejected (max_connections), draining,"
+            " address_limit, forbidden_origin, unauthorized, not_websocket",
             ["result"],
             registry=registry,
         )
@@ -111,20 +115,22 @@ class Metrics:
         )
         self.locates = Counter(
             "acp_router_locate_total",
-            "Session locates, by outcome (active, inactive, default, unknown_failed, no_backend)",
+            "Session locates, by outcome: where a backend was found or chosen (active, inactive,"
+            " remembered, default) or why none was (unknown_failed, no_backend, not_found)",
             ["outcome"],
             registry=registry,
         )
         self.locate_duration = Histogram(
             "acp_router_locate_duration_seconds",
-            "Time to locate a session, by outcome",
+            "Time to locate a session, by outcome (those of acp_router_locate_total)",
             ["outcome"],
             buckets=LATENCY_BUCKETS,
             registry=registry,
         )
         self.locate_cache = Counter(
             "acp_router_locate_cache_requests_total",
-            "Location-hint lookups: hit (hint said active), stale (hint did not), miss",
+            "Location-hint lookups, by result: hit (the hint said active, confirmed lately), verify"
+            " (it said active, the rest of the pool is asked too), stale (it did not), miss (no hint)",
             ["result"],
             registry=registry,
         )
@@ -136,7 +142,7 @@ class Metrics:
         )
         self.probes = Counter(
             "acp_router_probes_total",
-            "session/status probes, by backend and result (active, inactive, not_found, unknown)",
+            "session/status probes, by backend and result: active, inactive, not_found, unknown",
             ["backend", "result"],
             registry=registry,
         )
@@ -149,7 +155,8 @@ class Metrics:
         )
         self.resumes = Counter(
             "acp_router_resume_total",
-            "Forwarded session/resume and session/load, by backend and result",
+            "Forwarded session/resume and session/load, by backend and result: ok, not_found"
+            " (-32002), error (another error)",
             ["backend", "result"],
             registry=registry,
         )
@@ -166,7 +173,8 @@ class Metrics:
         )
         self.backend_state_changes = Counter(
             "acp_router_backend_state_changes_total",
-            "Backend transitions: up, down (link lost, maybe still holding sessions), gone",
+            "Backend transitions, by what it became: up, down (link lost, maybe still holding"
+            " sessions), gone",
             ["backend", "to"],
             registry=registry,
         )
@@ -190,14 +198,14 @@ class Metrics:
         )
         self.resume_attempts = Counter(
             "acp_router_resume_attempts_total",
-            "session/resume and session/load forwarded to a backend: first tries and retries"
-            " after -32002",
+            "session/resume and session/load forwarded to a backend, by attempt: first, retry"
+            " (another backend after -32002)",
             ["attempt"],
             registry=registry,
         )
         self.messages = Counter(
             "acp_router_messages_total",
-            "Frames forwarded, by direction",
+            "Frames forwarded, by direction: client_to_backend, backend_to_client",
             ["direction"],
             registry=registry,
         )
@@ -221,7 +229,7 @@ class Metrics:
 
         self.auth = Counter(
             "acp_router_auth_total",
-            "Client authentications at the WebSocket upgrade, by outcome (ok, missing, wrong, open)",
+            "Client authentications at the WebSocket upgrade, by outcome: ok, missing, wrong, open",
             ["outcome"],
             registry=registry,
         )
@@ -238,8 +246,8 @@ class Metrics:
             self.limited.labels(limit)
         self.backend_frames_dropped = Counter(
             "acp_router_backend_frames_dropped_total",
-            "Frames from a backend that were not JSON-RPC, dropped unanswered, by reason"
-            " (not_json: no JSON parser accepts it; not_jsonrpc; binary)",
+            "Frames from a backend that were not JSON-RPC, dropped unanswered, by reason: not_json"
+            " (no JSON parser accepts it), not_jsonrpc (JSON, not JSON-RPC), binary",
             ["backend", "reason"],
             registry=registry,
         )
