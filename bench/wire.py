@@ -52,7 +52,7 @@ class AcpSocket:
     async def response(self) -> JsonObject:
         """The next response (notifications are skipped); an error reply raises."""
         while True:
-            message = await self._receive()
+            message = await self.receive()
             if "method" not in message:
                 if "error" in message:
                     raise BenchError(f"error reply: {message['error']}")
@@ -71,7 +71,8 @@ class AcpSocket:
         session_id: str = result["sessionId"]
         return session_id
 
-    async def _receive(self) -> JsonObject:
+    async def receive(self) -> JsonObject:
+        """The next message, whatever it is."""
         frame = await self.ws.receive(timeout=WAIT)
         if frame.type is not aiohttp.WSMsgType.TEXT:
             raise BenchError(f"connection ended: {frame.type.name} {frame.data!r}")

@@ -1,6 +1,8 @@
 """A TCP relay for fault tests: it passes bytes between a client and a target, and on
-command cuts every connection, holds new ones silent (accepted, never answered) or
-refuses them (nothing listens). Real sockets on 127.0.0.1; nothing sleeps.
+command cuts every connection (or one), holds new ones silent (accepted, never
+answered) or refuses them (nothing listens), with or without cutting the ones it has:
+what an L4 proxy in front of a live agent does. Real sockets on 127.0.0.1; nothing
+sleeps.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ class Relay:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        #: every connection accepted, in order: its client side, to cut it alone
+        self.accepted: list[asyncio.StreamWriter] = []
 
     @property
     def url(self) -> str:
@@ -50,6 +54,23 @@ class Relay:
         await self.cut()
         if server is not None:
             await server.wait_closed()
+
+    def stop_listening(self) -> None:
+        """Refuse new connections; the ones open carry on (:meth:`open` listens again)."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()  # no wait_closed: it would wait for the connections kept open
+
+    def cut_one(self, index: int) -> None:
+        """Cut the ``index``-th connection accepted (0: the first), both sides."""
+        self.accepted[index].close()
+
+    def cut_oldest(self, count: int) -> None:
+        """Cut the ``count`` oldest connections still open (the longest-lived: a router's
+        control links, which it opens first and keeps)."""
+        self.accepted = [w for w in self.accepted if not w.is_closing()]
+        for writer in self.accepted[:count]:
+            writer.close()
 
     def stall(self) -> None:
         self.mode = Mode.STALL
@@ -84,6 +105,7 @@ class Relay:
     def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         # the connection is served by a task the relay owns (and cuts), not by the server's
         self._writers.add(writer)
+        self.accepted.append(writer)
         self._own(asyncio.create_task(self._serve(reader, writer)))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

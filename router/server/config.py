@@ -232,6 +232,9 @@ StatusMeaning = Literal["active", "inactive", "not_found"]
 
 class ProbeSection(_Section):
     timeout_ms: Annotated[int, Field(gt=0)] = 500
+    #: how long one backend's page of session/list may take (it may read a store); one
+    #: that takes longer is left out of the page and named in _meta.unlistedBackends
+    list_timeout_ms: Annotated[int, Field(gt=0)] = 5000
     #: what ``session/status`` values mean, added to (or overriding) the defaults: the RFD's
     #: active/inactive, the ACP schema's and TypeScript SDK's open/saved, the first draft's
     #: live/not_found. Any value in neither table counts as inactive (the RFD's rule).

@@ -156,7 +156,7 @@ class Metrics:
         self.resumes = Counter(
             "acp_router_resume_total",
             "Forwarded session/resume and session/load, by backend and result: ok, not_found"
-            " (-32002), error (another error)",
+            " (-32002), error (another error), link_lost (the link closed before it answered)",
             ["backend", "result"],
             registry=registry,
         )

@@ -17,11 +17,6 @@ from router.protocol.ids import BackendId, SessionId
 if TYPE_CHECKING:
     from router.server.pool import Pool
 
-#: how long one backend's ``session/list`` page may take, at least (the probe timeout if
-#: longer): a list may read a store, which a status must not
-MIN_LIST_SECONDS = 5.0
-
-
 class Queries:
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
@@ -71,7 +66,7 @@ class Queries:
 
     async def _list_one(self, backend: BackendId, params: dict[str, Any]) -> Any:
         pool = self._pool
-        timeout = max(pool.settings.probe.timeout_ms / 1000, MIN_LIST_SECONDS)
+        timeout = pool.settings.probe.list_timeout_ms / 1000
         response = await pool.links[backend].call(acp.SESSION_LIST, params, timeout=timeout)
         if response.error is not None:
             raise BackendRefused(backend, response.error)  # the client gets its own words
