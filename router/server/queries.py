@@ -17,6 +17,7 @@ from router.protocol.ids import BackendId, SessionId
 if TYPE_CHECKING:
     from router.server.pool import Pool
 
+
 class Queries:
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
