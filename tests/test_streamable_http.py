@@ -237,6 +237,52 @@ async def test_idle_event_streams_get_keepalive_comments(tmp_path: Path) -> None
             assert (await events.message())["id"] == 1
 
 
+async def test_a_client_gone_from_its_stream_is_noticed_and_frames_wait_for_the_next(
+    tmp_path: Path,
+) -> None:
+    async with (
+        one_agent(tmp_path, http_keepalive_seconds=0.05) as router,
+        aiohttp.ClientSession() as http,
+    ):
+        client = HttpClient(http, http_url(router))
+        await client.initialize()
+        connection = connection_of(router, client)
+        async with client.stream() as events:
+            assert await events.next() == ": keepalive"
+            (writer,) = connection.writers.values()
+        # the client went without a word: the next keepalive finds out
+        async with asyncio.timeout(WAIT):
+            await writer.ended.wait()
+        assert router.metric("acp_router_http_streams_open") == 0
+        assert await client.post(rpc(1, "session/list")) == 202
+        async with client.stream() as events:
+            assert (await events.message())["id"] == 1
+
+
+async def test_a_second_get_for_a_stream_replaces_the_first(tmp_path: Path) -> None:
+    async with one_agent(tmp_path) as router, aiohttp.ClientSession() as http:
+        client = HttpClient(http, http_url(router))
+        await client.initialize()
+        async with client.stream() as first:
+            async with client.stream() as second:
+                await first.ended()
+                assert await client.post(rpc(1, "session/list")) == 202
+                assert (await second.message())["id"] == 1
+                assert router.metric("acp_router_http_streams_open") == 1
+
+
+async def test_session_streams_are_bounded(tmp_path: Path) -> None:
+    async with (
+        one_agent(tmp_path, max_sessions_per_connection=1) as router,
+        aiohttp.ClientSession() as http,
+    ):
+        client = HttpClient(http, http_url(router))
+        await client.initialize()
+        async with client.stream("s1"), client.stream("s2"):  # not known yet: now they are
+            async with http.get(client.url, headers=client.headers("s3", **EVENTS)) as response:
+                assert response.status == 429
+
+
 async def test_a_connection_with_no_stream_and_no_post_is_reaped(tmp_path: Path) -> None:
     async with (
         one_agent(tmp_path, http_idle_seconds=0.1) as router,
@@ -289,6 +335,8 @@ async def test_the_rfd_statuses(tmp_path: Path) -> None:
         assert await status("POST", initialize, **{"Content-Type": "text/plain"}) == 415
         assert await status("POST", f"[{initialize}]", **JSON) == 501  # batches
         assert await status("POST", "{not json", **JSON) == 400
+        async with http.post(url, data=b'{"\xff": 1}', headers=JSON) as response:
+            assert response.status == 400  # not UTF-8
         assert await status("POST", '"a string"', **JSON) == 400
         assert await status("POST", json.dumps(rpc(1, "session/list")), **JSON) == 400  # no id
         unknown = {"Acp-Connection-Id": "no-such-connection"}
@@ -299,6 +347,7 @@ async def test_the_rfd_statuses(tmp_path: Path) -> None:
         assert await status("DELETE") == 400
         assert await status("DELETE", **unknown) == 404
         assert await status("PUT", initialize, **JSON) == 405
+        assert await status("HEAD", **EVENTS, **unknown) == 405
 
         await client.initialize()
         prompt = rpc(1, "session/prompt", {"sessionId": "s1", "prompt": []})
@@ -345,11 +394,14 @@ async def test_the_door_checks_every_request(tmp_path: Path) -> None:
         assert await stranger.post(rpc(1, "session/list")) == 404
         stranger.auth = {}
         assert await stranger.post(rpc(1, "session/list")) == 401
+        async with http.get(url, headers=stranger.headers(**EVENTS)) as response:
+            assert response.status == 401
+        assert await stranger.delete() == 401
         assert await client.post(rpc(1, "session/list")) == 202
         # every attempt that got past the token counts (the 429s too: the WebSocket
         # upgrade's rule); the requests of an open connection do not
         assert router.metric("acp_router_auth_total", outcome="ok") == 3
-        assert router.metric("acp_router_auth_total", outcome="missing") == 2
+        assert router.metric("acp_router_auth_total", outcome="missing") == 4
         assert await client.delete() == 202
         async with http.post(url, json=INITIALIZE, headers=client.auth) as response:
             assert response.status == 200  # its place is free again

@@ -112,7 +112,7 @@ def create_app(
     app.cleanup_ctx.append(_pool_context)
     app.cleanup_ctx.append(_http_context)  # after the pool: its connections end first
     app.on_shutdown.append(_close_clients)
-    app.router.add_get("/acp", _acp)
+    app.router.add_get("/acp", _acp, allow_head=False)  # a HEAD would be a stream with no body
     app.router.add_post("/acp", _acp_post)
     app.router.add_delete("/acp", _acp_delete)
     if settings.router.metrics_listen is None:

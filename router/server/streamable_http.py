@@ -156,6 +156,9 @@ class HttpConnection:
         #: set once it has ended
         self.done = asyncio.Event()
         self._initialize: tuple[RequestId, asyncio.Future[str]] | None = None
+        #: POSTs may come at once, on several HTTP connections: their frames enter the
+        #: client connection one at a time, as a WebSocket's read loop hands them over
+        self._receiving = asyncio.Lock()
 
     def end(self, reason: str) -> None:
         if not self.ending.is_set():
@@ -165,14 +168,19 @@ class HttpConnection:
     def touch(self) -> None:
         self.active_at = asyncio.get_running_loop().time()
 
+    async def receive(self, text: str) -> None:
+        """Hand one POSTed frame to the client connection."""
+        assert self.client is not None
+        async with self._receiving:
+            await self.client.receive(text)
+
     async def initialize(self, request: Request) -> str:
         """Hand ``initialize`` to the client connection; its answer, which the client
         gets in the POST's body rather than on a stream."""
-        assert self.client is not None
         answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._initialize = (request.id, answer)
         try:
-            await self.client.receive(request.text)
+            await self.receive(request.text)
             return await answer
         finally:
             self._initialize = None
@@ -352,10 +360,9 @@ class HttpFront:
         if rejected is not None:
             return _refusal(rejected.status, rejected.text)
         connection.touch()
-        assert connection.client is not None
         log_context.connection.set(connection.number)
         try:
-            await connection.client.receive(body)
+            await connection.receive(body)
         except Exception:  # the one boundary catch of a connection: log it, end it
             logger.exception("client connection failed")
             connection.end("error")
