@@ -224,11 +224,12 @@ async def test_the_client_connection_closes_only_for_its_own_faults() -> None:
         start_hostile("only") as backend,
         start_router([("only", backend.url)], router={"max_message_bytes": 4096}) as router,
     ):
-        async with connect(router.url) as ws:
-            await ws.send(b"\x00 not text")
-            async with asyncio.timeout(WAIT):
-                await ws.wait_closed()
-            assert ws.close_code == 1003
+        # a binary frame is not one: the transport RFD says to ignore it (and it is counted)
+        async with AcpClient.connect(router.url) as client:
+            await client.ws.send(b"\x00 not text")
+            assert "result" in await client.initialize()
+            assert router.metric("acp_router_client_frames_ignored_total", reason="binary") == 1
+            assert client.ws.state is State.OPEN
         async with connect(router.url, max_size=None) as ws:
             await ws.send("x" * 5000)
             async with asyncio.timeout(WAIT):

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from tests.fleet import start_fleet
 from tests.support import WAIT, AcpClient, CliProcess, run_cli
@@ -76,8 +77,13 @@ async def test_a_second_sigterm_cuts_the_drain_short(tmp_path: Path) -> None:
                 async with aiohttp.ClientSession() as http:
                     async with http.get(f"{base}/readyz") as ready:
                         assert ready.status == 503
-                    async with http.get(f"{base}/acp") as refused:
-                        assert refused.status == 503  # no new clients while draining
+                    # no new clients while draining, on either profile of the transport
+                    with pytest.raises(aiohttp.WSServerHandshakeError) as upgrade:
+                        await http.ws_connect(url)
+                    assert upgrade.value.status == 503
+                    initialize = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}
+                    async with http.post(f"{base}/acp", json=initialize) as refused:
+                        assert refused.status == 503
                 # still connected and served while the replica drains
                 assert (await client.request("session/list", {})).get("result") is not None
                 router.process.send_signal(signal.SIGTERM)

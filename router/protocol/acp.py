@@ -19,6 +19,12 @@ from router.protocol.jsonrpc import Notification, Request, Response
 
 PROTOCOL_VERSION: Final = 1
 
+#: The transport RFD's headers: the connection (on initialize's 200 and a WebSocket's
+#: 101, then on every HTTP request of the connection), and the session a POST or an
+#: event stream is about.
+CONNECTION_ID_HEADER: Final = "Acp-Connection-Id"
+SESSION_ID_HEADER: Final = "Acp-Session-Id"
+
 # client -> agent
 INITIALIZE: Final = "initialize"
 AUTHENTICATE: Final = "authenticate"

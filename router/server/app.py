@@ -1,10 +1,15 @@
 """The router's aiohttp application: the ACP front door at ``/acp`` and the
 operator endpoints ``/metrics``, ``/healthz`` and ``/readyz``.
 
-Before a client's upgrade is accepted, the door checks, in order: draining (503), the
-``Origin`` (403), the bearer token (401), the connections open from the client's
-address (429) and in all (503). The decisions are :mod:`router.core.frontdoor`'s and
-:mod:`router.core.quotas`'s; this module answers them and counts them.
+``/acp`` speaks both profiles of ACP's transport RFD: a ``GET`` with ``Upgrade:
+websocket`` is a WebSocket client (:mod:`router.server.websocket`); ``POST``, any other
+``GET`` and ``DELETE`` are Streamable HTTP (:mod:`router.server.streamable_http`).
+Before a client's connection is accepted (the upgrade, or the POSTed ``initialize``),
+the door checks, in order: draining (503), the ``Origin`` (403), the bearer token (401),
+the connections open from the client's address (429) and in all (503); every later
+HTTP request of a connection is checked for origin and token again. The decisions are
+:mod:`router.core.frontdoor`'s and :mod:`router.core.quotas`'s; this module answers them
+and counts them.
 """
 
 from __future__ import annotations
@@ -24,10 +29,12 @@ from aiohttp.log import access_logger
 from router.core.frontdoor import Admitted, DoorPolicy
 from router.core.ownership import SessionSeal
 from router.core.quotas import ConnectionCounts
+from router.protocol import acp
+from router.protocol.ids import new_connection_id
 from router.server import log_context, websocket
 from router.server.admin import Admin
 from router.server.auth import TokenSource, session_secret
-from router.server.client import ClientConnection
+from router.server.client import ClientChannel, ClientConnection
 from router.server.config import Settings
 from router.server.discovery import Discoveries
 from router.server.gate import Gatekeeper
@@ -35,6 +42,7 @@ from router.server.metrics import CONTENT_TYPE, Metrics
 from router.server.pool import Pool
 from router.server.reload import Reloader
 from router.server.shutdown import StopSignals, close_spread, reloading_on_hangup, wait_unless
+from router.server.streamable_http import Entry, HttpFront
 from router.server.tls import backend_context, server_context
 from router.server.websocket import WebSocketChannel
 
@@ -64,6 +72,8 @@ GATEKEEPER = web.AppKey("gatekeeper", Gatekeeper)
 #: the one way to reload the configuration: SIGHUP and POST /admin/reload call it
 RELOADER = web.AppKey("reloader", Reloader)
 CONFIG_PATH = web.AppKey("config_path", Path)
+#: the Streamable HTTP connections
+HTTP_FRONT = web.AppKey("http_front", HttpFront)
 
 
 def create_app(
@@ -80,7 +90,8 @@ def create_app(
         ConfigError: a token source, the session secret or a TLS file named in the
             settings is unusable.
     """
-    app = web.Application()
+    # a POSTed frame may be as large as a WebSocket one
+    app = web.Application(client_max_size=settings.router.max_message_bytes)
     app[SETTINGS] = settings
     app[METRICS] = metrics or Metrics()
     app[METRICS].max_connections.set(settings.router.max_connections)
@@ -97,9 +108,13 @@ def create_app(
         backend_context(backend)  # read the TLS files now: a bad one stops the start
     if config_path is not None:
         app[CONFIG_PATH] = config_path
+    app[HTTP_FRONT] = HttpFront(settings.router, app[METRICS], _HttpDoor(app))
     app.cleanup_ctx.append(_pool_context)
+    app.cleanup_ctx.append(_http_context)  # after the pool: its connections end first
     app.on_shutdown.append(_close_clients)
-    app.router.add_get("/acp", _acp)
+    app.router.add_get("/acp", _acp, allow_head=False)  # a HEAD would be a stream with no body
+    app.router.add_post("/acp", _acp_post)
+    app.router.add_delete("/acp", _acp_delete)
     if settings.router.metrics_listen is None:
         app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
@@ -137,6 +152,11 @@ async def _pool_context(app: web.Application) -> AsyncIterator[None]:
             yield
 
 
+async def _http_context(app: web.Application) -> AsyncIterator[None]:
+    async with app[HTTP_FRONT].running():
+        yield
+
+
 async def _close_clients(app: web.Application) -> None:
     # Whoever is still connected at cleanup (the stop sequence closed the others).
     open_clients: OpenClients = app[CLIENTS]
@@ -145,26 +165,59 @@ async def _close_clients(app: web.Application) -> None:
 
 async def _acp(request: web.Request) -> web.StreamResponse:
     app = request.app
-    metrics = app[METRICS]
-    if app[DRAINING].is_set():
-        metrics.connections.labels("draining").inc()
-        return web.Response(status=503, text="draining: connect to another replica\n")
+    if request.headers.get(hdrs.UPGRADE, "").lower() != "websocket":
+        return await app[HTTP_FRONT].stream(request)
+    refused = _draining(app)
+    if refused is not None:
+        return refused
     admission = _admit(request)
     if not isinstance(admission, Admitted):
         return admission
     address = request.remote or "unknown"
-    if not app[PER_ADDRESS].open(address):
-        metrics.connections.labels("address_limit").inc()
-        metrics.limited.labels("connections_per_address").inc()
-        return web.Response(status=429, text="too many connections from your address\n")
+    refused = _take_place(app, address)
+    if refused is not None:
+        return refused
     try:
         return await _serve_client(request, admission, address)
     finally:
         app[PER_ADDRESS].close(address)
 
 
-def _admit(request: web.Request) -> Admitted | web.Response:
-    """The door's decision on this upgrade, counted; a refusal is the response to send."""
+async def _acp_post(request: web.Request) -> web.StreamResponse:
+    return await request.app[HTTP_FRONT].post(request)
+
+
+async def _acp_delete(request: web.Request) -> web.StreamResponse:
+    return await request.app[HTTP_FRONT].delete(request)
+
+
+def _draining(app: web.Application) -> web.Response | None:
+    """503 while the router stops: new clients go to another replica."""
+    if not app[DRAINING].is_set():
+        return None
+    app[METRICS].connections.labels("draining").inc()
+    return web.Response(status=503, text="draining: connect to another replica\n")
+
+
+def _take_place(app: web.Application, address: str) -> web.Response | None:
+    """Count a new connection from ``address`` (given back with ``PER_ADDRESS.close``),
+    or refuse it: too many from there (429), or in all (503)."""
+    metrics = app[METRICS]
+    if not app[PER_ADDRESS].open(address):
+        metrics.connections.labels("address_limit").inc()
+        metrics.limited.labels("connections_per_address").inc()
+        return web.Response(status=429, text="too many connections from your address\n")
+    if len(app[CLIENTS]) >= app[SETTINGS].router.max_connections:
+        app[PER_ADDRESS].close(address)
+        metrics.connections.labels("rejected").inc()
+        return web.Response(status=503, text="too many connections\n")
+    return None
+
+
+def _admit(request: web.Request, *, opening: bool = True) -> Admitted | web.Response:
+    """The door's decision on this upgrade (``opening``: a new connection), counted; a
+    refusal is the response to send. A request of an open HTTP connection counts only
+    its refusals, under ``acp_router_auth_total``."""
     app = request.app
     admission = app[DOOR].admit(
         request.headers.get(hdrs.ORIGIN),
@@ -172,11 +225,14 @@ def _admit(request: web.Request) -> Admitted | web.Response:
         app[TOKENS].credentials,
     )
     metrics = app[METRICS]
+    if isinstance(admission, Admitted):
+        if opening:
+            metrics.auth.labels(admission.auth.value).inc()
+        return admission
     if admission.auth is not None:
         metrics.auth.labels(admission.auth.value).inc()
-    if isinstance(admission, Admitted):
-        return admission
-    metrics.connections.labels(admission.reason).inc()
+    if opening:
+        metrics.connections.labels(admission.reason).inc()
     logger.debug("refused a client from %s: %s", request.remote, admission.reason)
     headers = {hdrs.WWW_AUTHENTICATE: "Bearer"} if admission.status == 401 else None
     return web.Response(status=admission.status, text=admission.text, headers=headers)
@@ -186,10 +242,7 @@ async def _serve_client(
     request: web.Request, admission: Admitted, address: str
 ) -> web.StreamResponse:
     app = request.app
-    metrics, clients = app[METRICS], app[CLIENTS]
-    if len(clients) >= app[SETTINGS].router.max_connections:
-        metrics.connections.labels("rejected").inc()
-        return web.Response(status=503, text="too many connections\n")
+    metrics = app[METRICS]
     settings = app[SETTINGS].router
     ws = web.WebSocketResponse(
         max_msg_size=settings.max_message_bytes,
@@ -202,22 +255,66 @@ async def _serve_client(
         return web.Response(
             status=426, text="ACP speaks WebSocket here: connect with ws://.../acp\n"
         )
+    ws.headers[acp.CONNECTION_ID_HEADER] = new_connection_id()  # on the 101, as the RFD says
     await ws.prepare(request)
-    metrics.connections.labels("accepted").inc()
-    metrics.active_connections.inc()
     log_context.new_connection()
-    gate = app[GATEKEEPER].gate(address, admission.principal)
-    connection = ClientConnection(WebSocketChannel(ws), app[POOL], app[HTTP], gate)
-    clients.add(connection)
+    connection = _open_client(app, WebSocketChannel(ws), admission, address)
     try:
-        await websocket.pump(ws, connection)
+        await websocket.pump(ws, connection, metrics)
     except Exception:  # the one boundary catch of a connection: log it, close 1011
         logger.exception("client connection failed")
         await ws.close(code=aiohttp.WSCloseCode.INTERNAL_ERROR)
     finally:
-        clients.discard(connection)
-        metrics.active_connections.dec()
+        _close_client(app, connection)
     return ws
+
+
+def _open_client(
+    app: web.Application, channel: ClientChannel, admission: Admitted, address: str
+) -> ClientConnection:
+    """A client connection on ``channel``, counted among the open ones."""
+    metrics = app[METRICS]
+    metrics.connections.labels("accepted").inc()
+    metrics.active_connections.inc()
+    gate = app[GATEKEEPER].gate(address, admission.principal)
+    connection = ClientConnection(channel, app[POOL], app[HTTP], gate)
+    app[CLIENTS].add(connection)
+    return connection
+
+
+def _close_client(app: web.Application, connection: ClientConnection) -> None:
+    app[CLIENTS].discard(connection)
+    app[METRICS].active_connections.dec()
+
+
+class _HttpDoor:
+    """The door's checks and bookkeeping for Streamable HTTP connections
+    (:class:`router.server.streamable_http.Door`): the WebSocket upgrade's, with the
+    same counts; the origin and token come first, as they do on every HTTP request."""
+
+    def __init__(self, app: web.Application) -> None:
+        self.app = app
+
+    def admit(self, request: web.Request) -> Admitted | web.Response:
+        return _admit(request, opening=False)
+
+    def enter(self, request: web.Request, admission: Admitted) -> Entry | web.Response:
+        refused = _draining(self.app)
+        if refused is not None:
+            return refused
+        self.app[METRICS].auth.labels(admission.auth.value).inc()
+        address = request.remote or "unknown"
+        refused = _take_place(self.app, address)
+        if refused is not None:
+            return refused
+        return Entry(admission, address)
+
+    def start(self, channel: ClientChannel, entry: Entry) -> ClientConnection:
+        return _open_client(self.app, channel, entry.admission, entry.address)
+
+    def finish(self, connection: ClientConnection, entry: Entry) -> None:
+        _close_client(self.app, connection)
+        self.app[PER_ADDRESS].close(entry.address)
 
 
 async def _metrics(request: web.Request) -> web.Response:

@@ -12,7 +12,7 @@ resume/load/close are carried out when it releases them, after every answer
 cannot keep up is given up: exactly its requests are answered ``-32013`` and the
 agent requests it had sent the client are withdrawn (``$/cancel_request``); the
 client connection carries on. The client connection closes only for the client's
-own faults (a binary frame: 1003; an oversize frame: 1009, by aiohttp) or on
+own faults (an oversize frame: 1009, by aiohttp; binary frames are ignored) or on
 shutdown (1012). When the client goes, every task and link of the connection is
 cancelled and closed.
 """

@@ -119,11 +119,19 @@ class RouterSection(_Section):
     #: browser origins that may open the front door ("https://app.example"); a request
     #: with any other Origin header gets 403; requests without one (not browsers) pass
     allowed_origins: list[str] = []
-    #: client WebSockets open at once from one client address (more get HTTP 429)
+    #: client connections (WebSocket or HTTP) open at once from one address (more get HTTP 429)
     max_connections_per_address: Annotated[int, Field(gt=0)] = 1000
     #: session/new and session/fork per minute, from one address and in all (-32014)
     new_sessions_per_minute_per_address: Annotated[int, Field(gt=0)] = 600
     new_sessions_per_minute: Annotated[int, Field(gt=0)] = 60_000
+    #: Streamable HTTP: an event stream with nothing to say this long gets ": keepalive"
+    http_keepalive_seconds: Annotated[float, Field(gt=0)] = 15.0
+    #: Streamable HTTP: a connection with no event stream open and no POST for this long
+    #: ends (as if DELETEd)
+    http_idle_seconds: Annotated[float, Field(gt=0)] = 300.0
+    #: Streamable HTTP: frames held for one event stream the client has not opened yet;
+    #: one more ends the connection (the client is not reading)
+    http_held_frames: Annotated[int, Field(gt=0)] = 4096
 
     @field_validator("listen", "metrics_listen")
     @classmethod

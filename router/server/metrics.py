@@ -78,6 +78,9 @@ class Histogram(_RememberedLabels, prometheus_client.Histogram):
 #: why a backend's frame was dropped: no JSON parser accepts it, JSON but not JSON-RPC, binary
 DROP_REASONS = ("not_json", "not_jsonrpc", "binary")
 
+#: why a Streamable HTTP connection ended (``acp_router_http_connections_ended_total``)
+HTTP_END_REASONS = ("deleted", "idle", "overflow", "closed", "error")
+
 
 class Metrics:
     def __init__(self) -> None:
@@ -92,14 +95,15 @@ class Metrics:
         self.build_info.labels(__version__, platform.python_version()).set(1)
         self.connections = Counter(
             "acp_router_connections_total",
-            "Client WebSocket upgrades, by result: accepted, rejected (max_connections), draining,"
-            " address_limit, forbidden_origin, unauthorized, not_websocket",
+            "Client connections (WebSocket, or Streamable HTTP at initialize), by result: accepted,"
+            " rejected (max_connections), draining, address_limit, forbidden_origin,"
+            " unauthorized, not_websocket",
             ["result"],
             registry=registry,
         )
         self.active_connections = Gauge(
             "acp_router_active_connections",
-            "Client WebSocket connections open now",
+            "Client connections (WebSocket or Streamable HTTP) open now",
             registry=registry,
         )
         self.max_connections = Gauge(
@@ -229,7 +233,8 @@ class Metrics:
 
         self.auth = Counter(
             "acp_router_auth_total",
-            "Client authentications at the WebSocket upgrade, by outcome: ok, missing, wrong, open",
+            "Client authentications at the WebSocket upgrade or Streamable HTTP's initialize, and"
+            " refusals on any HTTP request, by outcome: ok, missing, wrong, open",
             ["outcome"],
             registry=registry,
         )
@@ -251,6 +256,38 @@ class Metrics:
             ["backend", "reason"],
             registry=registry,
         )
+
+        self.client_frames_ignored = Counter(
+            "acp_router_client_frames_ignored_total",
+            "Frames from clients ignored, by reason (binary: a binary WebSocket frame, which"
+            " ACP's transport RFD says to ignore)",
+            ["reason"],
+            registry=registry,
+        )
+        self.client_frames_ignored.labels("binary")
+        self.http_requests = Counter(
+            "acp_router_http_requests_total",
+            "Streamable HTTP requests at /acp (POST, GET event streams, DELETE), by method and"
+            " HTTP status",
+            ["method", "status"],
+            registry=registry,
+        )
+        self.http_streams = Gauge(
+            "acp_router_http_streams_open",
+            "Streamable HTTP event streams open now",
+            registry=registry,
+        )
+        self.http_ended = Counter(
+            "acp_router_http_connections_ended_total",
+            "Streamable HTTP connections ended, by reason: deleted (DELETE), idle (no stream"
+            " and no POST for router.http_idle_seconds), overflow (frames held for a stream"
+            " past router.http_held_frames), closed (by the router: shutdown), error (a"
+            " router bug)",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in HTTP_END_REASONS:
+            self.http_ended.labels(reason)
 
         self.config_reloads = Counter(
             "acp_router_config_reloads_total",

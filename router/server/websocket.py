@@ -3,7 +3,8 @@
 
 :class:`WebSocketChannel` is how a :class:`~router.server.client.ClientConnection`
 writes to a WebSocket client; :func:`pump` feeds it the client's frames until the
-socket closes.
+socket closes. Binary frames are ignored and counted, as ACP's transport RFD says
+("Binary frames are ignored").
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import aiohttp
 from aiohttp import web
 
 from router.server.client import ClientConnection
+from router.server.metrics import Metrics
 
 
 class WebSocketChannel:
@@ -36,7 +38,7 @@ class WebSocketChannel:
         await self.ws.close(code=code, message=reason.encode())
 
 
-async def pump(ws: web.WebSocketResponse, connection: ClientConnection) -> None:
+async def pump(ws: web.WebSocketResponse, connection: ClientConnection, metrics: Metrics) -> None:
     """Hand every text frame of ``ws`` to ``connection`` until the socket closes, then
     end the connection."""
     try:
@@ -44,8 +46,6 @@ async def pump(ws: web.WebSocketResponse, connection: ClientConnection) -> None:
             if frame.type is aiohttp.WSMsgType.TEXT:
                 await connection.receive(frame.data)
             elif frame.type is aiohttp.WSMsgType.BINARY:
-                await ws.close(
-                    code=aiohttp.WSCloseCode.UNSUPPORTED_DATA, message=b"ACP frames are text"
-                )
+                metrics.client_frames_ignored.labels("binary").inc()
     finally:
         await connection.ended()

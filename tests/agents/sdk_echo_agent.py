@@ -35,9 +35,17 @@ TAG = f"[pid {os.getpid()}]"
 
 
 class EchoAgent:
-    def __init__(self) -> None:
+    """``sessions`` (session id -> the replies so far) may be shared by the agents of
+    one process, so a session made on one connection loads on another; ``resume``:
+    offer session/resume and session/close (the SDK routes them only when its
+    unstable flag is on)."""
+
+    def __init__(
+        self, sessions: dict[str, list[str]] | None = None, *, resume: bool = True
+    ) -> None:
         self._conn: Any = None
-        self._sessions: dict[str, list[str]] = {}
+        self._sessions: dict[str, list[str]] = {} if sessions is None else sessions
+        self._resume = resume
 
     def on_connect(self, conn: Any) -> None:
         self._conn = conn
@@ -50,7 +58,9 @@ class EchoAgent:
                 load_session=True,
                 session_capabilities=SessionCapabilities(
                     resume=SessionResumeCapabilities(), close=SessionCloseCapabilities()
-                ),
+                )
+                if self._resume
+                else SessionCapabilities(),
             ),
         )
 

@@ -1,0 +1,500 @@
+"""The Streamable HTTP transport of the front door (ACP's transport RFD): ``POST /acp``
+carries the client's frames, ``GET /acp`` opens server-sent event streams (one for the
+connection, one per session), ``DELETE /acp`` ends the connection.
+
+A connection starts with a POSTed ``initialize``, answered 200 with its JSON-RPC answer
+and a fresh ``Acp-Connection-Id``; every later request names it, and is answered 202
+(its JSON-RPC answer follows on an event stream). Each connection is one
+:class:`~router.server.client.ClientConnection`, routed by the same core as a WebSocket
+client's; the :class:`HttpConnection` is the channel it writes through, onto the event
+stream :mod:`router.core.streams` chooses. The front door's checks are the
+application's (:class:`Door`): origin and token on every request, draining and the
+connection limits when a connection starts.
+
+Each connection has one owned task (:meth:`HttpFront._live`) that waits for its end
+(DELETE, the idle deadline, a stream that overflows, or the router closing it), then
+ends the client connection and its event streams. One reaper task ends the connections
+that have had no stream open and no POST for ``router.http_idle_seconds``. An event
+stream whose client has gone is noticed at its next write, at the latest the next
+keepalive (``router.http_keepalive_seconds``); a frame whose write fails is lost (the
+RFD's v1 replays nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from aiohttp import hdrs, web
+
+from router.core.frontdoor import Admitted
+from router.core.streams import (
+    Attached,
+    EventStreams,
+    Held,
+    Overflow,
+    Rejected,
+    StreamKey,
+    Write,
+)
+from router.protocol import acp
+from router.protocol.errors import InvalidRequest, ParseError, ProtocolError
+from router.protocol.ids import ConnectionId, SessionId, new_connection_id
+from router.protocol.jsonrpc import Message, Request, RequestId, Response, parse
+from router.server import log_context
+from router.server.client import ClientChannel, ClientConnection
+from router.server.config import RouterSection
+from router.server.metrics import Metrics
+from router.tasks import cancel_and_wait
+
+logger = logging.getLogger(__name__)
+
+KEEPALIVE = b": keepalive\n\n"
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+#: Accept values that include text/event-stream
+_EVENT_STREAM_RANGES = frozenset({"text/event-stream", "text/*", "*/*"})
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A client let in as a new connection; its place in the per-address count is
+    held until :meth:`Door.finish`."""
+
+    admission: Admitted
+    address: str
+
+
+class Door(Protocol):
+    """The front door's checks and bookkeeping, shared with the WebSocket upgrade
+    (:mod:`router.server.app`)."""
+
+    def admit(self, request: web.Request) -> Admitted | web.Response:
+        """The origin and the token of any request: who it is, or the refusal."""
+
+    def enter(self, request: web.Request, admission: Admitted) -> Entry | web.Response:
+        """A new connection: draining, then the limits (per address, in all)."""
+
+    def start(self, channel: ClientChannel, entry: Entry) -> ClientConnection:
+        """The client connection, counted among the open ones."""
+
+    def finish(self, connection: ClientConnection, entry: Entry) -> None:
+        """The client connection has ended: uncount it, free its place."""
+
+
+def event(text: str) -> bytes:
+    """One frame as a server-sent event. JSON text has line breaks only as whitespace
+    between tokens; each line becomes a ``data:`` line, which the client joins back."""
+    if "\n" not in text and "\r" not in text:
+        return f"data: {text}\n\n".encode()
+    return "".join(f"data: {line}\n" for line in _LINE_BREAK.split(text)).encode() + b"\n"
+
+
+class EventStream:
+    """One open ``GET``: a server-sent event stream to the client."""
+
+    def __init__(self, response: web.StreamResponse) -> None:
+        self.response = response
+        #: set when the stream ends: displaced, its connection ended, or a write failed
+        self.ended = asyncio.Event()
+        self._written_at = asyncio.get_running_loop().time()
+
+    async def write(self, data: bytes) -> bool:
+        """Write ``data``; False (and the stream ends) when the client is gone."""
+        if self.ended.is_set():
+            return False
+        try:
+            await self.response.write(data)
+        except ConnectionError:  # aiohttp's ClientConnectionResetError is one
+            self.ended.set()
+            return False
+        self._written_at = asyncio.get_running_loop().time()
+        return True
+
+    async def keep_alive(self, interval: float) -> None:
+        """Until the stream ends, write a keepalive comment whenever nothing else was
+        written for ``interval`` seconds."""
+        loop = asyncio.get_running_loop()
+        while not self.ended.is_set():
+            remaining = self._written_at + interval - loop.time()
+            if remaining <= 0:
+                await self.write(KEEPALIVE)
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self.ended.wait()
+
+
+class HttpConnection:
+    """One Streamable HTTP connection: its event streams, and the
+    :class:`~router.server.client.ClientChannel` its client connection writes through."""
+
+    def __init__(self, entry: Entry, settings: RouterSection, metrics: Metrics) -> None:
+        self.id: ConnectionId = new_connection_id()
+        self.entry = entry
+        self.metrics = metrics
+        self.streams = EventStreams(
+            max_held=settings.http_held_frames,
+            # room for sessions known but closed, beside the ones attached
+            max_sessions=2 * settings.max_sessions_per_connection,
+            max_awaited=settings.max_in_flight_per_connection,
+        )
+        #: the open GETs, by holder number
+        self.writers: dict[int, EventStream] = {}
+        self.client: ClientConnection | None = None
+        #: the log context's number for it
+        self.number = 0
+        #: when it last had a POST, or a stream open or closed (the loop's clock)
+        self.active_at = asyncio.get_running_loop().time()
+        #: set to end it; why, in ``reason`` (a label of acp_router_http_connections_ended_total)
+        self.ending = asyncio.Event()
+        self.reason = ""
+        #: set once it has ended
+        self.done = asyncio.Event()
+        self._initialize: tuple[RequestId, asyncio.Future[str]] | None = None
+        #: POSTs may come at once, on several HTTP connections: their frames enter the
+        #: client connection one at a time, as a WebSocket's read loop hands them over
+        self._receiving = asyncio.Lock()
+
+    def end(self, reason: str) -> None:
+        if not self.ending.is_set():
+            self.reason = reason
+            self.ending.set()
+
+    def touch(self) -> None:
+        self.active_at = asyncio.get_running_loop().time()
+
+    async def receive(self, text: str) -> None:
+        """Hand one POSTed frame to the client connection."""
+        assert self.client is not None
+        async with self._receiving:
+            await self.client.receive(text)
+
+    async def initialize(self, request: Request) -> str:
+        """Hand ``initialize`` to the client connection; its answer, which the client
+        gets in the POST's body rather than on a stream."""
+        answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._initialize = (request.id, answer)
+        try:
+            await self.receive(request.text)
+            return await answer
+        finally:
+            self._initialize = None
+
+    # -- ClientChannel ------------------------------------------------------------------------
+
+    async def send(self, text: str) -> None:
+        message = _parsed(text)
+        if self._initialize is not None and _answers(message, self._initialize[0]):
+            answer = self._initialize[1]
+            if not answer.done():
+                answer.set_result(text)
+                return
+        match self.streams.deliver(message, text):
+            case Write(key, holder):
+                stream = self.writers[holder]
+                if not await stream.write(event(text)):
+                    self.closed(key, holder)
+            case Held():
+                pass
+            case Overflow(key):
+                logger.warning(
+                    "Streamable HTTP client connection ended: the %s stream held %d frames"
+                    " and the client had not opened it",
+                    "connection" if key is None else "session",
+                    self.streams.max_held,
+                )
+                self.end("overflow")
+
+    async def close(self, code: int, reason: str) -> None:
+        """End the connection (its streams end; the client sees them close) and wait
+        until it has ended."""
+        self.end("closed")
+        await self.done.wait()
+
+    # -- GETs ---------------------------------------------------------------------------------
+
+    def opened(self, attached: Attached, stream: EventStream) -> None:
+        self.writers[attached.holder] = stream
+        if attached.displaced is None:
+            self.metrics.http_streams.inc()
+        else:
+            displaced = self.writers.pop(attached.displaced, None)
+            if displaced is not None:
+                displaced.ended.set()
+        self.touch()
+
+    def closed(self, key: StreamKey, holder: int) -> None:
+        """The GET ``holder`` has ended (or its last write failed)."""
+        writer = self.writers.pop(holder, None)
+        if writer is not None:
+            writer.ended.set()
+        if self.streams.release(key, holder):
+            self.metrics.http_streams.dec()
+            self.touch()
+
+
+def _parsed(text: str) -> Message | None:
+    try:
+        return parse(text)
+    except ProtocolError:
+        return None
+
+
+def _answers(message: Message | None, request_id: RequestId) -> bool:
+    return isinstance(message, Response) and message.id == request_id
+
+
+def accepts_events(accept: str | None) -> bool:
+    """Whether an ``Accept`` header value includes ``text/event-stream``."""
+    if accept is None:
+        return False
+    ranges = (part.split(";", 1)[0].strip().lower() for part in accept.split(","))
+    return any(media in _EVENT_STREAM_RANGES for media in ranges)
+
+
+def _refusal(status: int, text: str) -> web.Response:
+    return web.Response(status=status, text=text + "\n")
+
+
+class HttpFront:
+    """The Streamable HTTP connections of the front door, by ``Acp-Connection-Id``
+    (bounded with the WebSocket ones by ``router.max_connections``: :class:`Door`)."""
+
+    def __init__(self, settings: RouterSection, metrics: Metrics, door: Door) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self.door = door
+        self.connections: dict[ConnectionId, HttpConnection] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """Reap idle connections while the block runs; end every connection after it."""
+        reaper = asyncio.create_task(self._reap(), name="http-reaper")
+        try:
+            yield
+        finally:
+            await cancel_and_wait(reaper)
+            for connection in list(self.connections.values()):
+                connection.end("closed")
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- the handlers -------------------------------------------------------------------------
+
+    async def post(self, request: web.Request) -> web.Response:
+        response = await self._post(request)
+        self.metrics.http_requests.labels("POST", str(response.status)).inc()
+        return response
+
+    async def stream(self, request: web.Request) -> web.StreamResponse:
+        """A GET without an upgrade: open an event stream, until it ends."""
+        refused = self._open_stream(request)
+        if isinstance(refused, web.Response):
+            self.metrics.http_requests.labels("GET", str(refused.status)).inc()
+            return refused
+        connection, key, attached = refused
+        self.metrics.http_requests.labels("GET", "200").inc()
+        response = web.StreamResponse(
+            headers={
+                hdrs.CONTENT_TYPE: "text/event-stream",
+                hdrs.CACHE_CONTROL: "no-store",
+                "X-Accel-Buffering": "no",  # nginx: pass events on as they come
+            }
+        )
+        stream = EventStream(response)
+        connection.opened(attached, stream)
+        try:
+            await response.prepare(request)
+            await self._flush(connection, key, attached.holder, stream)
+            await stream.keep_alive(self.settings.http_keepalive_seconds)
+        except ConnectionError:
+            pass  # the client went while the stream opened
+        finally:
+            connection.closed(key, attached.holder)
+        return response
+
+    async def delete(self, request: web.Request) -> web.Response:
+        response = await self._delete(request)
+        self.metrics.http_requests.labels("DELETE", str(response.status)).inc()
+        return response
+
+    # -- POST ---------------------------------------------------------------------------------
+
+    async def _post(self, request: web.Request) -> web.Response:
+        admission = self.door.admit(request)
+        if isinstance(admission, web.Response):
+            return admission
+        if request.content_type != "application/json":
+            return _refusal(415, "POST a JSON-RPC message as application/json")
+        try:
+            body = (await request.read()).decode()
+        except UnicodeDecodeError:
+            return _refusal(400, "the body is not UTF-8")
+        except web.HTTPRequestEntityTooLarge:
+            return _refusal(413, "the body is larger than router.max_message_bytes")
+        shape = body.lstrip()[:1]
+        if shape == "[":
+            return _refusal(501, "batches are not supported: POST one JSON-RPC message")
+        if shape != "{":
+            return _refusal(400, "POST one JSON-RPC message, a JSON object")
+        try:
+            message: Message | None = parse(body)
+        except ParseError:
+            return _refusal(400, "the body is not JSON")
+        except InvalidRequest:
+            message = None  # the routing core answers it, on the connection stream
+        connection_id = request.headers.get(acp.CONNECTION_ID_HEADER)
+        if connection_id is None:
+            if isinstance(message, Request) and message.method == acp.INITIALIZE:
+                return await self._start(request, admission, message)
+            return _refusal(400, "Acp-Connection-Id is required (POST initialize first)")
+        connection = self._find(connection_id, admission)
+        if connection is None:
+            return _refusal(404, "no such connection")
+        rejected = connection.streams.post(message, request.headers.get(acp.SESSION_ID_HEADER))
+        if rejected is not None:
+            return _refusal(rejected.status, rejected.text)
+        connection.touch()
+        log_context.connection.set(connection.number)
+        try:
+            await connection.receive(body)
+        except Exception:  # the one boundary catch of a connection: log it, end it
+            logger.exception("client connection failed")
+            connection.end("error")
+            return _refusal(500, "the router failed; the connection has ended")
+        return web.Response(status=202)
+
+    async def _start(
+        self, request: web.Request, admission: Admitted, initialize: Request
+    ) -> web.Response:
+        """A new connection, with the answer to its ``initialize``."""
+        entry = self.door.enter(request, admission)
+        if isinstance(entry, web.Response):
+            return entry
+        connection = HttpConnection(entry, self.settings, self.metrics)
+        connection.number = log_context.new_connection()
+        connection.client = self.door.start(connection, entry)
+        self.connections[connection.id] = connection
+        task = asyncio.create_task(self._live(connection), name="http-connection")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        try:
+            async with asyncio.timeout(self.settings.connect_timeout_ms / 1000):
+                answer = await connection.initialize(initialize)
+        except TimeoutError:
+            connection.end("closed")
+            return _refusal(504, "initialize was not answered in time")
+        return web.Response(
+            text=answer,
+            content_type="application/json",
+            headers={acp.CONNECTION_ID_HEADER: connection.id},
+        )
+
+    async def _live(self, connection: HttpConnection) -> None:
+        """Wait for ``connection`` to end, then end its client connection and streams."""
+        try:
+            await connection.ending.wait()
+        finally:
+            del self.connections[connection.id]
+            for writer in connection.writers.values():
+                writer.ended.set()
+            assert connection.client is not None
+            try:
+                await connection.client.ended()
+            finally:
+                self.door.finish(connection.client, connection.entry)
+                self.metrics.http_ended.labels(connection.reason or "closed").inc()
+                connection.done.set()
+                logger.debug("Streamable HTTP connection ended: %s", connection.reason)
+
+    # -- GET ----------------------------------------------------------------------------------
+
+    def _open_stream(
+        self, request: web.Request
+    ) -> tuple[HttpConnection, StreamKey, Attached] | web.Response:
+        admission = self.door.admit(request)
+        if isinstance(admission, web.Response):
+            return admission
+        if not accepts_events(request.headers.get(hdrs.ACCEPT)):
+            return _refusal(
+                406,
+                "GET /acp is a WebSocket upgrade, or an event stream"
+                " (Accept: text/event-stream, with Acp-Connection-Id)",
+            )
+        connection_id = request.headers.get(acp.CONNECTION_ID_HEADER)
+        if connection_id is None:
+            return _refusal(
+                400,
+                "GET /acp is a WebSocket upgrade, or an event stream of a connection"
+                " (Acp-Connection-Id: POST initialize first)",
+            )
+        connection = self._find(connection_id, admission)
+        if connection is None:
+            return _refusal(404, "no such connection")
+        session = request.headers.get(acp.SESSION_ID_HEADER)
+        key = SessionId(session) if session is not None else None
+        attached = connection.streams.attach(key)
+        if isinstance(attached, Rejected):
+            return _refusal(attached.status, attached.text)
+        return connection, key, attached
+
+    async def _flush(
+        self, connection: HttpConnection, key: StreamKey, holder: int, stream: EventStream
+    ) -> None:
+        """Write the frames held for the stream; new ones flow to it once none is left."""
+        while (text := connection.streams.take(key, holder)) is not None:
+            if not await stream.write(event(text)):
+                return
+
+    # -- DELETE -------------------------------------------------------------------------------
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        admission = self.door.admit(request)
+        if isinstance(admission, web.Response):
+            return admission
+        connection_id = request.headers.get(acp.CONNECTION_ID_HEADER)
+        if connection_id is None:
+            return _refusal(400, "DELETE needs Acp-Connection-Id")
+        connection = self._find(connection_id, admission)
+        if connection is None:
+            return _refusal(404, "no such connection")
+        connection.end("deleted")
+        await connection.done.wait()
+        return web.Response(status=202)
+
+    def _find(self, connection_id: str, admission: Admitted) -> HttpConnection | None:
+        """The connection, if it is there and the same client opened it."""
+        connection = self.connections.get(ConnectionId(connection_id))
+        if (
+            connection is None
+            or connection.ending.is_set()
+            or connection.entry.admission.principal != admission.principal
+        ):
+            return None
+        return connection
+
+    # -- the idle deadline --------------------------------------------------------------------
+
+    async def _reap(self) -> None:
+        """End the connections with no stream open and no POST for the idle deadline;
+        sleep until the next one could be due."""
+        idle = self.settings.http_idle_seconds
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            wake = now + idle
+            for connection in list(self.connections.values()):
+                if connection.streams.open_streams:
+                    continue
+                due = connection.active_at + idle
+                if due <= now:
+                    logger.info("Streamable HTTP connection idle for %.0f s: ending it", idle)
+                    connection.end("idle")
+                else:
+                    wake = min(wake, due)
+            await asyncio.sleep(wake - now)
