@@ -21,6 +21,11 @@ refused (requests) or dropped (notifications) while nobody owns it. A session
 stays ``active`` while the agent process runs, whether or not a client is
 connected, until ``session/close``, ``session/archive`` or ``session/delete``
 succeeds (or fails with ``-32002``).
+
+Clients get the agent's ``initialize`` result with ``_meta.instanceId`` set to the
+shell's nonce for the agent process. An error the agent answers to a request that
+starts or attaches a session, and the ``-32013`` answers owed when it dies, carry what
+it wrote to stderr (:class:`~router.host.stderr.StderrTail`) in ``data.agentStderr``.
 """
 
 from __future__ import annotations
