@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -405,3 +406,24 @@ async def test_a_401_on_reconnect_is_not_retried() -> None:
         assert await editor.exit_status() == 1  # well before --reconnect-for (60 s)
     (line,) = editor.stderr.lines
     assert "ACP_ROUTER_TOKEN" in line, line
+
+
+async def test_an_editor_that_closes_the_bridges_stdout_ends_it_quietly() -> None:
+    async with fake_router(FakeRouter()) as router:
+        read_end, write_end = os.pipe()
+        process = await asyncio.create_subprocess_exec(
+            *cli_command("connect", router.url),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=write_end,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        os.close(write_end)
+        os.close(read_end)  # nothing reads what the bridge writes
+        assert process.stdin is not None
+        assert process.stderr is not None
+        process.stdin.write(json.dumps(call(0, "initialize", **INIT)).encode() + b"\n")
+        async with asyncio.timeout(WAIT):  # stdin stays open: the answer ends the bridge
+            stderr = await process.stderr.read()
+            assert await process.wait() == 0
+        process.stdin.close()
+    assert stderr == b"", stderr

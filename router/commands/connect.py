@@ -107,8 +107,8 @@ async def run_bridge(url: str, *, reconnect_for: float = RECONNECT_FOR_SECONDS) 
     try:
         return await bridge.run()
     except EditorGone:
-        # nothing reads stdout: let the interpreter's last flush go nowhere, not fail
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # nothing reads stdout (fd 1): the interpreter's last flush goes nowhere, not fail
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
         return 0
     except RouterRefused as exc:
         logger.error("%s", exc)
@@ -185,10 +185,12 @@ def _lines_of(fd: int) -> Iterator[bytes]:
 
 
 async def _stdout() -> asyncio.StreamWriter | None:
-    """A non-blocking writer when stdout is a pipe (backpressure from a slow editor);
-    None for a file or a terminal, which take plain writes."""
+    """A non-blocking writer when stdout is a pipe or a socket (editors spawn agents with
+    either; a slow editor then holds the bridge back without blocking it); None for a
+    file or a terminal, which take plain writes."""
     loop = asyncio.get_running_loop()
-    if not stat.S_ISFIFO(os.fstat(sys.stdout.fileno()).st_mode):
+    mode = os.fstat(sys.stdout.fileno()).st_mode
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
         return None
     transport, protocol = await loop.connect_write_pipe(
         asyncio.streams.FlowControlMixin, sys.stdout
