@@ -11,11 +11,17 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+from websockets.asyncio.client import ClientConnection, connect
 
+from tests.agents.rough_agent import REASON
 from tests.hosted import SDK_AGENT, pid_of, start_host
 from tests.support import WAIT, AcpClient, run_cli_to_exit, text_chunks
 
@@ -206,3 +212,149 @@ async def test_client_capabilities_must_be_a_json_object() -> None:
         )
         assert run.returncode == 2
         assert "expected a JSON object" in run.stderr
+
+
+# -- stopping, restarts, slow clients, the agent's own words -------------------------------------
+
+
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie nobody reaped yet counts as ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+async def test_stopping_the_host_stops_the_agents_whole_process_group() -> None:
+    async with start_host("h1", *ROUGH, "family") as host:
+        started = await host.cli.wait_for_log("agent process ")
+        agent_pid = int(started.split("agent process ")[1].split()[0])
+        grandchild = int((await host.cli.wait_for_log("grandchild ")).split()[-1])
+        assert not gone(grandchild)
+        async with AcpClient.connect(host.url) as client:
+            await client.initialize()
+            # a turn in flight: the agent never answers it
+            in_flight = asyncio.create_task(client.new_session())
+            # the agent and its child both ignore SIGTERM, and the child holds the pipes
+            assert await host.cli.stop(timeout=WAIT) == 0  # not SIGKILLed by the test
+            async with asyncio.timeout(WAIT):
+                await client.ws.wait_closed()
+            assert client.ws.close_code == 1001
+            in_flight.cancel()
+            await asyncio.gather(in_flight, return_exceptions=True)
+    assert gone(agent_pid)
+    assert gone(grandchild), "the agent's child was left running"
+
+
+async def test_each_agent_process_has_its_own_instance_id() -> None:
+    async with start_host("h1", *SDK_AGENT) as host:
+        async with AcpClient.connect(host.url) as client:
+            first = (await client.initialize())["result"]["_meta"]["instanceId"]
+            async with AcpClient.connect(host.url) as other:  # the same process
+                assert (await other.initialize())["result"]["_meta"]["instanceId"] == first
+            session_id = await client.new_session()
+            pid = await prompted(client, session_id, "hello")
+            os.kill(pid, signal.SIGKILL)
+            await host.cli.wait_for_log("is up", start=len(host.cli.stderr.lines))
+        async with AcpClient.connect(host.url) as client:
+            second = (await client.initialize())["result"]["_meta"]["instanceId"]
+    assert isinstance(first, str)
+    assert isinstance(second, str)
+    assert len(first) >= 16
+    assert second != first
+
+
+async def test_the_agents_own_words_reach_the_client_when_it_refuses_or_dies() -> None:
+    async with start_host("h1", *ROUGH, "refuse-sessions") as host:
+        async with AcpClient.connect(host.url) as client:
+            init = (await client.initialize())["result"]
+            assert init["_meta"]["agent"] == "rough"  # the agent's _meta is kept
+            assert isinstance(init["_meta"]["instanceId"], str)
+            refused = await client.request("session/new", {"cwd": "/w", "mcpServers": []})
+            assert refused["error"]["message"] == "Query closed before response received"
+            assert refused["error"]["data"] == {
+                "agentStderr": f"starting the model client\n{REASON}"
+            }
+            # its stderr still flows to the host's
+            await host.cli.wait_for_log(REASON)
+
+            # an agent that dies owing an answer: its last words go with the -32013
+            prompt = {"sessionId": "sess_1", "prompt": []}
+            lost = await client.request("session/prompt", prompt)
+            assert lost["error"]["code"] == -32013
+            assert lost["error"]["data"]["retryable"] is True
+            assert lost["error"]["data"]["agentStderr"].endswith("fatal: the model client crashed")
+
+
+async def test_a_client_that_stops_reading_delays_no_other_client() -> None:
+    async with start_host("h1", *SDK_AGENT) as host:
+        async with AcpClient.connect(host.url) as other:
+            await other.initialize()
+            baseline = await timed_new_session(other)
+            async with stalled_client(host.url) as (stalled, session_id):
+                # a reply far larger than the socket buffers: the host cannot send it all
+                await stalled.send(prompt_frame(session_id, ["/flood 6000000"]))
+                await host.cli.wait_for_log("flooded")  # the agent wrote it all
+                took = await timed_new_session(other)
+                assert took < baseline + 0.1, (took, baseline)
+                assert (await other.status(session_id))["result"] == {"status": "active"}
+
+
+async def test_a_client_whose_outbox_overflows_is_closed_and_its_sessions_let_go() -> None:
+    async with start_host("h1", *SDK_AGENT) as host:
+        async with stalled_client(host.url) as (stalled, session_id):
+            # the large reply blocks the writer; 4100 more frames overflow the outbox
+            blocks = ["/flood 6000000", *("y" * 4100)]
+            await stalled.send(prompt_frame(session_id, blocks))
+            await host.cli.wait_for_log("does not read fast enough")
+            stalled.transport.resume_reading()
+            async with asyncio.timeout(WAIT):
+                await stalled.wait_closed()
+        async with AcpClient.connect(host.url) as other:
+            await other.initialize()
+            # owned by nobody now, still in memory: another client resumes it
+            resumed = await other.request("session/resume", {"sessionId": session_id, "cwd": "/w"})
+            assert resumed.get("result") == {}, resumed
+
+
+async def timed_new_session(client: AcpClient) -> float:
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    await client.new_session()
+    return loop.time() - start
+
+
+def prompt_frame(session_id: str, texts: list[str]) -> str:
+    blocks = [{"type": "text", "text": text} for text in texts]
+    params = {"sessionId": session_id, "prompt": blocks}
+    return json.dumps({"jsonrpc": "2.0", "id": 99, "method": "session/prompt", "params": params})
+
+
+@asynccontextmanager
+async def stalled_client(url: str) -> AsyncIterator[tuple[ClientConnection, str]]:
+    """A client with a session that, from then on, reads nothing (a small receive
+    buffer, and its transport paused)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+    async with asyncio.timeout(WAIT):
+        ws = await connect(url, sock=sock, max_size=None, compression=None)
+
+    async def call(request_id: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        request = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+        await ws.send(json.dumps(request))
+        async with asyncio.timeout(WAIT):
+            answer: dict[str, Any] = json.loads(await ws.recv())
+        return answer
+
+    try:
+        await call(0, "initialize", {"protocolVersion": 1})
+        created = await call(1, "session/new", {"cwd": "/w", "mcpServers": []})
+        session_id: str = created["result"]["sessionId"]
+        ws.transport.pause_reading()
+        yield ws, session_id
+    finally:
+        ws.transport.abort()

@@ -15,6 +15,7 @@ from router.host.multiplex import (
     ToAgent,
     ToClient,
 )
+from router.host.stderr import StderrTail
 from router.protocol.errors import InternalError
 from router.protocol.ids import SessionId
 from router.protocol.jsonrpc import Response, parse
@@ -30,7 +31,7 @@ def ready_mux(agent_caps: dict[str, Any] | None = None) -> Multiplexer:
     result = {"protocolVersion": 1, "agentCapabilities": caps}
     response = parse(frame(id=HANDSHAKE_ID, result=result))
     assert isinstance(response, Response)
-    mux.agent_initialized(response)
+    mux.agent_initialized(response, "nonce-1", StderrTail())
     return mux
 
 
@@ -269,7 +270,7 @@ def test_an_agent_that_refuses_initialize_is_reported() -> None:
     refused = parse(frame(id=HANDSHAKE_ID, error={"code": -32603, "message": "no"}))
     assert isinstance(refused, Response)
     with pytest.raises(InternalError, match="did not initialize"):
-        Multiplexer().agent_initialized(refused)
+        Multiplexer().agent_initialized(refused, "nonce-1", StderrTail())
 
 
 def test_a_child_announced_by_its_parent_belongs_to_the_parents_client() -> None:
@@ -293,3 +294,53 @@ def test_a_child_announced_by_its_parent_belongs_to_the_parents_client() -> None
     assert mux.sessions["g"] == a  # type: ignore[index]
     ask = frame(id=5, method="session/request_permission", params={"sessionId": "g"})
     assert only(mux.receive_agent(parse(ask))) == ToClient(a, ask)
+
+
+def test_the_stderr_tail_keeps_the_last_lines_and_counts_them_all() -> None:
+    tail = StderrTail()
+    tail.feed(b"one\ntw")
+    assert (tail.count, tail.last()) == (1, "one")
+    tail.feed(b"o\n\nthree")
+    assert tail.since(1) == "two"  # blank lines are not reported
+    tail.end()  # a last line without a newline counts
+    assert (tail.count, tail.since(3)) == (4, "three")
+    assert tail.since(4) is None
+    tail.feed(b"".join(b"line %d\n" % n for n in range(100)))
+    assert tail.last() == "\n".join(f"line {n}" for n in range(95, 100))
+
+
+def test_a_refused_session_carries_what_the_agent_wrote_since_it_was_asked() -> None:
+    mux = ready_mux()
+    tail = StderrTail()
+    mux.stderr = tail
+    a = joined(mux)
+    tail.feed(b"starting up\n")  # before the request: not its reason
+    new = frame(id=1, method="session/new", params={"cwd": "/", "mcpServers": []})
+    host_id = agent_id_of(only(mux.receive_client(a, parse(new))))
+    tail.feed(b"cannot run as root\n")
+    refusal = {"code": -32603, "message": "Query closed", "data": {"k": 1}}
+    answer = only(mux.receive_agent(parse(frame(id=host_id, error=refusal))))
+    assert isinstance(answer, ToClient)
+    assert json.loads(answer.text)["error"] == {
+        "code": -32603,
+        "message": "Query closed",
+        "data": {"k": 1, "agentStderr": "cannot run as root"},
+    }
+    # data that is not an object is left alone; so is a refusal with nothing new said
+    for data in ("a string", None):
+        host_id = agent_id_of(only(mux.receive_client(a, parse(new))))
+        if data is not None:
+            tail.feed(b"again\n")
+        refusal = {"code": -32603, "message": "no", **({"data": data} if data else {})}
+        answer = only(mux.receive_agent(parse(frame(id=host_id, error=refusal))))
+        assert isinstance(answer, ToClient)
+        assert json.loads(answer.text)["error"] == refusal
+
+
+def test_initialize_names_the_agent_process_and_keeps_the_agents_meta() -> None:
+    mux = Multiplexer()
+    result = {"protocolVersion": 1, "agentCapabilities": {}, "_meta": {"instanceId": "x", "k": 1}}
+    response = parse(frame(id=HANDSHAKE_ID, result=result))
+    assert isinstance(response, Response)
+    mux.agent_initialized(response, "nonce-2", StderrTail())
+    assert mux.advertised()["_meta"] == {"instanceId": "nonce-2", "k": 1}

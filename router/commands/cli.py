@@ -254,6 +254,14 @@ def build_parser() -> argparse.ArgumentParser:
     connect.add_argument(
         "url", metavar="URL", help="ws://HOST:PORT/acp (token: $ACP_ROUTER_TOKEN, if set)"
     )
+    connect.add_argument(
+        "--reconnect-for",
+        type=_positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="when the router goes away, keep trying to reach it again this long, then"
+        " exit 1 (default 60)",
+    )
 
     status = _command(commands, "status", "ask a router or an agent for one session's status")
     status.add_argument("url", metavar="URL", help="ws://HOST:PORT/acp")
@@ -307,7 +315,7 @@ def _run(args: argparse.Namespace) -> int:
 
         from router.commands.connect import run_bridge
 
-        return asyncio.run(run_bridge(args.url))
+        return asyncio.run(run_bridge(args.url, reconnect_for=args.reconnect_for))
     if args.command == "status":
         import asyncio
 

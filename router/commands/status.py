@@ -11,7 +11,7 @@ import sys
 
 import websockets
 
-from router.commands.bearer import auth_headers
+from router.commands.bearer import auth_headers, refusal_hint
 from router.protocol import acp
 from router.protocol.errors import AcpRouterError
 from router.protocol.jsonrpc import Params, Response, encode_request, parse
@@ -31,6 +31,9 @@ async def ask_status(url: str, session_id: str, *, time_limit: float) -> int:
                 print(f"{url} does not advertise session/status", file=sys.stderr)
                 return 1
             answer = await _call(ws, 1, acp.SESSION_STATUS, {"sessionId": session_id})
+    except websockets.InvalidStatus as exc:
+        hint = refusal_hint(exc.response.status_code)
+        raise AcpRouterError(f"cannot ask {url}: {exc}{hint}") from None
     except (OSError, TimeoutError, websockets.WebSocketException) as exc:
         raise AcpRouterError(f"cannot ask {url}: {str(exc) or type(exc).__name__}") from None
     if answer.error is not None:

@@ -21,6 +21,11 @@ refused (requests) or dropped (notifications) while nobody owns it. A session
 stays ``active`` while the agent process runs, whether or not a client is
 connected, until ``session/close``, ``session/archive`` or ``session/delete``
 succeeds (or fails with ``-32002``).
+
+Clients get the agent's ``initialize`` result with ``_meta.instanceId`` set to the
+shell's nonce for the agent process. An error the agent answers to a request that
+starts or attaches a session, and the ``-32013`` answers owed when it dies, carry what
+it wrote to stderr (:class:`~router.host.stderr.StderrTail`) in ``data.agentStderr``.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from router import __version__
+from router.host.stderr import StderrTail
 from router.protocol import acp
 from router.protocol.acp import ProbeResult
 from router.protocol.errors import (
@@ -45,6 +51,7 @@ from router.protocol.errors import (
 )
 from router.protocol.ids import SessionId
 from router.protocol.jsonrpc import (
+    ErrorObject,
     Message,
     Notification,
     Request,
@@ -61,6 +68,13 @@ from router.protocol.jsonrpc import (
 #: the id of the host's own ``initialize`` to the agent
 HANDSHAKE_ID: Final = "acp-router-host:initialize"
 HOST_INFO: Final = {"name": "acp-router-host", "title": "acp-router host", "version": __version__}
+#: where the host names the agent process in its ``initialize`` result (``_meta``), as
+#: routers read it (router.core.health.INSTANCE_META_KEY)
+INSTANCE_META_KEY: Final = "instanceId"
+#: where an error the host passes on carries the agent's last stderr lines
+STDERR_DATA_KEY: Final = "agentStderr"
+#: requests whose failure the agent explains on stderr, if anywhere
+STARTING: Final = acp.CREATING | acp.ATTACHING
 
 ClientId = int
 
@@ -104,6 +118,8 @@ class _Call:
     client: ClientId
     request: Request
     session_id: SessionId | None
+    #: stderr lines the agent had written when the request went to it
+    stderr_mark: int
 
 
 class Multiplexer:
@@ -118,6 +134,10 @@ class Multiplexer:
         self.aliases = aliases
         #: the agent's initialize result, once it answered; None while it is (re)starting
         self.agent_result: dict[str, Any] | None = None
+        #: names the agent process in the initialize result clients get (a nonce per process)
+        self.instance_id = ""
+        #: the agent process's stderr, as the shell reads it
+        self.stderr = StderrTail()
         #: session id -> owning client (None: in memory, nobody attached)
         self.sessions: dict[SessionId, ClientId | None] = {}
         self._remembered: OrderedDict[SessionId, None] = OrderedDict()
@@ -144,8 +164,9 @@ class Multiplexer:
         }
         return encode_request(HANDSHAKE_ID, acp.INITIALIZE, params)
 
-    def agent_initialized(self, response: Response) -> None:
-        """Take the agent's answer to :meth:`handshake`.
+    def agent_initialized(self, response: Response, instance_id: str, stderr: StderrTail) -> None:
+        """Take the agent's answer to :meth:`handshake`; ``instance_id`` is a nonce new for
+        this process, ``stderr`` the tail of its stderr.
 
         Raises:
             InternalError: the agent refused ``initialize`` or answered nonsense.
@@ -153,6 +174,8 @@ class Multiplexer:
         if response.error is not None or not isinstance(response.result, dict):
             raise InternalError(f"the agent did not initialize: {response.text[:200]}")
         self.agent_result = response.result
+        self.instance_id = instance_id
+        self.stderr = stderr
 
     @property
     def agent_has_status(self) -> bool:
@@ -170,7 +193,11 @@ class Multiplexer:
 
     def agent_lost(self) -> list[Action]:
         """The agent process ended: its sessions are gone; answer what it never will."""
-        lost = BackendLinkLost("The agent process exited before it answered", {})
+        said = self.stderr.last()
+        lost = BackendLinkLost(
+            "The agent process exited before it answered",
+            {STDERR_DATA_KEY: said} if said is not None else {},
+        )
         actions: list[Action] = [
             ToClient(call.client, encode_error(call.request.id, lost))
             for call in self._calls.values()
@@ -264,7 +291,7 @@ class Multiplexer:
             raise TooManyInFlight("Too many requests in flight at the agent")
         host_id = self._next_id
         self._next_id += 1
-        self._calls[host_id] = _Call(client, request, session_id)
+        self._calls[host_id] = _Call(client, request, session_id, self.stderr.count)
         calls[request.id] = host_id
         if request.method in acp.ATTACHING and session_id is not None:
             self._loading[session_id] = client
@@ -340,7 +367,19 @@ class Multiplexer:
             return []  # its client went away; the session's bookkeeping is done
         if call.request.method == acp.SESSION_STATUS:
             return [ToClient(call.client, self._translated_status(call, response))]
+        if call.request.method in STARTING and response.error is not None:
+            return [ToClient(call.client, self._explained(call, response.error))]
         return [ToClient(call.client, replace_id(response.text, call.request.id))]
+
+    def _explained(self, call: _Call, error: ErrorObject) -> str:
+        """The agent's refusal to start or attach a session, with what it wrote to stderr
+        since the request went to it in ``data.agentStderr`` (when ``data`` is an object
+        or absent; anything else the agent put there is left as it is)."""
+        said = self.stderr.since(call.stderr_mark)
+        if said is None or not isinstance(error.data, dict | None):
+            return encode_error(call.request.id, error)
+        data = {**(error.data or {}), STDERR_DATA_KEY: said}
+        return encode_error(call.request.id, ErrorObject(error.code, error.message, data))
 
     def _settle(self, call: _Call, response: Response) -> None:
         method, session_id = call.request.method, call.session_id
@@ -438,9 +477,13 @@ class Multiplexer:
     # -- initialize ------------------------------------------------------------------------------
 
     def advertised(self) -> dict[str, Any]:
-        """The initialize result clients get: the agent's, plus ``session/status``."""
+        """The initialize result clients get: the agent's, plus ``session/status`` and
+        ``_meta.instanceId`` (the host's nonce for this agent process; the rest of any
+        ``_meta`` the agent sent is kept)."""
         assert self.agent_result is not None, "clients are served only once the agent is up"
-        return acp.with_status_capability(self.agent_result)
+        result = acp.with_status_capability(self.agent_result)
+        meta = _object(result.get("_meta"))
+        return {**result, "_meta": {**meta, INSTANCE_META_KEY: self.instance_id}}
 
 
 def _object(value: Any) -> dict[str, Any]:

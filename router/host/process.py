@@ -1,5 +1,11 @@
 """One run of the hosted agent command: a subprocess speaking ACP over stdio
-(newline-delimited JSON-RPC on stdin/stdout; its stderr goes to ours).
+(newline-delimited JSON-RPC on stdin/stdout).
+
+The agent runs in a session and process group of its own, so stopping it reaches what
+it started too (a CLI agent often runs its model client or tools as children): its
+stdin is closed and its group gets SIGTERM, then SIGKILL. Its stderr is passed on to
+the host's as it comes, and its last lines are kept (:class:`~router.host.stderr.StderrTail`)
+to tell clients why it refused a session or died.
 """
 
 from __future__ import annotations
@@ -7,39 +13,117 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
+import sys
+from asyncio.subprocess import PIPE, Process, SubprocessStreamProtocol
 from collections.abc import AsyncIterator, Sequence
 
+from router.host.stderr import StderrTail
 from router.protocol.errors import ProtocolError
 from router.protocol.jsonrpc import Message, parse
 
 logger = logging.getLogger(__name__)
 
-#: after stdin closes, how long the agent may take to exit before SIGTERM, then SIGKILL
-EXIT_GRACE_SECONDS = 2.0
+#: after its stdin closes and its group gets SIGTERM, how long the agent (and every
+#: process holding its pipes) may take to go before its group gets SIGKILL
+EXIT_GRACE_SECONDS = 3.0
+#: after SIGKILL, how long before the host stops waiting for the pipes to close (only a
+#: process that left the group, e.g. with setsid, can still hold them)
+KILL_WAIT_SECONDS = 2.0
+
+
+class _ExitWatch(SubprocessStreamProtocol):
+    """The usual stream protocol, plus an event for the process's own exit.
+
+    ``Process.wait()`` returns only once the pipes are closed as well, and a child the
+    agent started holds them open for as long as it lives.
+    """
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
+
+
+class _StderrPump:
+    """The agent's stderr, read as it comes by a reader callback on the loop: every byte
+    goes on to the host's stderr and into the tail."""
+
+    def __init__(self, fd: int, tail: StderrTail) -> None:
+        self._fd = fd
+        self._tail = tail
+        self._loop = asyncio.get_running_loop()
+        self._open = True
+        os.set_blocking(fd, False)
+        self._loop.add_reader(fd, self.read_available)
+
+    def read_available(self) -> None:
+        """Read what the pipe holds now, without waiting (also called to catch up before
+        the tail is looked at: the agent writes its reason before its answer)."""
+        while self._open:
+            try:
+                chunk = os.read(self._fd, 1 << 16)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.close()
+                return
+            with contextlib.suppress(OSError, ValueError):  # our own stderr is gone
+                sys.stderr.buffer.write(chunk)
+                sys.stderr.buffer.flush()
+            self._tail.feed(chunk)
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            self._loop.remove_reader(self._fd)
+            os.close(self._fd)
+            self._tail.end()
 
 
 class AgentProcess:
     """The agent subprocess: write lines in call order, read messages until it exits."""
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
+    def __init__(self, process: Process, watch: _ExitWatch, stderr_fd: int) -> None:
         assert process.stdin is not None
         assert process.stdout is not None
         self.process = process
+        self._watch = watch
         self._stdin = process.stdin
         self._stdout = process.stdout
         self._turn = asyncio.Lock()  # FIFO: lines leave in the order they were sent
+        #: the last lines of its stderr
+        self.stderr_tail = StderrTail()
+        self._stderr = _StderrPump(stderr_fd, self.stderr_tail)
 
     @classmethod
     async def start(cls, command: Sequence[str], *, max_line_bytes: int) -> AgentProcess:
-        """Spawn ``command``; raises OSError when it cannot be run at all."""
-        process = await asyncio.create_subprocess_exec(
-            *command,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            limit=max_line_bytes,
-        )
-        logger.info("agent process %d started: %s", process.pid, " ".join(command))
-        return cls(process)
+        """Spawn ``command`` in a new session; raises OSError when it cannot be run at all."""
+        loop = asyncio.get_running_loop()
+        read_end, write_end = os.pipe()
+        try:
+            transport, watch = await loop.subprocess_exec(
+                lambda: _ExitWatch(max_line_bytes, loop),
+                *command,
+                stdin=PIPE,
+                stdout=PIPE,
+                stderr=write_end,
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+        agent = cls(Process(transport, watch, loop), watch, read_end)
+        logger.info("agent process %d started: %s", agent.pid, " ".join(command))
+        return agent
 
     @property
     def pid(self) -> int:
@@ -72,19 +156,43 @@ class AgentProcess:
             except ProtocolError as exc:
                 logger.warning("agent %d wrote a line that is not JSON-RPC (%s)", self.pid, exc)
 
-    async def wait(self) -> int:
-        return await self.process.wait()
+    def catch_up_stderr(self) -> None:
+        """Read what the agent has written to stderr so far, so the tail holds it."""
+        self._stderr.read_available()
 
-    async def stop(self) -> int:
-        """Close stdin and wait; then SIGTERM; then SIGKILL. The exit status."""
-        if self.process.returncode is not None:
-            return self.process.returncode
-        self._stdin.close()
-        for escalate in (self.process.terminate, self.process.kill):
+    async def exited(self) -> int | None:
+        """Wait until the agent process itself exits (whoever still holds its pipes)."""
+        await self._watch.exited.wait()
+        return self.process.returncode
+
+    async def stop(self) -> int | None:
+        """Stop the agent and everything in its process group; its exit status.
+
+        Closes its stdin and sends its group SIGTERM, then SIGKILL after
+        :data:`EXIT_GRACE_SECONDS`, and waits until its pipes are closed too. Also used
+        after the agent exited by itself, to stop what it left behind. None when the
+        pipes stay open even after SIGKILL (held by a process outside the group).
+        """
+        if not self._stdin.is_closing():
+            self._stdin.close()
+        self._signal_group(signal.SIGTERM)
+        status: int | None = None
+        for wait, then in ((EXIT_GRACE_SECONDS, signal.SIGKILL), (KILL_WAIT_SECONDS, None)):
             try:
-                async with asyncio.timeout(EXIT_GRACE_SECONDS):
-                    return await self.process.wait()
+                async with asyncio.timeout(wait):
+                    status = await self.process.wait()
+                break
             except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    escalate()
-        return await self.process.wait()
+                if then is None:
+                    logger.warning("agent process %d: its pipes are still open", self.pid)
+                    status = self.process.returncode
+                else:
+                    self._signal_group(then)
+        self._stderr.read_available()
+        self._stderr.close()
+        return status
+
+    def _signal_group(self, signum: signal.Signals) -> None:
+        """Signal the agent's process group (its id is the agent's pid: a new session)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signum)

@@ -6,8 +6,12 @@ there to resume when it (or another client) comes back. When the agent process
 exits, every client is disconnected (close code 1012, "service restart"): its
 sessions are gone (``session/status`` now says ``-32002``), requests it never
 answered get ``-32013``, and the host starts the command again with exponential
-backoff. Routers in front see the backend go down and come back, and place the
-lost sessions again by their usual rules.
+backoff. Routers in front see the backend go down and come back (with a new
+``_meta.instanceId``), and place the lost sessions again by their usual rules.
+
+On SIGINT or SIGTERM the host closes its clients (1001) while it stops the agent's
+whole process group (:meth:`~router.host.process.AgentProcess.stop`), and exits within
+a few seconds whatever the agent is doing.
 
 ``/healthz`` answers 200 while the host runs; ``/readyz`` 200 only while the agent
 process is up and initialized.
@@ -16,8 +20,8 @@ process is up and initialized.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+import secrets
 import signal
 import sys
 import time
@@ -27,6 +31,7 @@ from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from router.host.client import CLOSE_SECONDS, TOO_SLOW, ClientLink
 from router.host.multiplex import (
     HANDSHAKE_ID,
     Action,
@@ -36,7 +41,7 @@ from router.host.multiplex import (
     ToAgent,
     ToClient,
 )
-from router.host.process import AgentProcess
+from router.host.process import EXIT_GRACE_SECONDS, KILL_WAIT_SECONDS, AgentProcess
 from router.protocol.acp import DEFAULT_STATUS_ALIASES, ProbeResult
 from router.protocol.errors import AcpRouterError, InternalError, ProtocolError
 from router.protocol.jsonrpc import Response, encode_protocol_error, parse
@@ -47,6 +52,8 @@ logger = logging.getLogger(__name__)
 PATH = "/acp"
 HEARTBEAT_SECONDS = 20.0
 SHUTDOWN_TIMEOUT = 5.0
+#: how long the host takes to stop at most (the agent's SIGTERM grace, then SIGKILL)
+STOP_SECONDS = EXIT_GRACE_SECONDS + KILL_WAIT_SECONDS
 #: restart backoff after the agent process exits
 RESTART_INITIAL_SECONDS = 0.1
 RESTART_MAX_SECONDS = 5.0
@@ -75,7 +82,7 @@ class Host:
     def __init__(self, settings: HostSettings) -> None:
         self.settings = settings
         self.mux = Multiplexer(settings.limits, settings.aliases)
-        self.clients: dict[ClientId, web.WebSocketResponse] = {}
+        self.clients: dict[ClientId, ClientLink] = {}
         self.agent: AgentProcess | None = None
         self.ready = asyncio.Event()
         self.restarts = 0
@@ -91,38 +98,40 @@ class Host:
         except OSError as exc:
             raise AgentStartFailed(f"cannot run {self.settings.command[0]}: {exc}") from None
         try:
-            async with asyncio.timeout(self.settings.startup_timeout):
-                await agent.send(self.mux.handshake(self.settings.client_capabilities))
-                async for message in agent.messages():
-                    if isinstance(message, Response) and message.id == HANDSHAKE_ID:
-                        self.mux.agent_initialized(message)
-                        break
-                else:
-                    raise AgentStartFailed(
-                        f"the agent exited during initialize (status {await agent.wait()})"
-                    )
-        except TimeoutError:
+            await self._initialize(agent)
+        except BaseException:  # a failure, or the host stopping: nothing of it may stay
             await agent.stop()
-            raise AgentStartFailed(
-                f"the agent did not answer initialize within {self.settings.startup_timeout} s"
-            ) from None
-        except InternalError as exc:
-            await agent.stop()
-            raise AgentStartFailed(exc.message) from None
+            raise
         self.agent = agent
         self.ready.set()
         logger.info("agent process %d is up", agent.pid)
         return agent
+
+    async def _initialize(self, agent: AgentProcess) -> None:
+        try:
+            async with asyncio.timeout(self.settings.startup_timeout):
+                await agent.send(self.mux.handshake(self.settings.client_capabilities))
+                async for message in agent.messages():
+                    if isinstance(message, Response) and message.id == HANDSHAKE_ID:
+                        nonce = secrets.token_hex(8)  # names this process to routers
+                        self.mux.agent_initialized(message, nonce, agent.stderr_tail)
+                        return
+        except TimeoutError:
+            raise AgentStartFailed(
+                f"the agent did not answer initialize within {self.settings.startup_timeout} s"
+            ) from None
+        except InternalError as exc:
+            raise AgentStartFailed(exc.message) from None
+        status = await agent.stop()
+        raise AgentStartFailed(f"the agent exited during initialize (status {status})")
 
     async def supervise(self, agent: AgentProcess) -> None:
         """Pump the agent's messages to clients; when it exits, restart it, forever."""
         delay = RESTART_INITIAL_SECONDS
         while True:
             started = time.monotonic()
-            async for message in agent.messages():
-                await self._do(self.mux.receive_agent(message))
-            status = await agent.wait()
-            logger.warning("agent process %d exited with status %d", agent.pid, status)
+            status = await self._run(agent)
+            logger.warning("agent process %d exited with status %s", agent.pid, status)
             await self._agent_lost()
             if time.monotonic() - started >= STABLE_SECONDS:
                 delay = RESTART_INITIAL_SECONDS
@@ -137,30 +146,62 @@ class Host:
                 self.restarts += 1
                 break
 
+    async def _run(self, agent: AgentProcess) -> int | None:
+        """Pass the agent's messages on until it exits or closes its stdout; then stop
+        what is left of it (its process group) and read what it wrote before it went.
+        Its exit status."""
+        reading = asyncio.create_task(self._from_agent(agent), name="agent-stdout")
+        exited = asyncio.create_task(agent.exited(), name="agent-exit")
+        status: int | None = None
+        try:
+            await asyncio.wait({reading, exited}, return_when=asyncio.FIRST_COMPLETED)
+            status = await agent.stop()
+            async with asyncio.timeout(KILL_WAIT_SECONDS):  # its stdout is closed by now
+                await reading
+        except TimeoutError:
+            logger.warning("agent process %d: its stdout stayed open", agent.pid)
+        finally:
+            for task in (reading, exited):
+                task.cancel()
+            await asyncio.gather(reading, exited, return_exceptions=True)
+        return status
+
+    async def _from_agent(self, agent: AgentProcess) -> None:
+        async for message in agent.messages():
+            if isinstance(message, Response) and message.error is not None:
+                agent.catch_up_stderr()  # it may have said why, just before
+            await self._do(self.mux.receive_agent(message))
+
     async def _agent_lost(self) -> None:
         self.ready.clear()
         self.agent = None
         await self._do(self.mux.agent_lost())
-        sockets = list(self.clients.values())
-        await asyncio.gather(
-            *(
-                ws.close(code=WSCloseCode.SERVICE_RESTART, message=b"agent process exited")
-                for ws in sockets
-            ),
-            return_exceptions=True,
-        )
+        for link in self.clients.values():
+            link.close_after_sending(WSCloseCode.SERVICE_RESTART, "agent process exited")
 
     async def stop(self) -> None:
+        """Close every client (1001, after what is queued for it) while the agent and its
+        process group are stopped: done within :data:`STOP_SECONDS`, whatever the agent
+        or a client that stopped reading does."""
         self.ready.clear()
+        if self.agent is None:
+            await self._close_clients()
+        else:
+            await asyncio.gather(self._close_clients(), self.agent.stop())
+
+    async def _close_clients(self) -> None:
+        links = list(self.clients.values())
+        for link in links:
+            link.close_after_sending(WSCloseCode.GOING_AWAY, "host shutting down")
+        if not links:
+            return
+        await asyncio.wait([link.writer for link in links], timeout=CLOSE_SECONDS)
+        late = [link for link in links if not link.writer.done()]
+        for link in late:  # not reading what is left: drop it
+            link.writer.cancel()
         await asyncio.gather(
-            *(
-                ws.close(code=WSCloseCode.GOING_AWAY, message=b"host shutting down")
-                for ws in list(self.clients.values())
-            ),
-            return_exceptions=True,
+            *(link.close(WSCloseCode.GOING_AWAY, "host shutting down") for link in late)
         )
-        if self.agent is not None:
-            await self.agent.stop()
 
     # -- clients ---------------------------------------------------------------------------------
 
@@ -172,15 +213,27 @@ class Host:
             except TimeoutError:
                 await ws.close(code=WSCloseCode.TRY_AGAIN_LATER, message=b"agent not ready")
                 return
+        link = ClientLink(ws, max_message_bytes=self.settings.max_message_bytes)
         client = self.mux.client_joined()
-        self.clients[client] = ws
+        self.clients[client] = link
+        reader = asyncio.create_task(self._read_client(client, ws), name="host-client-reader")
         try:
-            async for frame in ws:
-                if frame.type is WSMsgType.TEXT:
-                    await self._client_frame(client, frame.data)
+            await asyncio.wait({reader, link.writer}, return_when=asyncio.FIRST_COMPLETED)
+            if link.too_slow:
+                logger.warning("client %d does not read fast enough: closing it", client)
+                await link.close(*TOO_SLOW)
+            await reader  # it ends once the connection is closed, by either side
         finally:
             del self.clients[client]
             await self._do(self.mux.client_left(client))
+            for task in (reader, link.writer):
+                task.cancel()
+            await asyncio.gather(reader, link.writer, return_exceptions=True)
+
+    async def _read_client(self, client: ClientId, ws: web.WebSocketResponse) -> None:
+        async for frame in ws:
+            if frame.type is WSMsgType.TEXT:
+                await self._client_frame(client, frame.data)
 
     async def _client_frame(self, client: ClientId, text: str) -> None:
         try:
@@ -191,15 +244,16 @@ class Host:
         await self._do(self.mux.receive_client(client, message))
 
     async def _do(self, actions: Sequence[Action]) -> None:
+        """Write to the agent, in order; frames for clients only go into their outboxes
+        (a client that reads slowly makes nobody wait)."""
         for action in actions:
             if isinstance(action, ToAgent):
                 if self.agent is not None:
                     await self.agent.send(action.text)
             else:
-                ws = self.clients.get(action.client)
-                if ws is not None and not ws.closed:
-                    with contextlib.suppress(ConnectionResetError):
-                        await ws.send_str(action.text)
+                link = self.clients.get(action.client)
+                if link is not None:
+                    link.offer(action.text)
 
 
 HOST = web.AppKey("host", Host)
@@ -284,6 +338,9 @@ async def _until_signalled(supervisor: asyncio.Task[None]) -> None:
         stopping.cancel()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
+            # stopping takes a few seconds: a second signal must not kill the host
+            # before its agent (in a process group of its own) is stopped
+            signal.signal(signum, signal.SIG_IGN)
     if supervisor.done():
         supervisor.result()  # a crash of the supervisor is a crash of the host
     logger.info("stopping")

@@ -9,15 +9,28 @@
 * ``noisy``: writes a blank line and a line that is not JSON-RPC, then initializes;
   after that it answers nothing, and ignores SIGTERM and the end of its stdin (so
   stopping it takes SIGKILL).
+* ``family``: like ``noisy`` (without the noise), and first starts a child of its own
+  that ignores SIGTERM too and holds the agent's pipes; writes ``grandchild PID`` to
+  stderr.
+* ``refuse-sessions``: initializes, then refuses every request as an agent whose
+  model client cannot start would: its reason on stderr, ``Query closed before
+  response received`` as the answer. ``session/prompt`` instead makes it write a last
+  word to stderr and exit, owing the answer.
 """
 
 from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
+
+STUBBORN = "import signal, threading; signal.signal(signal.SIGTERM, signal.SIG_IGN); " + (
+    "threading.Event().wait()"
+)
+REASON = "Error: --dangerously-skip-permissions cannot be used with root/sudo privileges"
 
 
 def say(line: str) -> None:
@@ -25,7 +38,28 @@ def say(line: str) -> None:
     sys.stdout.flush()
 
 
+def complain(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def refuse_sessions() -> None:
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request.get("method") == "session/prompt":
+            complain("fatal: the model client crashed")
+            sys.exit(1)
+        complain("starting the model client")
+        complain(REASON)
+        error = {"code": -32603, "message": "Query closed before response received"}
+        say(json.dumps({"jsonrpc": "2.0", "id": request["id"], "error": error}))
+
+
 def main(mode: str, *args: str) -> None:
+    if mode == "family":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = subprocess.Popen([sys.executable, "-c", STUBBORN])
+        complain(f"grandchild {child.pid}")
     if mode == "once":
         marker = Path(args[0])
         if marker.exists():
@@ -43,11 +77,13 @@ def main(mode: str, *args: str) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         say("")
         say("this is not JSON-RPC")
-    result = {"protocolVersion": 1, "agentCapabilities": {}}
+    result = {"protocolVersion": 1, "agentCapabilities": {}, "_meta": {"agent": "rough"}}
     say(json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": result}))
+    if mode == "refuse-sessions":
+        refuse_sessions()
     for _ in sys.stdin:
         pass
-    if mode == "noisy":
+    if mode in ("noisy", "family"):
         threading.Event().wait()
 
 

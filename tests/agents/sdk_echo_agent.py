@@ -3,7 +3,9 @@ shape of the SDK's own ``examples/echo_agent.py``.
 
 It keeps sessions in memory, and every reply names its process (``[pid 123] hello``),
 so a test can tell which agent process answered. A prompt starting with
-``/permission`` asks the client ``session/request_permission`` first. Run:
+``/permission`` asks the client ``session/request_permission`` first; a text block
+``/flood N`` is answered with N characters, and once the turn's replies are written the
+agent says ``flooded`` on stderr. Run:
 ``python -m tests.agents.sdk_echo_agent``.
 """
 
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from typing import Any
 from uuid import uuid4
 
@@ -93,13 +96,19 @@ class EchoAgent:
 
     async def prompt(self, prompt: list[Any], session_id: str, **kwargs: Any) -> PromptResponse:
         history = self._known(session_id)
+        flooded = False
         for block in prompt:
             text = getattr(block, "text", "")
             if text.startswith("/permission"):
                 text = f"permission: {await self._ask(session_id)}"
+            if text.startswith("/flood "):
+                text, flooded = "x" * int(text.split()[1]), True
             reply = f"{TAG} {text}"
             history.append(reply)
             await self._say(session_id, reply)
+        if flooded:
+            sys.stderr.write(f"{TAG} flooded\n")
+            sys.stderr.flush()
         return PromptResponse(stop_reason="end_turn")
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
