@@ -7,6 +7,7 @@ clients with 1012, spread over ``close_spread_seconds``; a second SIGTERM cuts t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from pathlib import Path
@@ -15,7 +16,7 @@ import aiohttp
 import pytest
 
 from tests.fleet import start_fleet
-from tests.support import WAIT, AcpClient, CliProcess, run_cli
+from tests.support import WAIT, AcpClient, CliProcess, JsonObject, run_cli
 from tests.test_cli import wait_backends_up, write_config
 
 SERVICE_RESTART = 1012
@@ -92,3 +93,63 @@ async def test_a_second_sigterm_cuts_the_drain_short(tmp_path: Path) -> None:
                 assert await router.process.wait() == 0
         assert "second stop signal" in router.stderr.text
         assert "Traceback" not in router.stderr.text, router.stderr.text
+
+
+async def _turn_running(
+    client: AcpClient, session_id: str, seconds: int
+) -> asyncio.Task[JsonObject]:
+    """A ``/slow`` turn on ``session_id``, once it is streaming."""
+    turn = asyncio.create_task(client.prompt(session_id, f"/slow {seconds}", timeout=WAIT * 3))
+    await client.next_incoming()
+    return turn
+
+
+async def test_a_stop_answers_every_request_in_flight_before_closing(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path / "store", 2) as agents:
+        config = write_config(
+            tmp_path / "router.toml", 'listen = "127.0.0.1:0"\ndrain_seconds = 0.0', agents
+        )
+        async with run_cli("serve", "--config", str(config)) as router:
+            await wait_backends_up(router, agents)
+            url = router_url(router)
+            async with contextlib.AsyncExitStack() as stack:
+                clients = [
+                    await stack.enter_async_context(AcpClient.connect(url)) for _ in range(5)
+                ]
+                turns = []
+                for client in clients:
+                    await client.initialize()
+                    turns.append(await _turn_running(client, await client.new_session(), 60))
+                router.process.send_signal(signal.SIGTERM)
+                # five answers (on the old main: none, and the editors waited forever) ...
+                for turn in turns:
+                    answer = await turn
+                    assert answer["error"]["code"] == -32013, answer
+                    assert answer["error"]["data"]["retryable"] is True
+                    assert answer["error"]["data"]["reason"] == "the router is stopping"
+                # ... then five 1012 closes
+                await asyncio.gather(*(closed_at(client) for client in clients))
+            assert await router.stop() == 0
+        assert "Traceback" not in router.stderr.text, router.stderr.text
+
+
+async def test_a_turn_that_finishes_within_the_drain_finishes(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path / "store", 1) as agents:
+        config = write_config(
+            tmp_path / "router.toml", 'listen = "127.0.0.1:0"\ndrain_seconds = 3.0', agents
+        )
+        async with run_cli("serve", "--config", str(config)) as router:
+            await wait_backends_up(router, agents)
+            url = router_url(router)
+            async with AcpClient.connect(url) as short, AcpClient.connect(url) as long:
+                await short.initialize()
+                await long.initialize()
+                quick = await _turn_running(short, await short.new_session(), 1)
+                slow = await _turn_running(long, await long.new_session(), 60)
+                router.process.send_signal(signal.SIGTERM)
+                await router.wait_for_log("draining for 3.0 s")
+                assert (await quick).get("result") == {"stopReason": "end_turn"}
+                cut = await slow
+                assert cut["error"]["data"]["reason"] == "the router is stopping", cut
+                await asyncio.gather(closed_at(short), closed_at(long))
+            assert await router.stop() == 0

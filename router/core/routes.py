@@ -551,6 +551,19 @@ class ClientRoutes:
             self.last_backend = None
         return Lost(replies, detached, tuple(_withdraw(rid) for rid in withdrawn), calls)
 
+    def abandon(self, error: JsonRpcError) -> tuple[Reply, ...]:
+        """The connection is about to close (the router is stopping): answer every request
+        still in flight with ``error``, held ones included, and withdraw every agent
+        request the client was still answering. Nothing is released afterwards."""
+        replies = [self.fail(request_id, error) for request_id in list(self.calls)]
+        self._held_notifications = 0
+        self.sessions.drop_waiting()
+        self.auth.round = None
+        withdrawn = [
+            rid for backend in self.links.linked() for rid in self.agent_requests.withdraw(backend)
+        ]
+        return (*replies, *(_withdraw(rid) for rid in withdrawn))
+
     def unanswered(self) -> list[RequestId]:
         """Ids of client requests still awaiting an answer."""
         return list(self.calls)

@@ -144,6 +144,17 @@ class SessionTable:
             self._tidy(session_id)
         return frame
 
+    def drop_waiting(self) -> None:
+        """Forget every frame that waits (their requests were answered otherwise) and
+        every holder: nothing is released any more."""
+        self._releasable.clear()
+        for session_id in list(self._table):
+            entry = self._table[session_id]
+            entry.waiting.clear()
+            entry.holder = None
+            entry.phase = Phase.ATTACHED if entry.backend is not None else Phase.DETACHED
+            self._tidy(session_id)
+
     def releasable(self) -> list[SessionId]:
         """Sessions whose waiting frames can go, in the order they will."""
         return list(self._releasable)

@@ -23,8 +23,9 @@ is a :class:`JsonRpcError` carrying its code, so exactly one function
             ├── NoBackendAvailable      -32011, retryable: no backend is up
             ├── LocateInconclusive      -32012, retryable: a backend did not answer the probe
             ├── BackendLinkLost         -32013, retryable: the backend went away mid-request
-            │   └── HandshakeRefused    the backend refused a replayed handshake step: its
-            │                           own error answers the link's requests instead
+            │   ├── HandshakeRefused    the backend refused a replayed handshake step: its
+            │   │                       own error answers the link's requests instead
+            │   └── RouterStopping      the router is stopping: reconnect and resume
             ├── TooManyInFlight         -32014, retryable: this connection's request limit
             ├── TooManyNewSessions      -32014, retryable: new sessions per minute (address, process)
             └── TooManySessions         -32015, this connection's session limit
@@ -201,6 +202,17 @@ class HandshakeRefused(BackendLinkLost):
         reason = f"the backend refused the replayed {step}: {refusal.message}"
         super().__init__(None, {"backend": backend, "reason": reason})
         self.refusal = refusal
+
+
+class RouterStopping(BackendLinkLost):
+    """The router is stopping (a rolling restart): what was still in flight when the
+    client's connection closes gets this, retryable: reconnect (to another replica) and
+    resume."""
+
+    default_message = "The router is stopping: reconnect and resume the session"
+
+    def __init__(self) -> None:
+        super().__init__(None, {"reason": "the router is stopping"})
 
 
 class TooManyInFlight(RoutingError):

@@ -40,6 +40,7 @@ from router.core.actions import (
     Reply,
     Send,
     Settled,
+    refusal,
     unreadable,
 )
 from router.core.routes import ClientRoutes, Limits
@@ -51,6 +52,7 @@ from router.protocol.errors import (
     InternalError,
     JsonRpcError,
     ProtocolError,
+    RouterStopping,
 )
 from router.protocol.ids import BackendId, SessionId
 from router.protocol.jsonrpc import ErrorObject, Message, Request, RequestId, parse
@@ -99,9 +101,16 @@ class ClientConnection:
         )
         self.links: dict[BackendId, BackendLink] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        #: closing for a router stop: every request gets RouterStopping
+        self._stopping = False
 
     async def shut(self, code: int, reason: str) -> None:
-        """Close the client's connection (the router is stopping: 1012)."""
+        """Close the client's connection (the router is stopping: 1012), after answering
+        every request still in flight with the retryable -32013 (:class:`RouterStopping`),
+        so the client waits on nothing; a request that comes meanwhile gets the same."""
+        self._stopping = True
+        for reply in self.routes.abandon(RouterStopping()):
+            await self._do(reply)
         await self.channel.close(code, reason)
 
     async def ended(self) -> None:
@@ -136,6 +145,9 @@ class ClientConnection:
             message = parse(text)
         except ProtocolError as exc:
             await self._do(unreadable(exc))
+            return
+        if self._stopping and isinstance(message, Request):
+            await self._do(refusal(message.id, RouterStopping()))
             return
         passed = self.gate.inbound(message)
         if isinstance(passed, Refusal):
