@@ -10,6 +10,7 @@ a session runs on one instance, and a client that comes back finds it (issue 7).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from pathlib import Path
 
@@ -262,3 +263,72 @@ async def test_a_second_active_instance_is_seen_once_the_hint_needs_verifying(
             assert detected == (1 if seen else 0)
             hits = router.metric("acp_router_locate_cache_requests_total", result="hit")
             assert hits == (0 if seen else 1)
+
+
+# -- [failover]: the router resumes a lost session where it lives now --------------------------------
+
+
+async def test_with_failover_the_next_prompt_after_a_kill_is_answered_by_another_agent(
+    tmp_path: Path,
+) -> None:
+    failover = {"enabled": True}
+    control = {"down_grace_ms": 300, "reconnect_initial_ms": 20, "reconnect_max_ms": 100}
+    async with (
+        start_fleet(tmp_path, 2) as agents,
+        start_router(backends_of(agents), control=control, failover=failover) as router,
+    ):
+        async with AcpClient.connect(router.url) as client:
+            await client.initialize()
+            session_id = await client.new_session(CWD)
+            owner = await answered_by(client, session_id)
+            (dying,) = [a for a in agents if a.agent_id == owner]
+            (survivor,) = [a.agent_id for a in agents if a is not dying]
+            turn = asyncio.create_task(client.prompt(session_id, "/slow 60"))
+            await client.next_incoming()
+            dying.cli.process.kill()
+            # the one error the client sees: the turn that was in flight
+            cut = await turn
+            assert cut["error"]["code"] == -32013, cut
+            # the next prompt on the same connection waits for the failover, then is
+            # answered where the session lives now (the shared store)
+            assert await answered_by(client, session_id, "again") == survivor
+            assert router.metric("acp_router_failovers_total", result="ok") == 1
+            assert router.metric("acp_router_resume_total", backend=survivor, result="ok") == 1
+            # and it is attached there: the router's status says active
+            assert (await client.status(session_id))["result"] == {"status": "active"}
+
+
+async def test_without_failover_a_lost_session_must_be_resumed_by_the_client(
+    tmp_path: Path,
+) -> None:
+    async with start_fleet(tmp_path, 2) as agents, start_router(backends_of(agents)) as router:
+        async with AcpClient.connect(router.url) as client:
+            await client.initialize()
+            session_id = await client.new_session(CWD)
+            owner = await answered_by(client, session_id)
+            (dying,) = [a for a in agents if a.agent_id == owner]
+            dying.cli.process.kill()
+            await router.wait_pinned({})
+            again = await client.prompt(session_id, "hello")
+            assert again["error"]["code"] == -32010, again
+            assert router.metric("acp_router_failovers_total", result="ok") == 0
+
+
+async def test_a_failover_waits_no_longer_than_its_bound(tmp_path: Path) -> None:
+    # the backend neither comes back nor lapses (a long grace): the held prompt goes on
+    # as for a session not attached, after failover.wait_ms
+    failover = {"enabled": True, "wait_ms": 300}
+    async with (
+        start_fleet(tmp_path, 2) as agents,
+        start_router(backends_of(agents), failover=failover) as router,
+    ):
+        async with AcpClient.connect(router.url) as client:
+            await client.initialize()
+            session_id = await client.new_session(CWD)
+            owner = await answered_by(client, session_id)
+            (dying,) = [a for a in agents if a.agent_id == owner]
+            dying.cli.process.kill()
+            await router.wait_pinned({})  # the client's link to it has ended
+            again = await client.prompt(session_id, "hello")
+            assert again["error"]["code"] == -32010, again
+            assert router.metric("acp_router_failovers_total", result="timeout") == 1

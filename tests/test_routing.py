@@ -17,12 +17,14 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from router.core.actions import (
+    Absorbed,
     Action,
     Attach,
     Broadcast,
     Change,
     CloseLink,
     Deliver,
+    Detach,
     Drop,
     Duty,
     Handle,
@@ -1614,3 +1616,62 @@ def _check_counted(action: object) -> None:
     if isinstance(action, Reply):
         error = orjson.loads(action.text).get("error")
         assert action.error == (None if error is None else error["code"])
+
+
+# -- failover ------------------------------------------------------------------------------------
+
+
+def test_with_failover_a_lost_sessions_frames_wait_and_it_is_resumed_quietly() -> None:
+    client = Client(Limits(failover=True))
+    client.new_session(1, "a", "s1")
+    client.send(request(2, "session/prompt", sid("s1", prompt=[])))
+    lost = client.routes.backend_lost(BackendId("a"))
+    assert [orjson.loads(r.text)["id"] for r in lost.replies] == [2]  # the one error
+    assert lost.orphaned == ("s1",)
+    assert lost.detached == (Detach(SessionId("s1"), BackendId("a")),)
+    # the client's next prompt waits for the failover
+    assert client.send(request(3, "session/prompt", sid("s1", prompt=[]))) == Held("s1")
+    handle = client.routes.fail_over(SessionId("s1"))
+    assert handle is not None
+    assert handle.duty is Duty.LOCATE
+    resume = orjson.loads(handle.request.text)
+    assert resume["method"] == "session/resume"
+    assert resume["params"] == {**new_params(), "sessionId": "s1"}  # the new session's params
+    assert str(resume["id"]).startswith("acp-router:failover:")
+    assert client.routes.fail_over(SessionId("s1")) is None  # once
+    client.routes.forward(handle.request.id, "b")
+    absorbed = client.routes.receive_backend(BackendId("b"), parse(result(resume["id"], {})))
+    assert isinstance(absorbed, Absorbed)  # the client never sees this answer
+    assert absorbed.settled.resume == "ok"
+    assert client.routes.attached() == {"s1": "b"}
+    released = client.routes.release()
+    assert released == Send(BackendId("b"), request(3, "session/prompt", sid("s1", prompt=[])))
+
+
+def test_a_failover_given_up_lets_the_frames_go_as_unattached() -> None:
+    client = Client(Limits(failover=True))
+    client.new_session(1, "a", "s1")
+    assert client.routes.backend_lost(BackendId("a")).orphaned == ("s1",)
+    assert client.send(request(2, "session/prompt", sid("s1"))) == Held("s1")
+    client.routes.give_up_failover(SessionId("s1"))
+    error_reply(client.routes.release() or Drop("none"), 2, -32010)
+    assert client.routes.fail_over(SessionId("s1")) is None
+
+
+def test_a_failover_that_finds_no_home_answers_nothing_and_releases_the_frames() -> None:
+    client = Client(Limits(failover=True))
+    client.new_session(1, "a", "s1")
+    client.routes.backend_lost(BackendId("a"))
+    assert client.send(request(2, "session/prompt", sid("s1"))) == Held("s1")
+    handle = client.routes.fail_over(SessionId("s1"))
+    assert handle is not None
+    assert client.routes.internal(handle.request.id)
+    assert client.routes.end(handle.request.id, NoBackendAvailable()) is None
+    error_reply(client.routes.release() or Drop("none"), 2, -32010)
+
+
+def test_without_failover_nothing_is_orphaned() -> None:
+    client = Client()
+    client.new_session(1, "a", "s1")
+    assert client.routes.backend_lost(BackendId("a")).orphaned == ()
+    error_reply(client.send(request(2, "session/prompt", sid("s1"))), 2, -32010)

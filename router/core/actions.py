@@ -43,6 +43,8 @@ class PendingCall:
     tried: tuple[BackendId, ...] = ()
     #: waiting behind its session's resume/load/close (not yet routed anywhere)
     held: bool = False
+    #: made by the router itself (a failover's resume): its answer is not the client's
+    internal: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +175,17 @@ class Lost:
     detached: tuple[Detach, ...]
     withdrawn: tuple[Reply, ...] = ()
     calls: tuple[PendingCall, ...] = ()
+    #: sessions kept for a failover (``[failover]``): their frames wait until the shell
+    #: resumes them (:meth:`~router.core.routes.ClientRoutes.fail_over`) or gives up
+    orphaned: tuple[SessionId, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Absorbed:
+    """A backend answered a call the router made itself (a failover's resume): record
+    what it changed; the client sees nothing."""
+
+    settled: Settled
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +204,7 @@ class Drop:
     reason: str
 
 
-Action = Reply | Send | Broadcast | Deliver | Handle | Relocate | Held | Drop
+Action = Reply | Send | Broadcast | Deliver | Absorbed | Handle | Relocate | Held | Drop
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from router.core.actions import (
+    Absorbed,
     Action,
     Broadcast,
     Change,
@@ -75,6 +76,7 @@ from router.protocol.jsonrpc import (
     Response,
     encode_error,
     encode_notification,
+    encode_request,
     encode_result,
     is_request_id,
     replace_id,
@@ -102,6 +104,13 @@ class Limits:
     #: backends one resume/load may be forwarded to before the ``-32002`` stands: the
     #: first, then the ones that cannot be probed, in rank order (:mod:`router.core.locate`)
     max_resume_attempts: int = 8
+    #: ``[failover]``: a session whose link is lost is kept, its frames waiting, until the
+    #: shell resumes it where it lives now (:meth:`ClientRoutes.fail_over`)
+    failover: bool = False
+
+
+#: ids of the resumes a failover makes (a counter follows): in the router's own space
+FAILOVER_ID = "acp-router:failover:"
 
 
 class ClientRoutes:
@@ -118,6 +127,7 @@ class ClientRoutes:
         self.last_backend: BackendId | None = None
         self.agent_requests = AgentRequests(limits.max_agent_requests)
         self._held_notifications = 0
+        self._failovers = 0
 
     @property
     def authenticate(self) -> Request | None:
@@ -441,7 +451,10 @@ class ClientRoutes:
                 self.calls[request_id] = replace(call, backend=None, tried=tried)
                 return Relocate(call.request, session_id, backend, tried)
             self._settle(request_id)
-            return Deliver(response.text, self._settle_attach(call, backend, session_id, response))
+            settled = self._settle_attach(call, backend, session_id, response)
+            if call.internal:
+                return Absorbed(settled)
+            return Deliver(response.text, settled)
         self._settle(request_id)
         if method in acp.RELEASING and session_id is not None:
             return Deliver(response.text, self._settle_close(call, backend, session_id, response))
@@ -461,7 +474,8 @@ class ClientRoutes:
         if not response.ok:
             result: ResumeResult = "not_found" if _not_found(response) else "error"
             return Settled(call, backend, result)
-        return Settled(call, backend, "ok", session_id, self._attach(session_id, backend))
+        changes = self._attach(session_id, backend, call.request)
+        return Settled(call, backend, "ok", session_id, changes)
 
     def _settle_created(self, call: PendingCall, backend: BackendId, response: Response) -> Settled:
         result = response.result
@@ -469,7 +483,8 @@ class ClientRoutes:
         if not isinstance(new_id, str):
             return Settled(call, backend)
         session_id = SessionId(new_id)
-        return Settled(call, backend, None, session_id, self._attach(session_id, backend))
+        changes = self._attach(session_id, backend, call.request)
+        return Settled(call, backend, None, session_id, changes)
 
     def _settle_failed(self, call: PendingCall, backend: BackendId, response: Response) -> Settled:
         # -32010 from the backend itself: it no longer holds the session for this link (the
@@ -494,14 +509,16 @@ class ClientRoutes:
         changes = self._detach(session_id) if self.sessions.backend(session_id) == backend else ()
         return Settled(call, backend, changes=changes, released=session_id)
 
-    def _attach(self, session_id: SessionId, backend: BackendId) -> tuple[Change, ...]:
+    def _attach(
+        self, session_id: SessionId, backend: BackendId, by: Request | None = None
+    ) -> tuple[Change, ...]:
         # The backend already holds the session for us; past the limit we still tell the
         # client what the backend said, but route nothing more for that session.
         if self.sessions.backend(session_id) is None and (
             self.sessions.count_attached() >= self.limits.max_sessions
         ):
             return ()
-        return self.sessions.attach(session_id, backend)
+        return self.sessions.attach(session_id, backend, by)
 
     def _detach(self, session_id: SessionId) -> tuple[Change, ...]:
         detached = self.sessions.detach(session_id)
@@ -542,20 +559,65 @@ class ClientRoutes:
         if round_request is not None:
             lost.append(round_request.id)
         calls = tuple(self.calls[rid] for rid in lost)
-        replies = tuple(self.fail(rid, error) for rid in lost)
-        detached = tuple(
-            d for d in (self.sessions.detach(s) for s in self.sessions.on(backend)) if d
-        )
+        replies = tuple(r for r in (self.end(rid, error) for rid in lost) if r)
+        attached = self.sessions.on(backend)
+        orphaned = tuple(s for s in attached if self._orphan(s)) if self.limits.failover else ()
+        detached = tuple(d for d in (self.sessions.detach(s) for s in attached) if d)
         withdrawn = self.agent_requests.withdraw(backend)
         if self.last_backend == backend:
             self.last_backend = None
-        return Lost(replies, detached, tuple(_withdraw(rid) for rid in withdrawn), calls)
+        withdraws = tuple(_withdraw(rid) for rid in withdrawn)
+        return Lost(replies, detached, withdraws, calls, orphaned)
+
+    # -- failover ------------------------------------------------------------------------------
+
+    def _orphan(self, session_id: SessionId) -> bool:
+        """Keep ``session_id`` (its link was lost) for a failover: its frames wait."""
+        if self.sessions.attached_by(session_id) is None or self.sessions.holding(session_id):
+            return False
+        self.sessions.hold(session_id, _orphan_holder(session_id), Phase.ATTACHING)
+        return True
+
+    def fail_over(self, session_id: SessionId) -> Handle | None:
+        """Resume the orphaned ``session_id`` where it lives now: a ``session/resume`` the
+        router makes, with the params of the client's request that attached it, to be
+        located and forwarded like a client's (its answer is :class:`Absorbed`). None
+        when it is no longer waiting for a failover."""
+        by = self.sessions.attached_by(session_id)
+        if by is None or not self.sessions.held_by(session_id, _orphan_holder(session_id)):
+            return None
+        self._failovers += 1
+        params = {**by.params, "sessionId": session_id} if isinstance(by.params, dict) else {}
+        params.setdefault("sessionId", session_id)
+        request_id = f"{FAILOVER_ID}{self._failovers}"
+        text = encode_request(request_id, acp.SESSION_RESUME, params)
+        request = Request(request_id, acp.SESSION_RESUME, params, text)
+        self.calls[request_id] = PendingCall(request, session_id, internal=True)
+        self.sessions.hold(session_id, request_id, Phase.ATTACHING)
+        return Handle(Duty.LOCATE, request, session_id)
+
+    def give_up_failover(self, session_id: SessionId) -> None:
+        """No failover for the orphaned ``session_id``: its waiting frames go on as for a
+        session not attached here."""
+        self.sessions.settled(session_id, _orphan_holder(session_id))
+
+    def internal(self, request_id: RequestId) -> bool:
+        """Whether ``request_id`` is a call the router made itself."""
+        call = self.calls.get(request_id)
+        return call is not None and call.internal
+
+    def end(self, request_id: RequestId, error: JsonRpcError | ErrorObject) -> Reply | None:
+        """:meth:`fail`, or for a call the router made, its quiet end (None)."""
+        if self.internal(request_id):
+            self._settle(request_id)
+            return None
+        return self.fail(request_id, error)
 
     def abandon(self, error: JsonRpcError) -> tuple[Reply, ...]:
         """The connection is about to close (the router is stopping): answer every request
         still in flight with ``error``, held ones included, and withdraw every agent
         request the client was still answering. Nothing is released afterwards."""
-        replies = [self.fail(request_id, error) for request_id in list(self.calls)]
+        replies = [r for r in (self.end(rid, error) for rid in list(self.calls)) if r]
         self._held_notifications = 0
         self.sessions.drop_waiting()
         self.auth.round = None
@@ -567,6 +629,11 @@ class ClientRoutes:
     def unanswered(self) -> list[RequestId]:
         """Ids of client requests still awaiting an answer."""
         return list(self.calls)
+
+
+def _orphan_holder(session_id: SessionId) -> str:
+    """The holder an orphaned session waits behind until its failover starts."""
+    return f"{FAILOVER_ID}{session_id}"
 
 
 def _withdraw(router_id: RoutedId) -> Reply:

@@ -35,6 +35,9 @@ class _Session:
     #: the call later frames wait behind
     holder: RequestId | None = None
     waiting: deque[Request | Notification] = field(default_factory=deque)
+    #: the client's request that attached it (session/new, resume or load; None for a
+    #: child session a backend announced): a failover resumes it with these params
+    attached_by: Request | None = None
 
 
 class SessionTable:
@@ -68,10 +71,15 @@ class SessionTable:
 
     # -- attaching and detaching -------------------------------------------------------------
 
-    def attach(self, session_id: SessionId, backend: BackendId) -> tuple[Change, ...]:
-        """Route ``session_id`` to ``backend``; what changed (a move detaches it first)."""
+    def attach(
+        self, session_id: SessionId, backend: BackendId, by: Request | None = None
+    ) -> tuple[Change, ...]:
+        """Route ``session_id`` to ``backend`` (``by`` attached it); what changed (a move
+        detaches it first)."""
         entry = self._entry(session_id)
         previous = entry.backend
+        if by is not None:
+            entry.attached_by = by
         if previous == backend:
             return ()
         entry.backend = backend
@@ -79,6 +87,10 @@ class SessionTable:
             entry.phase = Phase.ATTACHED
         detached = () if previous is None else (Detach(session_id, previous),)
         return (*detached, Attach(session_id, backend))
+
+    def attached_by(self, session_id: SessionId) -> Request | None:
+        entry = self._table.get(session_id)
+        return None if entry is None else entry.attached_by
 
     def detach(self, session_id: SessionId) -> Detach | None:
         entry = self._table.get(session_id)
@@ -116,6 +128,10 @@ class SessionTable:
         entry = self._entry(session_id)
         entry.holder, entry.phase = holder, phase
         self._releasable.pop(session_id, None)
+
+    def held_by(self, session_id: SessionId, holder: RequestId) -> bool:
+        entry = self._table.get(session_id)
+        return entry is not None and entry.holder == holder
 
     def wait(self, session_id: SessionId, frame: Request | Notification) -> None:
         self._table[session_id].waiting.append(frame)

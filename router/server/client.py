@@ -27,6 +27,7 @@ from typing import Any, Protocol, assert_never
 import aiohttp
 
 from router.core.actions import (
+    Absorbed,
     Action,
     Broadcast,
     CloseLink,
@@ -43,6 +44,7 @@ from router.core.actions import (
     refusal,
     unreadable,
 )
+from router.core.health import Health
 from router.core.routes import ClientRoutes, Limits
 from router.protocol import acp
 from router.protocol.errors import (
@@ -97,6 +99,7 @@ class ClientConnection:
                 max_in_flight=settings.max_in_flight_per_connection,
                 max_sessions=settings.max_sessions_per_connection,
                 max_session_id_chars=settings.max_session_id_chars,
+                failover=pool.settings.failover.enabled,
             )
         )
         self.links: dict[BackendId, BackendLink] = {}
@@ -186,6 +189,9 @@ class ClientConnection:
                     self.pool.directory.record(changes)
                 self.metrics.count_frame(TO_CLIENT, text)
                 await self._to_client(text)
+            case Absorbed(settled):
+                self._record(settled)
+                self.metrics.failovers.labels("ok" if settled.resume == "ok" else "failed").inc()
             case Handle(duty, request, session_id):
                 await self._handle(duty, request, session_id)
             case Relocate(request, session_id, backend, tried):
@@ -236,7 +242,12 @@ class ClientConnection:
             await self._lose(link, link.ended or "closed")
 
     async def _fail(self, request_id: RequestId, error: JsonRpcError | ErrorObject) -> None:
-        await self._do(self.routes.fail(request_id, error))
+        reply = self.routes.end(request_id, error)
+        if reply is None:  # a failover's resume: nowhere to resume the session
+            self.metrics.failovers.labels("failed").inc()
+            logger.warning("failover found no home: %s", getattr(error, "message", error))
+        else:
+            await self._do(reply)
         await self._release_held()
 
     async def _release_held(self) -> None:
@@ -312,6 +323,23 @@ class ClientConnection:
             if request.method in acp.ATTACHING:
                 self.metrics.resume_attempts.labels("retry" if tried else "first").inc()
             await self._do(self.routes.forward(request.id, located.backend))
+
+    async def _fail_over(self, backend: BackendId, sessions: tuple[SessionId, ...]) -> None:
+        """Resume ``sessions`` (their link to ``backend`` was lost) where they live, once
+        ``backend`` is known to be back (then there) or gone (then where the pool knows
+        them); their frames wait until then ([failover])."""
+        wait = self.pool.settings.failover.wait_ms / 1000
+        health = await self.pool.known(backend, wait)
+        for session_id in sessions:
+            if health is Health.UNKNOWN:
+                self.metrics.failovers.labels("timeout").inc()
+                self.routes.give_up_failover(session_id)
+                await self._release_held()
+                continue
+            handle = self.routes.fail_over(session_id)
+            if handle is not None:
+                logger.info("failing over session %s from backend %s", session_id, backend)
+                self._spawn(self._locate(handle.request, session_id), "failover-locate")
 
     # -- backend links -------------------------------------------------------------------------------
 
@@ -409,6 +437,10 @@ class ClientConnection:
         for call in lost.calls:
             if call.request.method in acp.ATTACHING:
                 self.metrics.resumes.labels(link.backend, "link_lost").inc()
+            if call.internal:
+                self.metrics.failovers.labels("failed").inc()
+        if lost.orphaned:
+            self._spawn(self._fail_over(link.backend, lost.orphaned), "failover")
         for cancel in lost.withdrawn:
             await self._to_client(cancel.text)
         for reply in lost.replies:

@@ -287,6 +287,18 @@ class CacheSection(_Section):
     verify_seconds: Annotated[float, Field(ge=0)] = 5.0
 
 
+class FailoverSection(_Section):
+    """Failover (README: Failover): when a client's link to a backend is lost, its
+    sessions there wait (their frames held) until that backend is known to be back or
+    gone, and are then resumed where they live: the same backend, or, when it lost them,
+    the one that knows them (a shared store)."""
+
+    enabled: bool = False
+    #: how long a session waits for its backend to be known back or gone; past it, its
+    #: frames go on as for a session not attached (the client resumes it itself)
+    wait_ms: Annotated[int, Field(gt=0)] = 60_000
+
+
 class TokenSection(_Section):
     """Bearer tokens from any of three sources, together: inline, a file (one token a
     line, ``#`` comments; re-read on reload) or an environment variable (tokens
@@ -343,6 +355,7 @@ class Settings(_Section):
     control: ControlSection = ControlSection()
     cache: CacheSection = CacheSection()
     placement: PlacementSection = PlacementSection()
+    failover: FailoverSection = FailoverSection()
     auth: AuthSection | None = None
     admin: AdminSection | None = None
 

@@ -207,6 +207,16 @@ class Metrics:
             ["attempt"],
             registry=registry,
         )
+        self.failovers = Counter(
+            "acp_router_failovers_total",
+            "Sessions resumed by the router after their link was lost ([failover]), by result:"
+            " ok, failed (nowhere to resume it), timeout (its backend was neither back nor"
+            " gone in time)",
+            ["result"],
+            registry=registry,
+        )
+        for result in ("ok", "failed", "timeout"):
+            self.failovers.labels(result)
         self.messages = Counter(
             "acp_router_messages_total",
             "Frames forwarded, by direction: client_to_backend, backend_to_client",

@@ -277,6 +277,23 @@ class Pool:
         state = self.states.get(backend)
         return Health.GONE if state is None else state.at(self._clock(), self._grace)
 
+    async def known(self, backend: BackendId, timeout: float) -> Health:
+        """``backend``'s health once it is up or gone (known to have kept, or lost, its
+        memory), waiting up to ``timeout`` seconds; unknown if it is neither by then."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while (health := self.health(backend)) is Health.UNKNOWN:
+            wait = deadline - loop.time()
+            state = self.states.get(backend)
+            if state is not None and not state.live_links:  # it lapses at since + grace
+                wait = min(wait, state.since + self._grace - self._clock())
+            if deadline - loop.time() <= 0:
+                return health
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(wait, 0.0)):
+                    await self.ready_changed.wait()
+        return health
+
     def ready(self) -> list[BackendId]:
         """Backends that are up: probed, and new sessions may go there."""
         return [b for b in self.links if self.health(b) is Health.UP]
