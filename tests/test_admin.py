@@ -134,6 +134,14 @@ async def test_a_session_on_a_backend_in_maintenance_waits_and_is_never_moved(
             assert await answered_by(client, session_id) == holder
 
 
+def _probes(router: RouterUnderTest) -> float:
+    return sum(
+        router.metric("acp_router_probes_total", backend=b, result=r)
+        for b in router.pool.links
+        for r in ("active", "inactive", "not_found", "unknown")
+    )
+
+
 async def test_where_a_session_is_comes_from_a_fresh_probe_and_attaches_nothing(
     tmp_path: Path, http: aiohttp.ClientSession
 ) -> None:
@@ -150,15 +158,24 @@ async def test_where_a_session_is_comes_from_a_fresh_probe_and_attaches_nothing(
         unknown = await admin(http, router, "GET", "sessions/sess_nobody")
         assert unknown["active"] == []
         assert {v["status"] for v in unknown["backends"].values()} == {"not_found"}
-        # sessions attached through this router are listed with a fresh status
+        # sessions attached through this router are listed with what the router last
+        # heard of them, read from memory: refreshing the page costs no probe
         async with AcpClient.connect(router.url) as client:
             await client.initialize()
             await resume(client, session_id)
-            listed = await admin(http, router, "GET", "sessions")
-            assert listed == {
-                "sessions": [{"sessionId": session_id, "backend": holder, "status": "active"}],
-                "truncated": False,
-            }
+            probes = _probes(router)
+            for _ in range(5):
+                listed = await admin(http, router, "GET", "sessions")
+                (row,) = listed["sessions"]
+                assert (row["sessionId"], row["backend"], row["status"]) == (
+                    session_id,
+                    holder,
+                    "active",
+                )
+                assert isinstance(row["ageSeconds"], float)
+                assert listed["truncated"] is False
+            # on the old main: one probe per attached session per refresh
+            assert _probes(router) == probes
 
 
 async def test_unknown_backends_and_states_are_404_and_reload_without_a_file_is_refused(

@@ -10,8 +10,9 @@ data in it); its script asks the JSON endpoints, with the token the operator giv
   holding a link to it, probe latency (the last
   and a moving average, :mod:`router.core.latency`).
 - ``POST /admin/backends/{id}/drain|ready|maint``: see :func:`router.core.locate.decide`.
-- ``GET /admin/sessions``: sessions attached through this router, each with a fresh
-  ``session/status`` from its backend (status and, from v2 agents, foreground state).
+- ``GET /admin/sessions``: sessions attached through this router, each with the last
+  ``session/status`` answer the router heard from its backend (status and, from v2
+  agents, foreground state) and its age: read from memory, so a refresh costs no probe.
 - ``GET /admin/sessions/{id}``: where a session is, from a fresh probe of every backend;
   nothing is attached or resumed.
 - ``POST /admin/reload``: the same reload as SIGHUP (:mod:`router.server.reload`).
@@ -19,7 +20,6 @@ data in it); its script asks the JSON endpoints, with the token the operator giv
 
 from __future__ import annotations
 
-import asyncio
 import importlib.resources
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -34,7 +34,7 @@ from router.server.auth import TokenSource
 from router.server.pool import Pool
 from router.server.reload import Refused, Reloader
 
-#: sessions the page lists (each costs one probe a refresh)
+#: sessions the page lists
 MAX_LISTED_SESSIONS = 200
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -92,18 +92,19 @@ class Admin:
         return web.json_response(_backend(pool, backend))
 
     async def _sessions(self, request: web.Request) -> web.Response:
+        """Sessions attached through this router, each with what its last probe heard
+        (``ageSeconds`` ago): a refresh of the page costs no probe."""
         pool = self._pool()
-        attached = list(pool.directory.attachments.items())[:MAX_LISTED_SESSIONS]
-        answers = await asyncio.gather(
-            *(_ask(pool, next(iter(where)), session) for session, where in attached)
-        )
-        rows = [
-            {"sessionId": session, "backend": next(iter(where)), **_answer(answer)}
-            for (session, where), answer in zip(attached, answers, strict=True)
-        ]
-        return web.json_response(
-            {"sessions": rows, "truncated": len(pool.directory.attachments) > len(rows)}
-        )
+        directory = pool.directory
+        attached = list(directory.attachments.items())[:MAX_LISTED_SESSIONS]
+        now = pool.now()
+        rows = []
+        for session, where in attached:
+            backend = next(iter(where))
+            heard = (directory.heard.get(session) or {}).get(backend)
+            rows.append({"sessionId": session, "backend": backend, **_heard(heard, now)})
+        truncated = len(directory.attachments) > len(rows)
+        return web.json_response({"sessions": rows, "truncated": truncated})
 
     async def _session(self, request: web.Request) -> web.Response:
         pool = self._pool()
@@ -126,11 +127,13 @@ class Admin:
         )
 
 
-async def _ask(pool: Pool, backend: BackendId, session: SessionId) -> StatusAnswer | None:
-    """A fresh status from ``backend``; None where it cannot be asked (no status, gone)."""
-    if backend not in pool.links or not pool.links[backend].supports("status"):
-        return None
-    return await pool.probe(backend, session)
+def _heard(heard: tuple[StatusAnswer, float] | None, now: float) -> dict[str, Any]:
+    """A session's row: what its backend last said, and how long ago (None: nothing was
+    heard yet, or its backend cannot be asked: it is attached here, that is all)."""
+    if heard is None:
+        return {"status": "attached", "ageSeconds": None}
+    answer, when = heard
+    return {**_answer(answer), "ageSeconds": round(now - when, 3)}
 
 
 def _answer(answer: StatusAnswer | None) -> dict[str, Any]:

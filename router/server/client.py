@@ -384,9 +384,9 @@ class ClientConnection:
             link.offer(text)  # an empty outbox takes any frame a client may send
         task = self._spawn(self._run_link(link, command), f"link-{backend}")
         # the task's end, however it ends (even cancelled before it ran), unpins
-        directory = self.pool.directory
-        directory.pin(backend, 1)
-        task.add_done_callback(lambda _: directory.pin(backend, -1))
+        pool = self.pool
+        pool.pin(backend, 1)
+        task.add_done_callback(lambda _: pool.pin(backend, -1))
         return link
 
     async def _run_link(self, link: BackendLink, command: OpenLink) -> None:

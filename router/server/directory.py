@@ -12,9 +12,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 
+from cachetools import TTLCache
+
 from router.core.actions import Attach, Change
 from router.core.hints import Hint, LocationCache
 from router.core.placement import Node, Spread
+from router.protocol.acp import StatusAnswer
 from router.protocol.ids import BackendId, SessionId
 from router.server.config import Settings
 from router.server.metrics import Metrics
@@ -43,6 +46,11 @@ class Directory:
         self.pinned: dict[BackendId, int] = {}
         #: backends that left the pool while sessions were attached to them here
         self._left: set[BackendId] = set()
+        #: the last answer each session's probes got, per backend, and when (seconds on
+        #: the clock): what the admin page shows, so that a refresh costs no probe
+        self.heard: TTLCache[SessionId, dict[BackendId, tuple[StatusAnswer, float]]] = TTLCache(
+            settings.cache.max_entries, settings.cache.remember_seconds, timer=clock
+        )
         #: pulsed whenever ``attached`` changes
         self.attached_changed = asyncio.Event()
         #: pulsed whenever ``pinned`` changes
@@ -121,6 +129,13 @@ class Directory:
             del self.pinned[backend]
         self.pinned_changed.set()
         self.pinned_changed.clear()
+
+    def hear(self, session_id: SessionId, answers: dict[BackendId, StatusAnswer]) -> None:
+        """Keep what a probe round heard about ``session_id`` (for the admin page)."""
+        if answers:
+            now = self._clock()
+            seen = self.heard.get(session_id) or {}
+            self.heard[session_id] = {**seen, **{b: (a, now) for b, a in answers.items()}}
 
     # -- hints ---------------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ the first bucket.
 
 from __future__ import annotations
 
+import contextlib
 import platform
 from collections.abc import Callable
 from typing import Any, Self
@@ -60,7 +61,13 @@ class _RememberedLabels(MetricWrapperBase):
     def remove(self, *labelvalues: object) -> None:
         """Drop one child (a backend that left the pool), if it exists."""
         self._remembered.pop(labelvalues, None)
-        super().remove(*labelvalues)
+        with contextlib.suppress(KeyError):
+            super().remove(*labelvalues)
+
+    def remove_where(self, first: str) -> None:
+        """Drop every child whose first label value is ``first`` (a backend that left)."""
+        for labelvalues in [k for k in self._remembered if k and k[0] == first]:
+            self.remove(*labelvalues)
 
 
 class Counter(_RememberedLabels, prometheus_client.Counter):
@@ -361,17 +368,29 @@ class Metrics:
             self.resume_attempts.labels(attempt)
 
     def forget_backend(self, backend: str, *, attached: bool) -> None:
-        """A backend left the pool: drop the series that describe it as a member (its
-        counters stay, as counters do). ``attached``: sessions are still attached to it
+        """A backend left the pool: every series labelled with it goes, counters too (a
+        fleet whose members come and go, as with DNS discovery, would otherwise grow
+        ``/metrics`` without bound). ``attached``: sessions are still attached to it
         through this router, so their gauge stays until they end."""
-        self.backend_up.remove(backend)
-        self.backend_weight.remove(backend)
-        for state in Health:
-            self.backend_state.remove(backend, state.value)
-        for admin in AdminState:
-            self.backend_admin_state.remove(backend, admin.value)
-        if not attached:
-            self.attached_sessions.remove(backend)
+        for metric in self._per_backend():
+            if metric is not self.attached_sessions or not attached:
+                metric.remove_where(backend)
+
+    def _per_backend(self) -> tuple[_RememberedLabels, ...]:
+        """The metrics whose first label is ``backend``."""
+        return (
+            self.backend_up,
+            self.backend_weight,
+            self.backend_state,
+            self.backend_admin_state,
+            self.attached_sessions,
+            self.probes,
+            self.probe_duration,
+            self.resumes,
+            self.backend_state_changes,
+            self.backend_restarts,
+            self.backend_frames_dropped,
+        )
 
     def drop_frame(self, backend: str, reason: str) -> None:
         """Count a frame from ``backend`` that was dropped (one of :data:`DROP_REASONS`)."""

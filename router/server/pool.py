@@ -216,7 +216,8 @@ class Pool:
         self.admin.pop(backend, None)
         self.probe_seconds.pop(backend, None)
         self.probe_average.pop(backend, None)
-        self._retired[backend] = link.spec
+        if backend in self.directory.pinned:  # client links still use its address
+            self._retired[backend] = link.spec
         while len(self._retired) > MAX_RETIRED:
             del self._retired[next(iter(self._retired))]
         attached = self.directory.attached.get(backend, 0) > 0
@@ -398,6 +399,17 @@ class Pool:
             raise NoBackendAvailable()
         return backend
 
+    def pin(self, backend: BackendId, delta: int) -> None:
+        """A client connection opened (+1) or ended (-1) its link to ``backend``. When the
+        last link to a backend that left the pool ends, what was kept of it goes: its
+        address and every series still labelled with it."""
+        self.directory.pin(backend, delta)
+        if backend not in self.links and backend not in self.directory.pinned:
+            self._retired.pop(backend, None)
+            self.metrics.forget_backend(
+                backend, attached=bool(self.directory.attached.get(backend))
+            )
+
     def learn(self, session_id: SessionId, backend: BackendId, *, created: bool) -> None:
         """A backend's answer shows ``session_id`` living there: remember it.
 
@@ -407,6 +419,8 @@ class Pool:
         hint = self.directory.hint(session_id)
         checked = hint.checked if hint is not None and hint.backend == backend else None
         self.remember(session_id, backend, self._clock() if created else checked)
+        # what the admin page shows until a probe says more
+        self.directory.hear(session_id, {backend: acp.StatusAnswer(ProbeResult.ACTIVE)})
 
     def remember(self, session_id: SessionId, backend: BackendId, checked: float | None) -> None:
         """Keep a hint that ``session_id`` lives on ``backend`` (a member of the pool)."""
@@ -482,6 +496,7 @@ class Pool:
                 self.probe_average[backend] = latency.smoothed(
                     self.probe_average.get(backend), seconds
                 )
+        self.directory.hear(session_id, round_.answers)
         return round_.answers
 
     async def probe_many(
