@@ -11,14 +11,24 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from router.core.health import Health
 from router.protocol.ids import BackendId
-from tests.fleet import RouterUnderTest, router_settings, start_router, start_scripted
-from tests.support import AcpClient
+from tests.fleet import (
+    RouterUnderTest,
+    error_reply,
+    router_settings,
+    start_router,
+    start_scripted,
+)
+from tests.support import WAIT, AcpClient, JsonObject
+from tests.test_router import resume
 
 
 def _series(registry: CollectorRegistry) -> int:
@@ -59,3 +69,94 @@ async def test_every_series_and_table_keyed_by_a_backend_leaves_with_it() -> Non
         assert pool._retired == {}
         assert set(pool.directory.spread._fading) <= {BackendId("b-200")}
         assert set(pool.probe_seconds) <= {BackendId("b-200")}
+
+
+# -- a probe budget ---------------------------------------------------------------------------------
+
+NOT_FOUND = error_reply(-32002, "Resource not found")
+
+
+async def _probes(router: RouterUnderTest) -> float:
+    return sum(
+        router.metric("acp_router_probes_total", backend=b, result=r)
+        for b in router.pool.links
+        for r in ("active", "inactive", "not_found", "unknown")
+    )
+
+
+@contextlib.asynccontextmanager
+async def _nobody_knows(router: dict[str, Any] | None = None) -> AsyncIterator[RouterUnderTest]:
+    """Three backends that know no session (status and resume: -32002), and a router."""
+    async with contextlib.AsyncExitStack() as stack:
+        backends = []
+        for name in ("a", "b", "c"):
+            backend = await stack.enter_async_context(start_scripted(name, _inactive))
+            backend.scripted["session/status"] = [NOT_FOUND]
+            backend.scripted["session/resume"] = [NOT_FOUND]
+            backends.append((name, backend.url))
+        yield await stack.enter_async_context(start_router(backends, router=router or {}))
+
+
+async def test_a_repeated_resume_of_an_unknown_id_costs_one_fan_out() -> None:
+    async with _nobody_knows() as router, AcpClient.connect(router.url) as client:
+        await client.initialize()
+        for attempt in range(100):
+            answer = await resume(client, "sess_nobody")
+            assert answer["error"]["code"] == -32002, (attempt, answer)
+        # on the old main: 600 probes (a fan-out per try, and another per relocate)
+        assert await _probes(router) == 3
+        assert router.metric("acp_router_probe_fanouts_total") == 1
+
+
+async def test_unknown_ids_cost_one_fan_out_each_not_two() -> None:
+    async with _nobody_knows() as router, AcpClient.connect(router.url) as client:
+        await client.initialize()
+        for n in range(50):
+            assert (await resume(client, f"sess_{n}"))["error"]["code"] == -32002
+        # on the old main: 6 each (the relocate after the default's -32002 fanned out again)
+        assert await _probes(router) == 3 * 50
+
+
+async def test_a_session_that_appears_later_is_found_once_the_memory_expires() -> None:
+    async with (
+        start_scripted("a", _inactive) as backend,
+        start_router([("a", backend.url)], cache={"negative_seconds": 0.3}) as router,
+        AcpClient.connect(router.url) as client,
+    ):
+        await client.initialize()
+        backend.scripted["session/status"] = [NOT_FOUND]
+        backend.scripted["session/resume"] = [NOT_FOUND]
+        assert (await resume(client, "sess_later"))["error"]["code"] == -32002
+        # it appears (created directly on the agent): remembered absent a while, then found
+        del backend.scripted["session/status"], backend.scripted["session/resume"]
+        probes = await _probes(router)
+        assert (await resume(client, "sess_later"))["error"]["code"] == -32002
+        assert await _probes(router) == probes  # answered from memory
+        async with asyncio.timeout(WAIT):
+            while "result" not in await resume(client, "sess_later"):
+                pass  # each try is a real resume; the memory lapses within 0.3 s
+
+
+async def test_locates_are_bounded_per_connection_and_per_address() -> None:
+    limits = {"locates_per_minute_per_connection": 5, "locates_per_minute_per_address": 8}
+    async with _nobody_knows(router=limits) as router:
+        async with AcpClient.connect(router.url) as first:
+            await first.initialize()
+            for n in range(5):
+                assert (await resume(first, f"sess_{n}"))["error"]["code"] == -32002
+            limited = await resume(first, "sess_5")
+            assert limited["error"]["code"] == -32014, limited
+            assert limited["error"]["data"]["limit"] == "connection"
+            assert limited["error"]["data"]["retryAfterMs"] > 0
+        async with AcpClient.connect(router.url) as second:
+            await second.initialize()
+            for n in range(3):
+                assert (await resume(second, f"sess_x{n}"))["error"]["code"] == -32002
+            limited = await client_status(second, "sess_y")
+            assert limited["error"]["data"]["limit"] == "address", limited
+        assert router.metric("acp_router_limited_total", limit="locates_per_connection") == 1
+        assert router.metric("acp_router_limited_total", limit="locates_per_address") == 1
+
+
+async def client_status(client: AcpClient, session_id: str) -> JsonObject:
+    return await client.request("session/status", {"sessionId": session_id})

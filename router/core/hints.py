@@ -8,10 +8,10 @@ session is, so it lives longer. The table is bounded, and the clock is injected.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from cachetools import TLRUCache
+from cachetools import TLRUCache, TTLCache
 
 from router.protocol.ids import BackendId, SessionId
 
@@ -34,6 +34,54 @@ class Hint:
         instance (split brain) is seen and counted instead of hidden behind the hint.
         """
         return self.checked is not None and now - self.checked < verify_after
+
+
+class Absences:
+    """Bounded session → the backends that said lately they do not have it, each entry
+    for ``ttl`` seconds; the clock is injected.
+
+    ``probed``: they answered a probe ``-32002``; ``resumed``: they answered a forwarded
+    resume ``-32002`` (tried, as far as a resume is concerned). A locate does not ask them
+    again while the entry lives, so an id nobody knows costs one fan-out, not one per try.
+    """
+
+    def __init__(self, maxsize: int, ttl: float, clock: Callable[[], float]) -> None:
+        self._probed: TTLCache[SessionId, frozenset[BackendId]]
+        self._probed = TTLCache(maxsize=maxsize, ttl=ttl, timer=clock)
+        self._resumed: TTLCache[SessionId, frozenset[BackendId]]
+        self._resumed = TTLCache(maxsize=maxsize, ttl=ttl, timer=clock)
+        self._enabled = ttl > 0
+
+    def probed(self, session_id: SessionId) -> frozenset[BackendId]:
+        return self._probed.get(session_id, frozenset())
+
+    def resumed(self, session_id: SessionId) -> frozenset[BackendId]:
+        return self._resumed.get(session_id, frozenset())
+
+    def add(
+        self,
+        session_id: SessionId,
+        *,
+        probed: Iterable[BackendId] = (),
+        resumed: Iterable[BackendId] = (),
+    ) -> None:
+        """Backends just heard saying they do not have ``session_id``."""
+        if not self._enabled:
+            return
+        for table, heard in (
+            (self._probed, frozenset(probed)),
+            (self._resumed, frozenset(resumed)),
+        ):
+            if heard:
+                table[session_id] = table.get(session_id, frozenset()) | heard
+
+    def forget(self, session_id: SessionId) -> None:
+        """``session_id`` was found after all: nothing is absent."""
+        self._probed.pop(session_id, None)
+        self._resumed.pop(session_id, None)
+
+    def __len__(self) -> int:
+        return len(self._probed) + len(self._resumed)
 
 
 class LocationCache:

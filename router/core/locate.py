@@ -120,8 +120,11 @@ class Snapshot:
     candidates: tuple[Candidate, ...]
     hint: Hint | None = None
     policy: UnknownPolicy = UnknownPolicy.FAIL_CLOSED
-    #: backends that already answered ``-32002`` to this resume
+    #: backends that already answered ``-32002`` to this resume (or to one lately)
     tried: tuple[BackendId, ...] = ()
+    #: backends that answered a probe ``-32002`` lately (:class:`~router.core.hints.Absences`):
+    #: not asked again, they count as not knowing the session
+    absent: frozenset[BackendId] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +172,13 @@ class LocateRound:
         self._now = now
         self._verify_after = verify_after
         self._by_id = {c.id: c for c in snapshot.candidates}
-        self.answers: dict[BackendId, ProbeResult] = {}
+        self.answers: dict[BackendId, ProbeResult] = dict.fromkeys(
+            (c.id for c in snapshot.candidates if c.id in snapshot.absent), ProbeResult.NOT_FOUND
+        )
+        #: backends asked in this round
+        self.asked = 0
+        #: whether it asked more than the hinted backend (a fan-out)
+        self.fanned_out = False
         self._hinted: Hint | None = None
         self.stage = Stage.MISS
         #: when a fan-out last confirmed the result (for the hint to remember); None:
@@ -179,7 +188,7 @@ class LocateRound:
     @property
     def probes(self) -> int:
         """Backends asked so far."""
-        return len(self.answers)
+        return self.asked
 
     def start(self) -> Ask | Located:
         hint = self.snapshot.hint
@@ -189,10 +198,15 @@ class LocateRound:
             and hinted is not None
             and hinted.probeable
             and hinted.admin is not AdminState.MAINT
+            and hint.backend not in self.answers
         ):
             self._hinted = hint
-            return Ask((hint.backend,))
+            return self._ask((hint.backend,))
         return self._ask_the_rest()
+
+    def _ask(self, backends: tuple[BackendId, ...]) -> Ask:
+        self.asked += len(backends)
+        return Ask(backends)
 
     def hear(self, answers: Mapping[BackendId, ProbeResult]) -> Ask | Located:
         self.answers.update(answers)
@@ -212,7 +226,10 @@ class LocateRound:
         rest = tuple(
             c.id for c in self.snapshot.candidates if c.probeable and c.id not in self.answers
         )
-        return Ask(rest) if rest else self._decided()
+        if not rest:
+            return self._decided()
+        self.fanned_out = True
+        return self._ask(rest)
 
     def _decided(self) -> Located:
         located = decide(self.snapshot, self.answers)

@@ -109,10 +109,35 @@ class SessionQuota:
         """None when a new session from ``address`` may go ahead (and it is counted);
         otherwise which limit said no ("address" or "process") and the seconds to wait."""
         bucket = self.addresses.bucket(address, now)
-        for scope, limit in (("address", bucket), ("process", self.process)):
-            wait = limit.retry_after(now)
-            if wait > 0:
-                return scope, wait
-        bucket.take()
-        self.process.take()
-        return None
+        return admit_all((("address", bucket), ("process", self.process)), now)
+
+
+class LocateQuota:
+    """Locates per minute (resumes, loads, closes of sessions not attached, statuses: each
+    may ask the whole pool), per address; each connection holds a bucket of its own
+    (:meth:`connection_bucket`). A token comes from both buckets or from neither."""
+
+    def __init__(self, per_connection: int, per_address: int, max_addresses: int) -> None:
+        self.per_connection = per_connection
+        self.addresses = RateTable(per_address, max_addresses)
+
+    def connection_bucket(self, now: float) -> TokenBucket:
+        return TokenBucket.full(self.per_connection, now)
+
+    def admit(self, address: str, mine: TokenBucket, now: float) -> tuple[str, float] | None:
+        """None when a locate may go ahead (counted); otherwise which limit said no
+        ("connection" or "address") and the seconds to wait."""
+        theirs = self.addresses.bucket(address, now)
+        return admit_all((("connection", mine), ("address", theirs)), now)
+
+
+def admit_all(limits: tuple[tuple[str, TokenBucket], ...], now: float) -> tuple[str, float] | None:
+    """Spend a token from every bucket, or from none: the first that has none says which
+    limit it is and how long until it has one."""
+    for scope, limit in limits:
+        wait = limit.retry_after(now)
+        if wait > 0:
+            return scope, wait
+    for _, limit in limits:
+        limit.take()
+    return None

@@ -28,6 +28,7 @@ is a :class:`JsonRpcError` carrying its code, so exactly one function
             │   └── RouterStopping      the router is stopping: reconnect and resume
             ├── TooManyInFlight         -32014, retryable: this connection's request limit
             ├── TooManyNewSessions      -32014, retryable: new sessions per minute (address, process)
+            ├── TooManyLocates          -32014, retryable: locates per minute (connection, address)
             └── TooManySessions         -32015, this connection's session limit
 
 Router codes sit in the implementation-defined range and avoid the codes ACP and
@@ -227,6 +228,18 @@ class TooManyNewSessions(RoutingError):
     code = -32014
     retryable = True
     default_message = "Too many new sessions: retry later"
+
+    def __init__(self, limit: str, retry_after_ms: int) -> None:
+        super().__init__(None, {"limit": limit, "retryAfterMs": retry_after_ms})
+
+
+class TooManyLocates(RoutingError):
+    """A locate rate limit (resumes, loads, statuses: each may ask every backend):
+    ``data.limit`` says which, ``data.retryAfterMs`` when to retry."""
+
+    code = -32014
+    retryable = True
+    default_message = "Too many session lookups: retry later"
 
     def __init__(self, limit: str, retry_after_ms: int) -> None:
         super().__init__(None, {"limit": limit, "retryAfterMs": retry_after_ms})

@@ -214,6 +214,7 @@ class ClientConnection:
         among the backends not tried yet."""
         self.metrics.resumes.labels(backend, "not_found").inc()
         self.pool.directory.forget(session_id)
+        self.pool.directory.absences.add(session_id, resumed=[backend])
         self._spawn(self._locate(request, session_id, tried), "relocate")
 
     def _record(self, settled: Settled) -> None:

@@ -124,6 +124,10 @@ class RouterSection(_Section):
     #: session/new and session/fork per minute, from one address and in all (-32014)
     new_sessions_per_minute_per_address: Annotated[int, Field(gt=0)] = 600
     new_sessions_per_minute: Annotated[int, Field(gt=0)] = 60_000
+    #: session/resume, load, status and closes of sessions not attached here (each may
+    #: ask every backend) per minute, per client connection and per address (-32014)
+    locates_per_minute_per_connection: Annotated[int, Field(gt=0)] = 600
+    locates_per_minute_per_address: Annotated[int, Field(gt=0)] = 6000
     #: Streamable HTTP: an event stream with nothing to say this long gets ": keepalive"
     http_keepalive_seconds: Annotated[float, Field(gt=0)] = 15.0
     #: Streamable HTTP: a connection with no event stream open and no POST for this long
@@ -285,6 +289,10 @@ class CacheSection(_Section):
     #: a hint that says active is trusted alone for this long after a fan-out over the
     #: whole pool confirmed it; then the next locate asks everyone (split brain is seen)
     verify_seconds: Annotated[float, Field(ge=0)] = 5.0
+    #: how long the answer "not found there" (a probe's -32002, or a resume's) is
+    #: remembered: a repeated resume of an unknown id costs no probe meanwhile; a session
+    #: created later directly on an agent under that id is found once it expires
+    negative_seconds: Annotated[float, Field(ge=0)] = 5.0
 
 
 class FailoverSection(_Section):

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from cachetools import TTLCache
 
 from router.core.actions import Attach, Change
-from router.core.hints import Hint, LocationCache
+from router.core.hints import Absences, Hint, LocationCache
 from router.core.placement import Node, Spread
 from router.protocol.acp import StatusAnswer
 from router.protocol.ids import BackendId, SessionId
@@ -35,6 +35,7 @@ class Directory:
             clock,
             remember=settings.cache.remember_seconds,
         )
+        self.absences = Absences(settings.cache.max_entries, settings.cache.negative_seconds, clock)
         self.spread = Spread(
             settings.placement.decay_seconds, salt=salt, max_sessions=settings.cache.max_entries
         )

@@ -16,15 +16,20 @@ from typing import Any
 
 from router.core.frontdoor import Principal
 from router.core.ownership import Ownership, SessionSeal
-from router.core.quotas import SessionQuota
+from router.core.quotas import LocateQuota, SessionQuota
 from router.protocol import acp
-from router.protocol.errors import JsonRpcError, TooManyNewSessions
+from router.protocol.errors import JsonRpcError, TooManyLocates, TooManyNewSessions
 from router.protocol.jsonrpc import Message, Request, RequestId, encode_error
 from router.server.config import RouterSection
 from router.server.metrics import Metrics
 
 #: the metric label of each session limit
 _LIMIT_LABELS = {"address": "sessions_per_address", "process": "sessions"}
+#: and of each locate limit
+_LOCATE_LABELS = {"connection": "locates_per_connection", "address": "locates_per_address"}
+
+#: requests that may ask every backend (a locate or the pool's status)
+LOCATING = acp.ATTACHING | acp.RELEASING | {acp.SESSION_STATUS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +54,11 @@ class Gatekeeper:
             router.new_sessions_per_minute,
             max_addresses=router.max_connections,
         )
+        self.locates = LocateQuota(
+            router.locates_per_minute_per_connection,
+            router.locates_per_minute_per_address,
+            max_addresses=router.max_connections,
+        )
         self.metrics = metrics
         self.clock = clock
         self.seal = seal
@@ -63,12 +73,15 @@ class Gate:
         self._keeper = keeper
         self._address = address
         self._ownership = ownership
+        self._locates = keeper.locates.connection_bucket(keeper.clock())
 
     def inbound(self, message: Message) -> Message | Refusal:
         """A client's message as the router routes it, or why it goes no further."""
         try:
             if isinstance(message, Request) and message.method in acp.CREATING:
                 self._count_new_session()
+            elif isinstance(message, Request) and message.method in LOCATING:
+                self._count_locate()
             return message if self._ownership is None else self._ownership.inbound(message)
         except JsonRpcError as exc:
             request_id: RequestId | None = message.id if isinstance(message, Request) else None
@@ -81,6 +94,14 @@ class Gate:
             scope, wait = refused
             self._keeper.metrics.limited.labels(_LIMIT_LABELS[scope]).inc()
             raise TooManyNewSessions(scope, math.ceil(wait * 1000))
+
+    def _count_locate(self) -> None:
+        keeper = self._keeper
+        refused = keeper.locates.admit(self._address, self._locates, keeper.clock())
+        if refused is not None:
+            scope, wait = refused
+            keeper.metrics.limited.labels(_LOCATE_LABELS[scope]).inc()
+            raise TooManyLocates(scope, math.ceil(wait * 1000))
 
     def outbound(self, message: Message) -> Message:
         """A backend's message as the client may see it."""

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from router.core.locate import Ask, Located, LocateRound, Stage
+from router.protocol.acp import ProbeResult
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
 from router.protocol.ids import BackendId, SessionId
 from router.server import log_context
@@ -97,6 +98,14 @@ class Locator:
         finally:
             pool.metrics.locate_cache.labels(round_.stage.value).inc()
             pool.metrics.fanout.observe(round_.probes)
+            if round_.fanned_out:
+                pool.metrics.fanouts.inc()
+            heard = round_.answers.items()
+            absent = [b for b, r in heard if r is ProbeResult.NOT_FOUND]
+            known_before = round_.snapshot.absent  # remembered, not heard again
+            pool.directory.absences.add(
+                session_id, probed=[b for b in absent if b not in known_before]
+            )
         if step.split_brain:
             pool.metrics.split_brain.inc()
             logger.warning(

@@ -151,6 +151,11 @@ class Metrics:
             buckets=FANOUT_BUCKETS,
             registry=registry,
         )
+        self.fanouts = Counter(
+            "acp_router_probe_fanouts_total",
+            "Probe rounds that asked more than the hinted backend (its rate is the fan-out rate)",
+            registry=registry,
+        )
         self.probes = Counter(
             "acp_router_probes_total",
             "session/status probes, by backend and result: active, inactive, not_found, unknown",
@@ -257,14 +262,20 @@ class Metrics:
         )
         self.limited = Counter(
             "acp_router_limited_total",
-            "Clients held back by a limit: connections_per_address (HTTP 429), "
-            "sessions_per_address and sessions (-32014)",
+            "Clients held back by a limit: connections_per_address (HTTP 429), sessions_per_address,"
+            " sessions, locates_per_connection and locates_per_address (-32014)",
             ["limit"],
             registry=registry,
         )
         for outcome in ("ok", "missing", "wrong"):
             self.auth.labels(outcome)
-        for limit in ("connections_per_address", "sessions_per_address", "sessions"):
+        for limit in (
+            "connections_per_address",
+            "sessions_per_address",
+            "sessions",
+            "locates_per_connection",
+            "locates_per_address",
+        ):
             self.limited.labels(limit)
         self.backend_frames_dropped = Counter(
             "acp_router_backend_frames_dropped_total",

@@ -314,19 +314,22 @@ class Pool:
         one ranking, one health reading each. A backend that left the pool while the
         session is attached to it here comes last: it is still where the session runs."""
         now = self._clock()
-        attached = self.directory.attached_to(session_id)
+        directory = self.directory
+        attached = directory.attached_to(session_id)
         candidates = [self._candidate(b, now, b in attached) for b in self.ranking.rank(session_id)]
         candidates += [
             Candidate(b, Health.UNKNOWN, has_status=False, attached=True)
             for b in sorted(attached)
             if b not in self.links and b in self._retired
         ]
+        refused = directory.absences.resumed(session_id)
         return Snapshot(
             session_id,
             tuple(candidates),
-            self.directory.hint(session_id),
+            directory.hint(session_id),
             self.settings.router.policy,
-            tried,
+            (*tried, *(b for b in sorted(refused) if b not in tried)),
+            directory.absences.probed(session_id),
         )
 
     def _candidate(self, backend: BackendId, now: float, attached: bool) -> Candidate:
@@ -416,6 +419,7 @@ class Pool:
         A session it just ``created`` lives nowhere else (its id is new), which is as good
         as a fan-out that found it active only there.
         """
+        self.directory.absences.forget(session_id)
         hint = self.directory.hint(session_id)
         checked = hint.checked if hint is not None and hint.backend == backend else None
         self.remember(session_id, backend, self._clock() if created else checked)
