@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -22,13 +24,15 @@ from router.core.health import Health
 from router.protocol.ids import BackendId
 from tests.fleet import (
     RouterUnderTest,
+    backends_of,
     error_reply,
     router_settings,
+    start_fleet,
     start_router,
     start_scripted,
 )
 from tests.support import WAIT, AcpClient, JsonObject
-from tests.test_router import resume
+from tests.test_router import answered_by, resume
 
 
 def _series(registry: CollectorRegistry) -> int:
@@ -160,3 +164,40 @@ async def test_locates_are_bounded_per_connection_and_per_address() -> None:
 
 async def client_status(client: AcpClient, session_id: str) -> JsonObject:
     return await client.request("session/status", {"sessionId": session_id})
+
+
+# -- a frozen backend ---------------------------------------------------------------------------------
+
+
+async def test_a_frozen_backend_gets_no_new_sessions_and_list_answers_without_it(
+    tmp_path: Path,
+) -> None:
+    probe = {"timeout_ms": 300}
+    async with (
+        start_fleet(tmp_path, 2) as agents,
+        start_router(backends_of(agents), probe=probe) as router,
+    ):
+        frozen, thawed = agents
+        frozen.cli.process.send_signal(signal.SIGSTOP)  # accepts TCP, answers nothing
+        try:
+            async with AcpClient.connect(router.url) as client:
+                await client.initialize()
+                loop = asyncio.get_running_loop()
+                started = loop.time()
+                listed = await client.request("session/list", {})
+                # on the old main: -32603 for everyone after 5 s
+                assert listed["result"]["_meta"] == {"unlistedBackends": ["agent-1"]}, listed
+                assert loop.time() - started < 2.0  # about one probe timeout
+                assert router.pool.health(BackendId("agent-1")) is Health.UNKNOWN
+                # while it stays silent it gets no new sessions (on the old main: some,
+                # each answered -32013 after the connect deadline)
+                for _ in range(6):
+                    session_id = await client.new_session()
+                    assert await answered_by(client, session_id) == thawed.agent_id
+                started = loop.time()
+                listed = await client.request("session/list", {})
+                assert listed["result"]["_meta"] == {"unlistedBackends": ["agent-1"]}
+                assert loop.time() - started < 1.0  # not asked at all now
+        finally:
+            frozen.cli.process.send_signal(signal.SIGCONT)
+        await router.wait_health("agent-1", Health.UP)  # it answers again

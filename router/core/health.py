@@ -13,7 +13,9 @@ positive evidence that its process lost its memory, and only two things are:
   alive for the grace (``control.down_grace_ms``).
 
 A client link that is alive proves the process is alive, however often the control
-link's reconnects are refused.
+link's reconnects are refused. A backend whose control link is up but whose probes time
+out (a frozen process: it accepts TCP and answers nothing) is *silent*: unknown too,
+until it answers something again.
 
 Transitions are a pure function of the state, the event and ``now`` (the shell's
 monotonic clock, in seconds); nothing here reads a clock.
@@ -90,6 +92,16 @@ class LinkDown:
 
 
 @dataclass(frozen=True, slots=True)
+class ProbeSilent:
+    """A probe over the control link got no answer in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeHeard:
+    """The control link answered a probe (whatever the answer)."""
+
+
+@dataclass(frozen=True, slots=True)
 class ClientLinkUp:
     """A client connection's link to the backend opened (its ``initialize`` answered)."""
 
@@ -101,7 +113,7 @@ class ClientLinkDown:
     """A client connection's link to the backend that had opened has ended."""
 
 
-Event = CameUp | LinkDown | ClientLinkUp | ClientLinkDown
+Event = CameUp | LinkDown | ClientLinkUp | ClientLinkDown | ProbeSilent | ProbeHeard
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +127,8 @@ class BackendState:
     instance: Instance | None = None
     #: client links open to it now: each proves the process alive
     live_links: int = 0
+    #: its control link is up but its last probe went unanswered
+    silent: bool = False
 
     @classmethod
     def starting(cls, now: float) -> BackendState:
@@ -129,9 +143,11 @@ class BackendState:
 
     def at(self, now: float, grace: float) -> Health:
         """The health at ``now``: unknown turns into gone once ``grace`` has passed with no
-        link of any kind alive."""
+        link of any kind alive; a silent backend is unknown."""
         if self.health is Health.UNKNOWN and not self.live_links and now - self.since >= grace:
             return Health.GONE
+        if self.health is Health.UP and self.silent:
+            return Health.UNKNOWN
         return self.health
 
 
@@ -151,13 +167,16 @@ def transition(state: BackendState, event: Event, *, now: float, grace: float) -
     lapsed = health is Health.GONE and state.health is not Health.GONE
     if isinstance(event, CameUp | ClientLinkUp):
         return _answered(state, event, health, lapsed, now)
+    if isinstance(event, ProbeSilent | ProbeHeard):
+        silent = isinstance(event, ProbeSilent) and state.health is Health.UP
+        return Transition(state if silent == state.silent else replace(state, silent=silent))
     if isinstance(event, ClientLinkDown):
         live = max(state.live_links - 1, 0)
         if health is Health.UP:
             return Transition(replace(state, live_links=live))
         return Transition(replace(state, since=now, live_links=live))
-    if health is Health.UP:
-        return Transition(replace(state, health=Health.UNKNOWN, since=now))
+    if state.health is Health.UP:
+        return Transition(replace(state, health=Health.UNKNOWN, since=now, silent=False))
     if lapsed:
         return Transition(replace(state, health=Health.GONE), lost_memory=state.seen)
     return Transition(state)
@@ -171,12 +190,13 @@ def _answered(
     if isinstance(event, CameUp):
         after = BackendState(Health.UP, now, event.instance, state.live_links)
     else:
-        stays_up = health is Health.UP and not restarted
+        stays_up = state.health is Health.UP and not restarted
         after = BackendState(
             Health.UP if stays_up else Health.UNKNOWN,
             now,
             event.instance,
             state.live_links + 1,
+            silent=stays_up and state.silent,
         )
     lost = (lapsed and state.seen) or (restarted and health is not Health.GONE)
     return Transition(after, lost_memory=lost, restarted=restarted)

@@ -330,7 +330,7 @@ class ClientConnection:
         ``backend`` is known to be back (then there) or gone (then where the pool knows
         them); their frames wait until then ([failover])."""
         wait = self.pool.settings.failover.wait_ms / 1000
-        health = await self.pool.known(backend, wait)
+        health = await self.pool.settled(backend, wait)
         for session_id in sessions:
             if health is Health.UNKNOWN:
                 self.metrics.failovers.labels("timeout").inc()

@@ -44,6 +44,10 @@ class Fanout:
         self._started = time.perf_counter()
         self._missing = expected
         self.answers: dict[BackendId, acp.StatusAnswer] = {}
+        #: backends whose link took the probe and said nothing by the deadline
+        self.silent: list[BackendId] = []
+        #: backends that answered (whatever they said)
+        self.heard: list[BackendId] = []
         #: how long each backend took to answer (or to be given up on)
         self.elapsed: dict[BackendId, float] = {}
         self.complete: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -57,16 +61,20 @@ class Fanout:
         if response is None:
             answer = _UNKNOWN
         else:
+            self.heard.append(backend)
             answer = acp.read_status(response, self.session_id, self._aliases)
         self._count(backend, answer)
         self._missing -= 1
         if self._missing == 0 and not self.complete.done():
             self.complete.set_result(None)
 
-    def expire(self, backends: Sequence[BackendId]) -> None:
-        """The deadline passed (or the round was cancelled): the silent ones are unknown."""
+    def expire(self, backends: Sequence[BackendId], *, silent: bool) -> None:
+        """The deadline passed (``silent``) or the round was cancelled: those that have not
+        answered are unknown (and, past the deadline, silent)."""
         for backend in backends:
             if backend not in self.answers:
+                if silent:
+                    self.silent.append(backend)
                 self._count(backend, _UNKNOWN)
 
     def _count(self, backend: BackendId, answer: acp.StatusAnswer) -> None:
@@ -97,12 +105,13 @@ async def probe(
             fanout.answer(backend, None)
         else:
             sent.append((link, request_id))
+    deadline = asyncio.timeout(timeout)
     try:
         with contextlib.suppress(TimeoutError):  # the silent ones count as unknown
-            async with asyncio.timeout(timeout):
+            async with deadline:
                 await fanout.complete
     finally:
         for link, request_id in sent:
             link.withdraw(request_id)
-        fanout.expire(targets)
+        fanout.expire(targets, silent=deadline.expired())
     return fanout

@@ -33,6 +33,8 @@ from router.core.health import (
     Event,
     Health,
     Instance,
+    ProbeHeard,
+    ProbeSilent,
     transition,
 )
 from router.core.locate import AdminState, Candidate, Snapshot
@@ -56,6 +58,9 @@ logger = logging.getLogger(__name__)
 #: backends removed from the pool whose address is kept for client links still using
 #: them; beyond this many, the oldest are forgotten
 MAX_RETIRED = 1024
+
+#: the session id a liveness probe asks about: no agent has it (the router's own space)
+LIVENESS = SessionId("acp-router:liveness")
 
 
 def member_of(spec: BackendSection) -> Member:
@@ -104,6 +109,8 @@ class Pool:
         #: the address of backends that left, for client links still open to them
         self._retired: dict[BackendId, BackendSection] = {}
         self._controls: dict[BackendId, asyncio.Task[None]] = {}
+        #: silent backends being probed until they answer
+        self._watches: dict[BackendId, asyncio.Task[None]] = {}
         self._group: asyncio.TaskGroup | None = None
         self._apply(self._static)
 
@@ -119,7 +126,7 @@ class Pool:
                 yield self
             finally:
                 self._group = None
-                for control in self._controls.values():
+                for control in (*self._controls.values(), *self._watches.values()):
                     control.cancel()
                 self.locator.cancel()
 
@@ -295,6 +302,21 @@ class Pool:
                     await self.ready_changed.wait()
         return health
 
+    async def settled(self, backend: BackendId, timeout: float) -> Health:
+        """:meth:`known`, where up also means it answers a probe now: a backend whose
+        client link just broke may still look up until its control link notices."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            health = await self.known(backend, deadline - loop.time())
+            if health is not Health.UP or await self.alive(backend):
+                return health
+            if loop.time() >= deadline:
+                return Health.UNKNOWN
+            with contextlib.suppress(TimeoutError):  # until its state changes, or a while
+                async with asyncio.timeout(self.settings.probe.timeout_ms / 1000):
+                    await self.ready_changed.wait()
+
     def ready(self) -> list[BackendId]:
         """Backends that are up: probed, and new sessions may go there."""
         return [b for b in self.links if self.health(b) is Health.UP]
@@ -395,7 +417,7 @@ class Pool:
         candidates = [
             node
             for node in self.ranking.nodes
-            if self.links[node.id].up and node.id not in draining
+            if self.health(node.id) is Health.UP and node.id not in draining
         ]
         backend = self.directory.place(candidates)
         if backend is None:
@@ -486,14 +508,7 @@ class Pool:
         targets = [b for b in backends if self._can_ask(b, "status")]
         if not targets:
             return {}
-        round_ = await fanout.probe(
-            self.links,
-            targets,
-            session_id,
-            aliases=self.aliases,
-            metrics=self.metrics,
-            timeout=self.settings.probe.timeout_ms / 1000,
-        )
+        round_ = await self._round(targets, session_id)
         for backend, seconds in round_.elapsed.items():
             if backend in self.links:  # not one removed while the round ran
                 self.probe_seconds[backend] = seconds
@@ -502,6 +517,51 @@ class Pool:
                 )
         self.directory.hear(session_id, round_.answers)
         return round_.answers
+
+    async def _round(self, targets: list[BackendId], session_id: SessionId) -> fanout.Fanout:
+        """One probe round; a backend that said nothing by the deadline is silent (a frozen
+        process: no placements, no probes) until it answers again."""
+        round_ = await fanout.probe(
+            self.links,
+            targets,
+            session_id,
+            aliases=self.aliases,
+            metrics=self.metrics,
+            timeout=self.settings.probe.timeout_ms / 1000,
+        )
+        for backend in round_.silent:
+            if backend in self.states and not self.states[backend].silent:
+                logger.warning("backend %s did not answer a probe in time: silent", backend)
+                self._health_event(backend, ProbeSilent())
+                self._start_watch(backend)
+        for backend in round_.heard:
+            if backend in self.states and self.states[backend].silent:
+                logger.info("backend %s answers again", backend)
+                self._health_event(backend, ProbeHeard())
+        return round_
+
+    async def alive(self, backend: BackendId) -> bool:
+        """Whether ``backend`` answers a probe (of an id nobody has) within the probe
+        timeout: a frozen process does not."""
+        if not self._can_ask(backend, "status"):
+            return True  # nothing to ask it with: only its link can tell
+        round_ = await self._round([backend], LIVENESS)
+        return backend in round_.heard
+
+    def _start_watch(self, backend: BackendId) -> None:
+        """Probe a silent backend until it answers (or leaves, or its link drops)."""
+        if self._group is not None and backend not in self._watches:
+            task = self._group.create_task(self._watch(backend), name=f"silent-{backend}")
+            self._watches[backend] = task
+            task.add_done_callback(lambda _: self._watches.pop(backend, None))
+
+    async def _watch(self, backend: BackendId) -> None:
+        while (state := self.states.get(backend)) is not None and state.silent:
+            link = self.links.get(backend)
+            if link is None or not link.up:
+                return  # its link's own reconnects take over
+            if await self.alive(backend):  # each try lasts up to the probe timeout
+                return
 
     async def probe_many(
         self, backends: Iterable[BackendId], session_id: SessionId

@@ -66,9 +66,22 @@ class Queries:
         return merged
 
     async def _list_one(self, backend: BackendId, params: dict[str, Any]) -> Any:
+        """One backend's page. A list may take a while (it may read a store), so it gets
+        ``probe.list_timeout_ms``; but a frozen backend is seen within the probe timeout,
+        by a probe sent alongside, and left out (TimeoutError)."""
         pool = self._pool
         timeout = pool.settings.probe.list_timeout_ms / 1000
-        response = await pool.links[backend].call(acp.SESSION_LIST, params, timeout=timeout)
+        call = pool.links[backend].call(acp.SESSION_LIST, params, timeout=timeout)
+        listing = asyncio.ensure_future(call)
+        try:
+            if not await pool.alive(backend):
+                raise TimeoutError(f"{backend} did not answer a probe")
+            response = await listing
+        finally:
+            if listing.done() and not listing.cancelled():
+                listing.exception()  # retrieved here or raised above
+            else:
+                listing.cancel()
         if response.error is not None:
             raise BackendRefused(backend, response.error)  # the client gets its own words
         return response.result
