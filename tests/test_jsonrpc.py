@@ -9,7 +9,13 @@ import orjson
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from router.protocol.errors import InvalidRequest, ParseError, ProtocolError, SessionNotFound
+from router.protocol.errors import (
+    InvalidRequest,
+    NestingTooDeep,
+    ParseError,
+    ProtocolError,
+    SessionNotFound,
+)
 from router.protocol.jsonrpc import (
     ErrorObject,
     Notification,
@@ -186,8 +192,6 @@ def test_malformed_responses_are_invalid(text: str) -> None:
         "{'a': 1}",
         "NaN",
         '{"a":Infinity}',
-        "[" * 2000,
-        '{"a":' * 2000 + "1" + "}" * 1999,
         '"\ud800"',  # a raw surrogate in a str is not Unicode text (an escaped one is fine)
         b"\xff{}",
     ],
@@ -199,9 +203,41 @@ def test_malformed_json_is_a_parse_error(frame: str | bytes) -> None:
     assert caught.value.request_id is None
 
 
-#: Legal JSON that orjson rejects: a lone surrogate escape, a number beyond a double,
-#: nesting deeper than 1024 (and deeper than the standard library's recursion limit).
-ODD_RESULTS = ['"cut \\ud83d"', "1e400", '{"a":' * 3000 + "[]" + "}" * 3000]
+#: Legal JSON that orjson rejects: a lone surrogate escape, a number beyond a double;
+#: and a lone surrogate escape under nesting msgspec still reads.
+ODD_RESULTS = ['"cut \\ud83d"', "1e400", '{"a":' * 500 + '"\\udc00"' + "}" * 500]
+
+
+@pytest.mark.parametrize(
+    ("frame", "request_id"),
+    [
+        ('{"jsonrpc":"2.0","id":5,"result":' + "[" * 5000 + "]" * 5000 + "}", 5),
+        (
+            '{"id":"a","jsonrpc":"2.0","method":"m","params":' + '{"a":' * 3000 + "1" + "}" * 3001,
+            "a",
+        ),
+        ('{"jsonrpc":"2.0","params":' + "[" * 3000 + "]" * 3000 + ',"id":7,"method":"m"}', None),
+        ("[" * 2000, None),
+        ('{"a":' * 2000 + "1" + "}" * 1999, None),  # not JSON either: too deep is said first
+        ("[" * (16 * 1024 * 1024), None),
+    ],
+)
+def test_nesting_deeper_than_the_parsers_read_is_refused_at_once(
+    frame: str, request_id: int | str | None
+) -> None:
+    with pytest.raises(NestingTooDeep, match="nesting is too deep") as caught:
+        parse(frame)
+    assert caught.value.code == -32600
+    assert caught.value.request_id == request_id
+
+
+def test_nesting_the_parsers_read_is_read() -> None:
+    deep = "[" * 500 + "]" * 500
+    text = f'{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"sessionId":"s","x":{deep}}}}}'
+    request = parse(text)
+    assert isinstance(request, Request)
+    assert request.param("sessionId") == "s"
+    assert replace_id(text, 2) == text.replace('"id":1', '"id":2')
 
 
 @pytest.mark.parametrize("result", ODD_RESULTS)

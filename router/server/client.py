@@ -245,7 +245,9 @@ class ClientConnection:
             assert session_id is not None
             self._spawn(self._answer(request.id, self.pool.status(session_id)), "status")
         elif duty is Duty.LIST:
-            self._spawn(self._answer(request.id, self.pool.list_sessions(request.params)), "list")
+            # the two members the listing reads, not the whole params a client sent
+            asked = {"cwd": request.param("cwd"), "cursor": request.param("cursor")}
+            self._spawn(self._answer(request.id, self.pool.list_sessions(asked)), "list")
         else:  # LOCATE, LOCATE_DETACHED
             assert session_id is not None
             guess = self._open_ahead(session_id)

@@ -75,8 +75,9 @@ class Histogram(_RememberedLabels, prometheus_client.Histogram):
     pass
 
 
-#: why a backend's frame was dropped: no JSON parser accepts it, JSON but not JSON-RPC, binary
-DROP_REASONS = ("not_json", "not_jsonrpc", "binary")
+#: why a backend's frame was dropped: no JSON parser accepts it, JSON but not JSON-RPC,
+#: binary, JSON nested deeper than the router reads
+DROP_REASONS = ("not_json", "not_jsonrpc", "binary", "too_deep")
 
 
 class Metrics:
@@ -239,7 +240,8 @@ class Metrics:
         self.backend_frames_dropped = Counter(
             "acp_router_backend_frames_dropped_total",
             "Frames from a backend that were not JSON-RPC, dropped unanswered, by reason"
-            " (not_json: no JSON parser accepts it; not_jsonrpc; binary)",
+            " (not_json: no JSON parser accepts it; not_jsonrpc; binary; too_deep: nested"
+            " deeper than the router reads)",
             ["backend", "reason"],
             registry=registry,
         )

@@ -2,7 +2,8 @@
 
 Text frames are parsed into envelopes; any legal JSON is read (see
 :mod:`router.protocol.jsontext`). A frame no JSON parser accepts, or JSON that is not
-a JSON-RPC message, has no request id to answer, so it is logged, counted in
+a JSON-RPC message, or JSON nested deeper than the router reads, has no request id
+to answer, so it is logged, counted in
 ``acp_router_backend_frames_dropped_total{backend,reason}`` and skipped; so are
 binary frames, which ACP's WebSocket transport draft says to ignore.
 """
@@ -14,11 +15,13 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from router.protocol.errors import ParseError, ProtocolError
+from router.protocol.errors import NestingTooDeep, ParseError, ProtocolError
 from router.protocol.jsonrpc import Message, parse
 from router.server.metrics import Metrics
 
 logger = logging.getLogger(__name__)
+
+_REASONS = {ParseError: "not_json", NestingTooDeep: "too_deep"}
 
 
 async def messages(
@@ -33,7 +36,7 @@ async def messages(
         try:
             yield parse(frame.data)
         except ProtocolError as exc:
-            reason = "not_json" if isinstance(exc, ParseError) else "not_jsonrpc"
+            reason = _REASONS.get(type(exc), "not_jsonrpc")
             metrics.drop_frame(backend, reason)
             logger.warning(
                 "backend %s sent a frame that is not JSON-RPC (%s); dropped", backend, exc
