@@ -1,10 +1,15 @@
 """The router's aiohttp application: the ACP front door at ``/acp`` and the
 operator endpoints ``/metrics``, ``/healthz`` and ``/readyz``.
 
-Before a client's upgrade is accepted, the door checks, in order: draining (503), the
-``Origin`` (403), the bearer token (401), the connections open from the client's
-address (429) and in all (503). The decisions are :mod:`router.core.frontdoor`'s and
-:mod:`router.core.quotas`'s; this module answers them and counts them.
+Every TCP connection is counted against the connection limits from the moment it is
+accepted, and must send its request within ``router.handshake_timeout_ms``
+(:mod:`router.server.accepting`: 429 or 503 past a limit, 503 near the open-file limit,
+408 past the deadline). Before a client's upgrade is accepted, the door checks, in
+order: draining (503), the ``Origin`` (403), the bearer token (401). The decisions are
+:mod:`router.core.frontdoor`'s and :mod:`router.core.quotas`'s; this module answers
+them and counts them. An upgraded client must send ``initialize`` within
+``router.initialize_timeout_ms`` (else close 1008), and a reload that removes the token
+it came with closes it (1008, :func:`revoke`).
 """
 
 from __future__ import annotations
@@ -14,17 +19,19 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import hdrs, web
 from aiohttp.log import access_logger
 
-from router.core.frontdoor import Admitted, DoorPolicy
+from router.core.frontdoor import Admitted, Credentials, DoorPolicy
 from router.core.ownership import SessionSeal
 from router.core.quotas import ConnectionCounts
 from router.server import log_context, websocket
+from router.server.accepting import ConnectionGuard, listen
 from router.server.admin import Admin
 from router.server.auth import TokenSource, session_secret
 from router.server.client import ClientConnection
@@ -37,6 +44,7 @@ from router.server.reload import Reloader
 from router.server.shutdown import StopSignals, close_spread, reloading_on_hangup, wait_unless
 from router.server.tls import backend_context, server_context
 from router.server.websocket import WebSocketChannel
+from router.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +55,18 @@ HTTP = web.AppKey("http", aiohttp.ClientSession)
 
 
 class OpenClients(set[ClientConnection]):
-    """The client connections open now, on any transport (closed with 1012 on shutdown)."""
+    """The client connections open now, on any transport (closed with 1012 on shutdown),
+    and the tasks closing some of them (a revoked token's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closes: set[asyncio.Task[None]] = set()
+
+    def closing(self, close: Coroutine[Any, Any, None]) -> None:
+        """Run ``close`` in a task held here until it ends."""
+        task = asyncio.create_task(close, name="close-client")
+        self.closes.add(task)
+        task.add_done_callback(self.closes.discard)
 
 
 class Draining(asyncio.Event):
@@ -64,6 +83,9 @@ GATEKEEPER = web.AppKey("gatekeeper", Gatekeeper)
 #: the one way to reload the configuration: SIGHUP and POST /admin/reload call it
 RELOADER = web.AppKey("reloader", Reloader)
 CONFIG_PATH = web.AppKey("config_path", Path)
+#: limits and the handshake deadline of every TCP connection (router.server.accepting)
+GUARD = web.AppKey("guard", ConnectionGuard)
+ADMIN_TOKENS = web.AppKey("admin_tokens", TokenSource)
 
 
 def create_app(
@@ -80,15 +102,19 @@ def create_app(
         ConfigError: a token source, the session secret or a TLS file named in the
             settings is unusable.
     """
-    app = web.Application()
+    metrics = metrics or Metrics()
+    per_address = ConnectionCounts(settings.router.max_connections_per_address)
+    guard = ConnectionGuard(settings.router, metrics, per_address)
+    app = web.Application(middlewares=[guard.middleware])
     app[SETTINGS] = settings
-    app[METRICS] = metrics or Metrics()
+    app[METRICS] = metrics
     app[METRICS].max_connections.set(settings.router.max_connections)
     app[CLIENTS] = OpenClients()
     app[DRAINING] = Draining()
     app[DOOR] = DoorPolicy.of(settings.router.allowed_origins)
     app[TOKENS] = TokenSource(settings.auth)
-    app[PER_ADDRESS] = ConnectionCounts(settings.router.max_connections_per_address)
+    app[PER_ADDRESS] = per_address
+    app[GUARD] = guard
     secret = session_secret(settings.auth) if settings.auth is not None else None
     app[GATEKEEPER] = Gatekeeper(
         settings.router, app[METRICS], clock, SessionSeal(secret) if secret else None
@@ -105,8 +131,8 @@ def create_app(
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     if settings.admin is not None:
-        admin_tokens = TokenSource(settings.admin, key="admin")
-        Admin(admin_tokens, lambda: app[POOL], lambda: app[RELOADER]).add_routes(app)
+        app[ADMIN_TOKENS] = TokenSource(settings.admin, key="admin")
+        Admin(app[ADMIN_TOKENS], lambda: app[POOL], lambda: app[RELOADER]).add_routes(app)
     return app
 
 
@@ -131,7 +157,14 @@ async def _pool_context(app: web.Application) -> AsyncIterator[None]:
         app[POOL] = pool
         discoveries = Discoveries(pool, app[METRICS])
         app[RELOADER] = Reloader(
-            app.get(CONFIG_PATH), app[SETTINGS], pool, app[TOKENS], app[METRICS], discoveries
+            app.get(CONFIG_PATH),
+            app[SETTINGS],
+            pool,
+            app[TOKENS],
+            app[METRICS],
+            discoveries,
+            admin_tokens=app.get(ADMIN_TOKENS),
+            revoke=lambda credentials: revoke(app, credentials),
         )
         async with pool.running(), discoveries.running(app[SETTINGS].discovery):
             yield
@@ -141,6 +174,8 @@ async def _close_clients(app: web.Application) -> None:
     # Whoever is still connected at cleanup (the stop sequence closed the others).
     open_clients: OpenClients = app[CLIENTS]
     await close_spread(list(open_clients), 0.0, asyncio.Event())
+    for task in list(open_clients.closes):
+        await cancel_and_wait(task)
 
 
 async def _acp(request: web.Request) -> web.StreamResponse:
@@ -152,15 +187,7 @@ async def _acp(request: web.Request) -> web.StreamResponse:
     admission = _admit(request)
     if not isinstance(admission, Admitted):
         return admission
-    address = request.remote or "unknown"
-    if not app[PER_ADDRESS].open(address):
-        metrics.connections.labels("address_limit").inc()
-        metrics.limited.labels("connections_per_address").inc()
-        return web.Response(status=429, text="too many connections from your address\n")
-    try:
-        return await _serve_client(request, admission, address)
-    finally:
-        app[PER_ADDRESS].close(address)
+    return await _serve_client(request, admission, request.remote or "unknown")
 
 
 def _admit(request: web.Request) -> Admitted | web.Response:
@@ -187,12 +214,11 @@ async def _serve_client(
 ) -> web.StreamResponse:
     app = request.app
     metrics, clients = app[METRICS], app[CLIENTS]
-    if len(clients) >= app[SETTINGS].router.max_connections:
-        metrics.connections.labels("rejected").inc()
-        return web.Response(status=503, text="too many connections\n")
     settings = app[SETTINGS].router
-    ws = web.WebSocketResponse(
-        max_msg_size=settings.max_message_bytes,
+    ws = websocket.ClientWebSocket(
+        # aiohttp refuses a frame of max_msg_size bytes itself: one more, so a frame of
+        # exactly max_message_bytes is accepted (README: larger ones are refused)
+        max_msg_size=settings.max_message_bytes + 1,
         heartbeat=30.0,
         autoping=True,
         compress=settings.compression,
@@ -207,17 +233,49 @@ async def _serve_client(
     metrics.active_connections.inc()
     log_context.new_connection()
     gate = app[GATEKEEPER].gate(address, admission.principal)
-    connection = ClientConnection(WebSocketChannel(ws), app[POOL], app[HTTP], gate)
+    connection = ClientConnection(
+        WebSocketChannel(ws), app[POOL], app[HTTP], gate, principal=admission.principal
+    )
     clients.add(connection)
+    deadline = asyncio.create_task(
+        _initialize_deadline(connection, settings.initialize_timeout_ms, metrics),
+        name="initialize-deadline",
+    )
     try:
         await websocket.pump(ws, connection)
     except Exception:  # the one boundary catch of a connection: log it, close 1011
         logger.exception("client connection failed")
         await ws.close(code=aiohttp.WSCloseCode.INTERNAL_ERROR)
     finally:
+        await cancel_and_wait(deadline)
         clients.discard(connection)
         metrics.active_connections.dec()
     return ws
+
+
+async def _initialize_deadline(connection: ClientConnection, ms: int, metrics: Metrics) -> None:
+    """Close ``connection`` (1008) if it has not sent ``initialize`` within ``ms``."""
+    await asyncio.sleep(ms / 1000)
+    if not connection.initialized:
+        metrics.connections.labels("initialize_timeout").inc()
+        await connection.shut(aiohttp.WSCloseCode.POLICY_VIOLATION, f"no initialize within {ms} ms")
+
+
+def revoke(app: web.Application, credentials: Credentials | None) -> int:
+    """Close (1008) every client connection that came with a token not in
+    ``credentials`` (a reload removed it); how many. The closes run in the background,
+    in tasks the clients' set owns until they end."""
+    if credentials is None:
+        return 0
+    revoked = [
+        c for c in app[CLIENTS] if c.principal is not None and not credentials.admits(c.principal)
+    ]
+    for connection in revoked:
+        app[METRICS].connections.labels("revoked").inc()
+        app[CLIENTS].closing(connection.shut(aiohttp.WSCloseCode.POLICY_VIOLATION, "token revoked"))
+    if revoked:
+        logger.warning("closed %d client connection(s) whose token a reload removed", len(revoked))
+    return len(revoked)
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -257,13 +315,13 @@ async def serve(
     app = create_app(settings, config_path=config_path)
     tls = server_context(settings.router)
     access_log = access_logger if settings.router.access_log else None
-    runner = web.AppRunner(app, handle_signals=False, access_log=access_log)
+    runner = app_runner(app, access_log=access_log)
     with StopSignals().installed() as signals:
         await runner.setup()
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(runner.cleanup)
             host, port = settings.router.address
-            await web.TCPSite(runner, host, port, ssl_context=tls).start()
+            await listen(runner, app[GUARD], host, port, tls)
             if settings.router.metrics_address is not None:
                 await _serve_metrics(stack, app[METRICS], *settings.router.metrics_address)
             if settings.auth is None:
@@ -279,6 +337,14 @@ async def serve(
             spread = settings.router.close_spread_seconds
             open_clients: OpenClients = app[CLIENTS]
             await close_spread(list(open_clients), spread, signals.hurry)
+
+
+def app_runner(app: web.Application, **kwargs: Any) -> web.AppRunner:
+    """The runner of the router's application: an idle HTTP keep-alive connection is
+    closed after ``router.handshake_timeout_ms`` too (aiohttp's default is an hour).
+    Start its site with :func:`router.server.accepting.listen`."""
+    keepalive = app[SETTINGS].router.handshake_timeout_ms / 1000
+    return web.AppRunner(app, handle_signals=False, keepalive_timeout=keepalive, **kwargs)
 
 
 async def _serve_metrics(

@@ -26,6 +26,7 @@ from typing import Any, Protocol, assert_never
 
 import aiohttp
 
+from router.core.frontdoor import Principal
 from router.core.routes import (
     Action,
     Broadcast,
@@ -79,9 +80,18 @@ class ClientConnection:
     (:meth:`ended`); it writes through its :class:`ClientChannel`."""
 
     def __init__(
-        self, channel: ClientChannel, pool: Pool, http: aiohttp.ClientSession, gate: Gate
+        self,
+        channel: ClientChannel,
+        pool: Pool,
+        http: aiohttp.ClientSession,
+        gate: Gate,
+        *,
+        principal: Principal | None = None,
     ) -> None:
         self.channel = channel
+        #: who the client came as (its token's principal): a reload that removes the
+        #: token closes the connection
+        self.principal = principal
         #: where frames enter and leave: session limits, and sealed session ids
         self.gate = gate
         self.pool = pool
@@ -99,6 +109,11 @@ class ClientConnection:
         self.tasks: set[asyncio.Task[None]] = set()
         #: links opened ahead of a locate (:meth:`_open_ahead`) that no frame has used yet
         self._unused: set[BackendId] = set()
+
+    @property
+    def initialized(self) -> bool:
+        """Whether the client has sent ``initialize``."""
+        return self.routes.initialize is not None
 
     async def shut(self, code: int, reason: str) -> None:
         """Close the client's connection (the router is stopping: 1012)."""
