@@ -98,20 +98,27 @@ class _Error(msgspec.Struct):
     data: _Member = _UNSET
 
 
-class _Envelope(msgspec.Struct):
-    """Everything parse reads, in one pass, when params and result are objects (or null)."""
+class _TypedError(msgspec.Struct):
+    code: int | msgspec.UnsetType = _UNSET
+    message: str | msgspec.UnsetType = _UNSET
+    data: _Member = _UNSET
 
-    jsonrpc: _Member = _UNSET
-    id: _Member = _UNSET
-    method: _Member = _UNSET
+
+class _Envelope(msgspec.Struct):
+    """Everything parse reads, typed, in one pass: what the common frame is (params and
+    result objects or null, an integer or string id, a well-formed error)."""
+
+    jsonrpc: str | msgspec.UnsetType = _UNSET
+    id: int | str | msgspec.UnsetType | None = _UNSET
+    method: str | msgspec.UnsetType = _UNSET
     params: _Params | msgspec.UnsetType | None = _UNSET
     result: _Result | msgspec.UnsetType | None = _UNSET
-    error: _Error | msgspec.UnsetType | None = _UNSET
+    error: _TypedError | msgspec.UnsetType | None = _UNSET
 
 
 class _FlatEnvelope(msgspec.Struct):
     """The envelope with every member unread, for frames :class:`_Envelope` does not fit
-    (params an array, a result that is not an object, ...); then each is read on its own."""
+    (or cannot read: lone surrogate escapes, deep nesting); then each is read on its own."""
 
     jsonrpc: _Member = _UNSET
     id: _Member = _UNSET
@@ -129,7 +136,6 @@ _RESULT = msgspec.json.Decoder(_Result)
 _ERROR = msgspec.json.Decoder(_Error)
 _ANY = msgspec.json.Decoder(msgspec.Raw)
 
-_JSONRPC_2 = b'"2.0"'
 #: request ids are integers that fit 64 bits (as orjson reads them) or strings
 _ID_RANGE = range(-(2**63), 2**64)
 
@@ -451,19 +457,6 @@ def is_request_id(value: object) -> bool:
 # -- parse ---------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Read:
-    """The envelope as parse read it, whichever way."""
-
-    jsonrpc: _Member
-    id: _Member
-    method: _Member
-    #: params: absent or null (None), an object or array (unread), or something else
-    params: Params | _Unread | msgspec.Raw
-    has_result: bool
-    error: _Error | msgspec.UnsetType | None
-
-
 def parse(frame: str | bytes) -> Message:
     """Parse one frame. Raises :class:`ParseError` or :class:`InvalidRequest` only."""
     try:
@@ -471,24 +464,35 @@ def parse(frame: str | bytes) -> Message:
     except UnicodeDecodeError as exc:
         raise ParseError(f"Parse error: {exc}") from None
     try:
-        envelope, shifted = jsontext.read(_ENVELOPE, text)
-    except msgspec.ValidationError:
-        return _parse_flat(text)
-    except ValueError as exc:
-        raise _refusal(exc, text) from None
-    params = envelope.params if isinstance(envelope.params, _Params) else None
-    result = envelope.result if isinstance(envelope.result, _Result) else None
-    error = envelope.error
-    data = error.data if isinstance(error, _Error) else _UNSET
-    read = _Read(
+        envelope = (
+            _ENVELOPE.decode(text) if len(text) < 4096 else jsontext.read_plain(_ENVELOPE, text)
+        )
+    except (msgspec.DecodeError, UnicodeEncodeError, RecursionError):
+        return _parse_flat(text)  # odd, invalid or too deep: the slow path says which
+    params, result, error = envelope.params, envelope.result, envelope.error
+    frame_read = _Frame(
+        text,
+        text,
+        False,
+        params if isinstance(params, _Params) else None,
+        result if isinstance(result, _Result) else None,
+        error.data if isinstance(error, _TypedError) else _UNSET,
+    )
+    code: Any = None
+    message: Any = None
+    if isinstance(error, _TypedError):
+        code, message = error.code, error.message
+    return _classify(
+        frame_read,
         envelope.jsonrpc,
         envelope.id,
         envelope.method,
-        _UNREAD if params is not None else None,
-        envelope.result is not _UNSET,
-        error,
+        None if params is None or params is _UNSET else _UNREAD,
+        result is not _UNSET,
+        error is not _UNSET,
+        code,
+        message,
     )
-    return _classify(read, _Frame(text, shifted or text, shifted is not None, params, result, data))
 
 
 def _parse_flat(text: str) -> Message:
@@ -499,28 +503,27 @@ def _parse_flat(text: str) -> Message:
         raise _not_an_object(text) from None
     except ValueError as exc:
         raise _refusal(exc, text) from None
-    params = _object(_PARAMS, flat.params) or _object(_PLAIN_PARAMS, flat.params)
-    error: _Error | msgspec.UnsetType | None = _UNSET
-    if isinstance(flat.error, msgspec.Raw):
-        error = _object(_ERROR, flat.error)
-    data = error.data if isinstance(error, _Error) else _UNSET
-    frame = _Frame(
-        text,
-        shifted or text,
-        shifted is not None,
-        params,
-        _object(_RESULT, flat.result),
-        data,
-    )
-    read = _Read(
-        flat.jsonrpc,
-        flat.id,
-        flat.method,
+    frame = _Frame(text, shifted or text, shifted is not None, None, None, _UNSET)
+    frame.params = _object(_PARAMS, flat.params) or _object(_PLAIN_PARAMS, flat.params)
+    frame.result = _object(_RESULT, flat.result)
+    error = _object(_ERROR, flat.error)
+    if isinstance(error, _Error):
+        frame.data = error.data
+    return _classify(
+        frame,
+        _value_or_unset(frame, flat.jsonrpc),
+        _value_or_unset(frame, flat.id),
+        _value_or_unset(frame, flat.method),
         _params_kind(flat.params),
         flat.result is not _UNSET,
-        error,
+        flat.error is not _UNSET,
+        frame.value(error.code) if error else None,
+        frame.value(error.message) if error else None,
     )
-    return _classify(read, frame)
+
+
+def _value_or_unset(frame: _Frame, raw: _Member) -> Any:
+    return _UNSET if raw is _UNSET else frame.value(raw)
 
 
 def _params_kind(raw: _Member) -> Params | _Unread | msgspec.Raw:
@@ -562,45 +565,48 @@ def _not_an_object(text: str) -> ProtocolError:
     return _invalid("A JSON-RPC message must be a JSON object")
 
 
-def _classify(read: _Read, frame: _Frame) -> Message:
-    known_id = _request_id(frame.value(read.id))
-    if not _is_two(read.jsonrpc, frame):
+def _classify(
+    frame: _Frame,
+    jsonrpc: Any,
+    request_id: Any,
+    method: Any,
+    params: Params | _Unread | msgspec.Raw,
+    has_result: bool,
+    has_error: bool,
+    code: Any,
+    message: Any,
+) -> Message:
+    """The message the envelope read (values decoded, ``_UNSET`` where absent; params
+    None when absent or null, unread when a container, else its text) is."""
+    known_id = _request_id(request_id)
+    if jsonrpc != "2.0":
         raise _invalid('"jsonrpc" must be exactly "2.0"', known_id)
-    if read.method is not _UNSET:
-        method = frame.value(read.method)
+    if method is not _UNSET:
         if not isinstance(method, str):
             raise _invalid('"method" must be a string', known_id)
-        if isinstance(read.params, msgspec.Raw):
+        if isinstance(params, msgspec.Raw):
             raise _invalid('"params" must be an object or an array', known_id)
-        if read.id is _UNSET:
-            return Notification(method, read.params, frame.text, frame=frame)
+        if request_id is _UNSET:
+            return Notification(method, params, frame.text, frame=frame)
         if known_id is None:
             raise _invalid('"id" must be a string or an integer')
-        return Request(known_id, method, read.params, frame.text, frame=frame)
-    if read.id is _UNSET or (known_id is None and frame.value(read.id) is not None):
+        return Request(known_id, method, params, frame.text, frame=frame)
+    if request_id is _UNSET or (known_id is None and request_id is not None):
         raise _invalid('a message without "method" is a response and needs a valid "id"')
-    if read.has_result == (read.error is not _UNSET):
+    if has_result == has_error:
         raise _invalid('a response has exactly one of "result" and "error"', known_id)
-    if read.has_result:
+    if has_result:
         return Response(known_id, _UNREAD, None, frame.text, frame=frame)
-    error = read.error
-    code = frame.value(error.code) if isinstance(error, _Error) else None
-    message = frame.value(error.message) if isinstance(error, _Error) else None
     if not isinstance(code, int) or isinstance(code, bool) or not isinstance(message, str):
         raise _invalid('"error" must be an object with an integer code and a string message')
     return Response(known_id, None, (code, message), frame.text, frame=frame)
 
 
-def _is_two(raw: _Member, frame: _Frame) -> bool:
-    """Whether ``jsonrpc`` is "2.0" (spelled plainly, or with escapes)."""
-    return isinstance(raw, msgspec.Raw) and (bytes(raw) == _JSONRPC_2 or frame.value(raw) == "2.0")
-
-
 def _request_id(value: Any) -> RequestId | None:
     if isinstance(value, str):
         return value
-    if is_request_id(value) and value in _ID_RANGE:
-        return value  # type: ignore[no-any-return]
+    if isinstance(value, int) and not isinstance(value, bool) and value in _ID_RANGE:
+        return value
     return None
 
 
@@ -695,87 +701,147 @@ def encode_protocol_error(error: ProtocolError) -> str:
 
 _KEY = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _SPACE = re.compile(rb"[ \t\r\n]*")
-_SPACES = frozenset(b" \t\r\n")
 _STRING_TEXT = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _SPACE_TEXT = re.compile(r"[ \t\r\n]*")
+_SCALAR_END_TEXT = re.compile(r"[\s,}\]]")
 _ESCAPE_U = re.compile(r"\\u")
-_OPEN, _CLOSE, _COMMA = ord("{"), ord("}"), ord(",")
 
 #: one edit of a frame's bytes: replace [start, end) with the bytes given
 _Edit = tuple[int, int, bytes]
 
 
 class _Walk:
-    """A frame's text as bytes, to find members' spans in.
+    """A frame's text, to find members' spans in.
 
-    Offsets are UTF-8 byte offsets: edits are made to the bytes, which are then decoded
-    again. A frame holding lone surrogate escapes is walked in its shifted copy (the
-    same length, so the same offsets: :func:`router.protocol.jsontext.shift`).
+    An ASCII frame is walked as it is (character offsets are byte offsets, so msgspec
+    measures a container in an encoded copy made when one is first measured). Any
+    other is walked as UTF-8 bytes (edits are made to the bytes, then decoded again);
+    one holding lone surrogate escapes in its shifted copy (the same length, so the
+    same offsets: :func:`router.protocol.jsontext.shift`).
     """
 
     def __init__(self, text: str) -> None:
-        self.raw = text.encode()
-        shifted = jsontext.shift(self.raw)
+        self.text = text
+        self.shifted = False
+        self._encoded: bytes | None = None
+        self.scan: str | bytes = text
+        if text.isascii() and ("\\" not in text or "\\u" not in text):  # one char first: fast
+            return
+        shifted = jsontext.shift(self.encoded)
         self.shifted = isinstance(shifted, bytes)
-        self.scan = shifted if isinstance(shifted, bytes) else self.raw
+        if isinstance(shifted, bytes):
+            self.scan = shifted
+        elif not text.isascii():
+            self.scan = self.encoded
+
+    @property
+    def encoded(self) -> bytes:
+        if self._encoded is None:
+            self._encoded = self.text.encode()
+        return self._encoded
+
+    def at(self, i: int) -> str:
+        char = self.scan[i]
+        return char if isinstance(char, str) else chr(char)
+
+    def skip_space(self, i: int) -> int:
+        if self.at(i) not in " \t\r\n":  # compact JSON: no regex call at all
+            return i
+        scan = self.scan
+        match = _SPACE_TEXT.match(scan, i) if isinstance(scan, str) else _SPACE.match(scan, i)
+        return match.end() if match else i
+
+    def key_at(self, i: int) -> str | bytes:
+        scan = self.scan
+        key = _STRING_TEXT.match(scan, i) if isinstance(scan, str) else _KEY.match(scan, i)
+        assert key is not None, "splicing needs a frame parse() accepted"
+        return key.group()
+
+    def value_end(self, start: int) -> int:
+        scan = self.scan
+        if isinstance(scan, bytes):
+            return jsontext.value_end(scan, start)
+        first = scan[start]
+        if first == '"':
+            match = _STRING_TEXT.match(scan, start)
+            assert match is not None
+            return match.end()
+        if first not in "{[":
+            found = _SCALAR_END_TEXT.search(scan, start)
+            return found.start() if found else len(scan)
+        return jsontext.value_end(self.encoded, start)  # ASCII: the same offsets
 
     def top(self) -> int:
-        return _skip_space(self.scan, 0)
+        return self.skip_space(0)
 
-    def members(self, brace: int) -> Iterator[tuple[bytes, int]]:
+    def members(self, brace: int) -> Iterator[tuple[str | bytes, int]]:
         """Key token and value start of each member of the object at ``brace``; a value
         is measured only when the caller asks for the next member."""
-        scan = self.scan
         i = brace + 1
         for _ in range(MAX_WALKED_MEMBERS):
-            i = _skip_space(scan, i)
-            if scan[i] == _CLOSE:
+            i = self.skip_space(i)
+            if self.at(i) == "}":
                 return
-            if scan[i] == _COMMA:
-                i = _skip_space(scan, i + 1)
-            key = _KEY.match(scan, i)
-            assert key is not None, "splicing needs a frame parse() accepted"
-            i = _skip_space(scan, key.end()) + 1  # past ":"
-            start = _skip_space(scan, i)
-            yield key.group(), start
-            i = jsontext.value_end(scan, start)
+            if self.at(i) == ",":
+                i = self.skip_space(i + 1)
+            key = self.key_at(i)
+            i = self.skip_space(i + len(key)) + 1  # past ":"
+            start = self.skip_space(i)
+            yield key, start
+            i = self.value_end(start)
         raise _invalid(f"more than {MAX_WALKED_MEMBERS} members in one object: not spliced")
 
-    def key_is(self, token: bytes, name: str) -> bool:
+    def key_is(self, token: str | bytes, name: str) -> bool:
         """Whether the JSON string ``token`` spells ``name`` (escapes included)."""
-        if token[1:-1] == name.encode():
+        raw = token if isinstance(token, bytes) else token.encode()
+        if raw[1:-1] == name.encode():
             return True
-        return b"\\" in token and jsontext.decode(token, self.shifted) == name
+        return b"\\" in raw and jsontext.decode(raw, self.shifted) == name
 
     def may_repeat(self, start: int, name: str) -> bool:
         """Whether a ``name`` key could come after ``start``: spelled plainly, or behind
         any ``\\u`` escape (which could spell it)."""
         scan = self.scan
-        return scan.find(f'"{name}"'.encode(), start) >= 0 or scan.find(b"\\u", start) >= 0
+        if isinstance(scan, str):
+            if scan.find("\\", start) >= 0 and scan.find("\\u", start) >= 0:
+                return True
+            return scan.find(f'"{name}"', start) >= 0
+        if scan.find(b"\\", start) >= 0 and scan.find(b"\\u", start) >= 0:
+            return True
+        return scan.find(f'"{name}"'.encode(), start) >= 0
 
     def path_spans(self, brace: int, path: tuple[str, ...]) -> Iterator[tuple[int, int]]:
         name, rest = path[0], path[1:]
         for key, start in self.members(brace):
             if self.key_is(key, name):
                 if not rest:
-                    yield start, jsontext.value_end(self.scan, start)
-                elif self.scan[start] == _OPEN:
+                    yield start, self.value_end(start)
+                elif self.at(start) == "{":
                     yield from self.path_spans(start, rest)
                 if not self.may_repeat(start + 1, name):
                     return
 
     def insertion(self, brace: int, member: bytes) -> _Edit:
         """The edit that puts ``member`` first in the object opening at ``brace``."""
-        empty = self.scan[_skip_space(self.scan, brace + 1)] == _CLOSE
+        empty = self.at(self.skip_space(brace + 1)) == "}"
         return (brace + 1, brace + 1, member if empty else member + b",")
 
     def edited(self, edits: Iterable[_Edit]) -> str:
+        if self.text.isascii():  # byte offsets are character offsets: edit the text itself
+            pieces: list[str] = []
+            at = 0
+            for start, end, replacement in edits:
+                pieces += (self.text[at:start], replacement.decode())
+                at = end
+            pieces.append(self.text[at:])
+            return "".join(pieces)
+        raw = self.encoded
         out: list[bytes] = []
         last = 0
         for start, end, replacement in edits:
-            out += (self.raw[last:start], replacement)
+            out += (raw[last:start], replacement)
             last = end
-        out.append(self.raw[last:])
+        out.append(raw[last:])
         return b"".join(out).decode()
 
 
@@ -814,14 +880,10 @@ def replace_param(text: str, name: str, value: Any) -> str:
         return walk.edited([walk.insertion(top, b'"params":{' + member + b"}")])
     edits: list[_Edit] = []
     for start in params:
-        if walk.scan[start] != _OPEN:
-            edits.append((start, jsontext.value_end(walk.scan, start), b"{" + member + b"}"))
+        if walk.at(start) != "{":
+            edits.append((start, walk.value_end(start), b"{" + member + b"}"))
             continue
-        spans = [
-            (s, jsontext.value_end(walk.scan, s))
-            for key, s in walk.members(start)
-            if walk.key_is(key, name)
-        ]
+        spans = [(s, walk.value_end(s)) for key, s in walk.members(start) if walk.key_is(key, name)]
         edits += [(s, e, encoded) for s, e in spans] or [walk.insertion(start, member)]
     return walk.edited(edits)
 
@@ -862,10 +924,3 @@ def replace_parsed_member(text: str, path: tuple[str, ...], value: Any) -> str:
     if string is None:
         return replace_member(text, path, value)
     return text[: string.start()] + dumps(value) + text[string.end() :]
-
-
-def _skip_space(text: bytes, i: int) -> int:
-    if text[i] not in _SPACES:  # compact JSON: no regex call at all
-        return i
-    match = _SPACE.match(text, i)
-    return match.end() if match else i

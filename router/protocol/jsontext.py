@@ -88,10 +88,12 @@ def _not_json(constant: str) -> Any:
 
 #: The stack a parse leaves for later reads of the same text. msgspec's nesting bound is
 #: Python's recursion limit less the stack in use (on 3.11), so a text read at one depth
-#: could fail at a deeper one; :func:`read` therefore reads a text that might nest deep
-#: with this much less stack than any later read of its parts will have.
+#: could fail at a deeper one; :func:`read` therefore reads a large text with this much
+#: less stack than any later read of its parts will have (the frames cost ~4 us: nothing
+#: beside 64 KiB). A later read of a smaller text that fails there falls back to walking
+#: its tokens (:func:`value_end`), which 64 KiB bounds.
 _HEADROOM = 64
-_DEEP_ENOUGH_TO_CHECK = 512
+_LARGE = 64 * 1024
 
 
 def read(decoder: msgspec.json.Decoder[T], text: str | bytes) -> tuple[T, bytes | None]:
@@ -126,20 +128,23 @@ def read(decoder: msgspec.json.Decoder[T], text: str | bytes) -> tuple[T, bytes 
         raise TooDeep() from None
 
 
+def read_plain(decoder: msgspec.json.Decoder[T], text: str | bytes) -> T:
+    """``text`` decoded by ``decoder``, as msgspec reads it (lone surrogate escapes
+    refused: :func:`read` reads them), with less stack for a large text.
+
+    Raises:
+        msgspec.DecodeError: msgspec cannot read it (ValidationError: not of the type).
+        RecursionError: it nests deeper than msgspec reads.
+        UnicodeEncodeError: a str holding a raw surrogate.
+    """
+    return _with_less_stack(text, decoder.decode)
+
+
 def _with_less_stack(text: str | bytes, decode: Callable[[str | bytes], T]) -> T:
-    """``decode(text)``, with :data:`_HEADROOM` frames less stack when ``text`` could
-    nest deep enough for it to matter (it has that many opening brackets)."""
-    if len(text) < 2 * _DEEP_ENOUGH_TO_CHECK:
-        return decode(text)
-    if _opening_brackets(text) < _DEEP_ENOUGH_TO_CHECK:
+    """``decode(text)``, with :data:`_HEADROOM` frames less stack when ``text`` is large."""
+    if len(text) < _LARGE:
         return decode(text)
     return _deeper(_HEADROOM, text, decode)
-
-
-def _opening_brackets(text: str | bytes) -> int:
-    if isinstance(text, str):
-        return text.count("[") + text.count("{")
-    return text.count(b"[") + text.count(b"{")
 
 
 def _deeper(frames: int, text: str | bytes, decode: Callable[[str | bytes], T]) -> T:
