@@ -16,8 +16,9 @@ buffer copy: the stall measured is the router's.
 * **deadline**: connections that send nothing, or half a request and then one byte at
   a time, against ``router.handshake_timeout_ms``: how many are closed (408) and when.
 
-Frames: 16 MiB (``router.max_message_bytes``, the default) of ``[[[...``; and a
-``session/prompt`` of an attached session whose text fills 16 MiB (forwarded).
+Frames: 16 MiB (``router.max_message_bytes``, the default) of ``[[[...``; a
+``session/prompt`` of an attached session whose text fills 16 MiB (forwarded); and
+one whose prompt is 16 MiB of ``[{},{},...]`` (forwarded too).
 """
 
 from __future__ import annotations
@@ -62,6 +63,15 @@ def prompt_frame(size: int = SIZE) -> bytes:
     head += SESSION.encode() + b'","prompt":[{"type":"text","text":"'
     tail = b'"}]}}'
     return head + b"x" * (size - len(head) - len(tail)) + tail
+
+
+def empty_objects_frame(size: int = SIZE) -> bytes:
+    """A ``session/prompt`` whose prompt is ``[{},{},...]``: the most objects per byte."""
+    head = b'{"jsonrpc":"2.0","id":2,"method":"session/prompt","params":{"sessionId":"'
+    head += SESSION.encode() + b'","prompt":['
+    count = (size - len(head) - 4) // 3
+    frame = head + b",".join([b"{}"] * count) + b"]}}"
+    return frame + b" " * (size - len(frame))
 
 
 def masked(payload: bytes) -> bytes:
@@ -125,7 +135,12 @@ async def run(budget: Budget) -> list[Result]:
     async with _backend() as url, _router(url, DEADLINE_MS) as port:
         client = await _client(port)
         small = masked(prompt_frame(309))
-        frames = {"nesting": masked(nesting_frame()), "prompt": masked(prompt_frame())}
+        payloads = {
+            "nesting": nesting_frame(),
+            "prompt": prompt_frame(),
+            "[{},{},...]": empty_objects_frame(),
+        }
+        frames = {name: masked(payload) for name, payload in payloads.items()}
         await client.call(masked(b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}'))
         resume = b'{"jsonrpc":"2.0","id":1,"method":"session/resume","params":{"sessionId":"'
         await client.call(masked(resume + SESSION.encode() + b'","cwd":"/w"}}'))
@@ -141,7 +156,7 @@ async def run(budget: Budget) -> list[Result]:
             worst = max(subject for subject, _ in pairs)
             results.append(Figure(BENCH, f"{measure} (worst, ms)", worst, "ms", STALL))
         for name, frame in frames.items():
-            results += await _memory(client, name, frame)
+            results += await _memory(client, name, frame, payloads[name])
         client.writer.close()
         results += await _deadline(port)
     return results
@@ -154,8 +169,7 @@ async def _stall(client: Connection, frame: bytes) -> float:
     return max(gaps, default=0.0)
 
 
-async def _memory(client: Connection, name: str, frame: bytes) -> list[Result]:
-    payload = nesting_frame() if name == "nesting" else prompt_frame()
+async def _memory(client: Connection, name: str, frame: bytes, payload: bytes) -> list[Result]:
     gc.collect()
     tracemalloc.start()
     try:
@@ -197,9 +211,15 @@ async def _deadline(port: int) -> list[Result]:
             writer.write(b"a")
             await asyncio.sleep(0.05)  # a byte every 50 ms: always sending, never done
 
+    async def until_closed(reader: asyncio.StreamReader) -> bytes:
+        try:
+            return await reader.read()
+        except ConnectionResetError:  # closed while its bytes kept coming: reset, no 408 read
+            return b"HTTP/1.1 408 (reset)"
+
     senders = [asyncio.create_task(trickle(writer)) for _, writer in trickling]
     try:
-        answers = await asyncio.gather(*(reader.read() for reader, _ in connections))
+        answers = await asyncio.gather(*(until_closed(reader) for reader, _ in connections))
     finally:
         for sender in senders:
             sender.cancel()

@@ -56,7 +56,8 @@ HTTP = web.AppKey("http", aiohttp.ClientSession)
 
 class OpenClients(set[ClientConnection]):
     """The client connections open now, on any transport (closed with 1012 on shutdown),
-    and the tasks closing some of them (a revoked token's)."""
+    and the tasks closing some of them (a revoked token's, one past its initialize
+    deadline)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -237,9 +238,13 @@ async def _serve_client(
         WebSocketChannel(ws), app[POOL], app[HTTP], gate, principal=admission.principal
     )
     clients.add(connection)
-    deadline = asyncio.create_task(
-        _initialize_deadline(connection, settings.initialize_timeout_ms, metrics),
-        name="initialize-deadline",
+    # a timer, not a task: nothing waits on the connection's behalf while it is fine
+    deadline = asyncio.get_running_loop().call_later(
+        settings.initialize_timeout_ms / 1000,
+        _initialize_deadline_passed,
+        app,
+        connection,
+        settings.initialize_timeout_ms,
     )
     try:
         await websocket.pump(ws, connection)
@@ -247,18 +252,20 @@ async def _serve_client(
         logger.exception("client connection failed")
         await ws.close(code=aiohttp.WSCloseCode.INTERNAL_ERROR)
     finally:
-        await cancel_and_wait(deadline)
+        deadline.cancel()
         clients.discard(connection)
         metrics.active_connections.dec()
     return ws
 
 
-async def _initialize_deadline(connection: ClientConnection, ms: int, metrics: Metrics) -> None:
-    """Close ``connection`` (1008) if it has not sent ``initialize`` within ``ms``."""
-    await asyncio.sleep(ms / 1000)
+def _initialize_deadline_passed(
+    app: web.Application, connection: ClientConnection, ms: int
+) -> None:
+    """Close ``connection`` (1008) if it has not sent ``initialize`` by now."""
     if not connection.initialized:
-        metrics.connections.labels("initialize_timeout").inc()
-        await connection.shut(aiohttp.WSCloseCode.POLICY_VIOLATION, f"no initialize within {ms} ms")
+        app[METRICS].connections.labels("initialize_timeout").inc()
+        reason = f"no initialize within {ms} ms"
+        app[CLIENTS].closing(connection.shut(aiohttp.WSCloseCode.POLICY_VIOLATION, reason))
 
 
 def revoke(app: web.Application, credentials: Credentials | None) -> int:
