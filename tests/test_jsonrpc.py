@@ -634,3 +634,74 @@ def test_replace_member_changes_exactly_that_member(
     if isinstance(params, dict):
         shortcut = replace_parsed_member(text, ("params", "sessionId"), "sealed")
         assert json.loads(shortcut) == expected
+
+
+def _expected(obj: dict[str, Any]) -> tuple[Any, ...]:
+    """What parse makes of ``obj``, by the rules as written (an oracle over json.loads)."""
+    raw_id = obj.get("id")
+    fits = isinstance(raw_id, str) or (
+        is_request_id(raw_id) and -(2**63) <= raw_id < 2**64  # type: ignore[operator]
+    )
+    known = raw_id if fits else None
+    if obj.get("jsonrpc") != "2.0":
+        return ("invalid", known)
+    if "method" in obj:
+        params = obj.get("params")
+        if not isinstance(obj["method"], str) or not isinstance(params, dict | list | None):
+            return ("invalid", known)
+        session_id = params.get("sessionId") if isinstance(params, dict) else None
+        if "id" not in obj:
+            return ("notification", obj["method"], params, session_id)
+        return ("request", known, obj["method"], params, session_id) if fits else ("invalid", None)
+    if "id" not in obj or (raw_id is not None and not fits):
+        return ("invalid", None)
+    if ("result" in obj) == ("error" in obj):
+        return ("invalid", known)
+    if "result" in obj:
+        return ("result", known, obj["result"])
+    error = obj["error"]
+    code = error.get("code") if isinstance(error, dict) else None
+    if (
+        not isinstance(code, int)
+        or isinstance(code, bool)
+        or not isinstance(error.get("message"), str)
+    ):
+        return ("invalid", None)
+    return ("error", known, code, error["message"], error.get("data"))
+
+
+def _made(text: str) -> tuple[Any, ...]:
+    try:
+        message = parse(text)
+    except InvalidRequest as exc:
+        return ("invalid", exc.request_id)
+    if isinstance(message, Notification):
+        return ("notification", message.method, message.params, message.param("sessionId"))
+    if isinstance(message, Request):
+        return ("request", message.id, message.method, message.params, message.param("sessionId"))
+    if message.error is None:
+        return ("result", message.id, message.result)
+    error = message.error
+    return ("error", message.id, error.code, error.message, error.data)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_ENVELOPE_VALUES | _message(), st.booleans())
+def test_parse_reads_every_envelope_as_the_rules_say(obj: dict[str, Any], ascii_only: bool) -> None:
+    # the typed one-pass reader and the flat one it falls back to must agree with the rules
+    text = json.dumps(obj, ensure_ascii=ascii_only)
+    assert _made(text) == _expected(json.loads(text))
+
+
+_SURROGATES = st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), max_size=2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_message(), _SURROGATES, _SURROGATES, st.sampled_from(["id", "params", "result", "x"]))
+def test_parse_reads_lone_surrogate_escapes_anywhere_as_the_rules_say(
+    obj: dict[str, Any], cut: str, other: str, where: str
+) -> None:
+    # read through the shifted copy: every value comes out as sent
+    obj = obj | ({where: {"sessionId": cut, "k": [other]}} if where != "id" else {"id": cut})
+    text = json.dumps(obj)  # ASCII: the surrogates are \u escapes
+    assert _made(text) == _expected(json.loads(text))
