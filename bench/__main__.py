@@ -17,13 +17,13 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from bench import envelope, forwarding, locate, memory, placement, storm
+from bench import envelope, forwarding, hostile, locate, memory, placement, storm
 from bench.fleet import start_fleet
 from bench.observe import raise_open_files
 from bench.ratios import Budget, Result
 from bench.report import table, write_json
 
-BENCHES = ("envelope", "placement", "forwarding", "locate", "memory", "storm")
+BENCHES = ("envelope", "placement", "hostile", "forwarding", "locate", "memory", "storm")
 SCRIPTED = {"locate": max(locate.POOLS), "memory": 1, "storm": storm.BACKENDS}
 
 
@@ -73,6 +73,9 @@ def _in_process(chosen: set[str], budget: Budget) -> list[Result]:
     if "placement" in chosen:
         with _progress("placement"):
             results += placement.run(budget)
+    if "hostile" in chosen:
+        with _progress("hostile"):
+            results += asyncio.run(hostile.run(budget))
     return results
 
 

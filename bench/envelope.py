@@ -2,13 +2,14 @@
 ACP-shaped frames, in process.
 
 * ``parse`` against ``json.loads`` of the same text (the stdlib decoder), and against
-  ``orjson.loads`` (what ``parse`` itself decodes with: the gap is the envelope's own
-  cost);
+  ``orjson.loads`` (what ``parse`` decoded with before it read only the envelope, with
+  msgspec: below 1x, the envelope reader wins);
 * ``replace_id`` against decoding with ``json.loads``, setting ``id`` and encoding
   with ``orjson.dumps``.
 
 The frames are built to the sizes of routing-anchors §3.5: a 309 B
-``session/update`` chunk, a ~3.7 KB ``session/prompt`` and a ~74 KB history result.
+``session/update`` chunk, a ~3.7 KB ``session/prompt`` and a ~74 KB history result;
+and two 1 MiB prompts: one text block, and ``[{},{},...]``.
 """
 
 from __future__ import annotations
@@ -99,6 +100,24 @@ def permission_frame() -> str:
     return orjson.dumps(message).decode()
 
 
+def large_prompt_frame(size: int) -> str:
+    """A ``session/prompt`` whose one text block fills ``size`` bytes."""
+
+    def build(text: str) -> dict[str, Any]:
+        params = {"sessionId": SESSION, "prompt": [{"type": "text", "text": text}]}
+        return {"jsonrpc": "2.0", "id": 12, "method": "session/prompt", "params": params}
+
+    return _sized(build, size)
+
+
+def empty_objects_frame(size: int) -> str:
+    """A ``session/prompt`` whose prompt is ``[{},{},...]`` to ``size`` bytes: the shape
+    that costs a decoder the most objects per byte."""
+    head = f'{{"jsonrpc":"2.0","id":12,"method":"session/prompt","params":{{"sessionId":"{SESSION}","prompt":['
+    count = (size - len(head) - 4) // 3
+    return head + ",".join(["{}"] * count) + "]}}"
+
+
 def _reencoded(text: str, new_id: int) -> str:
     obj = json.loads(text)
     obj["id"] = new_id
@@ -112,6 +131,8 @@ def run(budget: Budget) -> list[Row]:
         rows += _parse_rows(kind, frame, budget.rounds, target)
     history = history_frame()
     rows += _parse_rows("history", history, budget.rounds, target)
+    rows += _parse_rows("prompt", large_prompt_frame(1 << 20), budget.rounds, target)
+    rows += _parse_rows("[{},...]", empty_objects_frame(1 << 20), budget.rounds, target)
     for kind, frame in [("permission", permission_frame()), ("prompt", prompt_frame())]:
         rows.append(_replace_id_row(kind, frame, budget.rounds, target))
     rows.append(_replace_id_row("history", history, budget.rounds, target))

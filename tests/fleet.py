@@ -20,7 +20,8 @@ from aiohttp import web
 
 from router.core.health import Health
 from router.protocol.ids import BackendId
-from router.server.app import POOL, create_app
+from router.server.accepting import listen
+from router.server.app import GUARD, POOL, app_runner, create_app
 from router.server.config import Settings, settings_from
 from router.server.metrics import Metrics
 from router.server.pool import Pool
@@ -99,12 +100,11 @@ async def start_router(
     metrics = Metrics()
     settings = router_settings(backends, **sections)
     app = create_app(settings, metrics, clock=clock)
-    runner = web.AppRunner(app)
+    runner = app_runner(app)
     await runner.setup()
     try:
         tls = server_context(settings.router)
-        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls)
-        await site.start()
+        site = await listen(runner, app[GUARD], "127.0.0.1", 0, tls)
         server = site._server
         assert isinstance(server, asyncio.Server)
         port = server.sockets[0].getsockname()[1]

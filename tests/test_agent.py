@@ -690,6 +690,10 @@ async def test_max_message_bytes_closes_on_a_bigger_frame(store: Path) -> None:
         AcpClient.connect(agent.url) as client,
     ):
         result_of(await client.request("session/list", {"cwd": "/" + "x" * 3000}))
+        head = '{"jsonrpc":"2.0","id":99,"method":"session/list","params":{"cwd":"/'
+        exact = head + "x" * (4096 - len(head) - 3) + '"}}'
+        assert len(exact.encode()) == 4096  # exactly the limit: still answered
+        result_of(await client.send_raw(exact, expect_id=99))
         with pytest.raises(ConnectionError):
             await client.request("session/list", {"cwd": "/" + "x" * 5000})
         assert client.ws.close_code == 1009

@@ -9,7 +9,13 @@ import orjson
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from router.protocol.errors import InvalidRequest, ParseError, ProtocolError, SessionNotFound
+from router.protocol.errors import (
+    InvalidRequest,
+    NestingTooDeep,
+    ParseError,
+    ProtocolError,
+    SessionNotFound,
+)
 from router.protocol.jsonrpc import (
     ErrorObject,
     Notification,
@@ -186,8 +192,6 @@ def test_malformed_responses_are_invalid(text: str) -> None:
         "{'a': 1}",
         "NaN",
         '{"a":Infinity}',
-        "[" * 2000,
-        '{"a":' * 2000 + "1" + "}" * 1999,
         '"\ud800"',  # a raw surrogate in a str is not Unicode text (an escaped one is fine)
         b"\xff{}",
     ],
@@ -199,9 +203,41 @@ def test_malformed_json_is_a_parse_error(frame: str | bytes) -> None:
     assert caught.value.request_id is None
 
 
-#: Legal JSON that orjson rejects: a lone surrogate escape, a number beyond a double,
-#: nesting deeper than 1024 (and deeper than the standard library's recursion limit).
-ODD_RESULTS = ['"cut \\ud83d"', "1e400", '{"a":' * 3000 + "[]" + "}" * 3000]
+#: Legal JSON that orjson rejects: a lone surrogate escape, a number beyond a double;
+#: and a lone surrogate escape under nesting msgspec still reads.
+ODD_RESULTS = ['"cut \\ud83d"', "1e400", '{"a":' * 500 + '"\\udc00"' + "}" * 500]
+
+
+@pytest.mark.parametrize(
+    ("frame", "request_id"),
+    [
+        ('{"jsonrpc":"2.0","id":5,"result":' + "[" * 5000 + "]" * 5000 + "}", 5),
+        (
+            '{"id":"a","jsonrpc":"2.0","method":"m","params":' + '{"a":' * 3000 + "1" + "}" * 3001,
+            "a",
+        ),
+        ('{"jsonrpc":"2.0","params":' + "[" * 3000 + "]" * 3000 + ',"id":7,"method":"m"}', None),
+        ("[" * 2000, None),
+        ('{"a":' * 2000 + "1" + "}" * 1999, None),  # not JSON either: too deep is said first
+        ("[" * (16 * 1024 * 1024), None),
+    ],
+)
+def test_nesting_deeper_than_the_parsers_read_is_refused_at_once(
+    frame: str, request_id: int | str | None
+) -> None:
+    with pytest.raises(NestingTooDeep, match="nesting is too deep") as caught:
+        parse(frame)
+    assert caught.value.code == -32600
+    assert caught.value.request_id == request_id
+
+
+def test_nesting_the_parsers_read_is_read() -> None:
+    deep = "[" * 500 + "]" * 500
+    text = f'{{"jsonrpc":"2.0","id":1,"method":"m","params":{{"sessionId":"s","x":{deep}}}}}'
+    request = parse(text)
+    assert isinstance(request, Request)
+    assert request.param("sessionId") == "s"
+    assert replace_id(text, 2) == text.replace('"id":1', '"id":2')
 
 
 @pytest.mark.parametrize("result", ODD_RESULTS)
@@ -598,3 +634,74 @@ def test_replace_member_changes_exactly_that_member(
     if isinstance(params, dict):
         shortcut = replace_parsed_member(text, ("params", "sessionId"), "sealed")
         assert json.loads(shortcut) == expected
+
+
+def _expected(obj: dict[str, Any]) -> tuple[Any, ...]:
+    """What parse makes of ``obj``, by the rules as written (an oracle over json.loads)."""
+    raw_id = obj.get("id")
+    fits = isinstance(raw_id, str) or (
+        is_request_id(raw_id) and -(2**63) <= raw_id < 2**64  # type: ignore[operator]
+    )
+    known = raw_id if fits else None
+    if obj.get("jsonrpc") != "2.0":
+        return ("invalid", known)
+    if "method" in obj:
+        params = obj.get("params")
+        if not isinstance(obj["method"], str) or not isinstance(params, dict | list | None):
+            return ("invalid", known)
+        session_id = params.get("sessionId") if isinstance(params, dict) else None
+        if "id" not in obj:
+            return ("notification", obj["method"], params, session_id)
+        return ("request", known, obj["method"], params, session_id) if fits else ("invalid", None)
+    if "id" not in obj or (raw_id is not None and not fits):
+        return ("invalid", None)
+    if ("result" in obj) == ("error" in obj):
+        return ("invalid", known)
+    if "result" in obj:
+        return ("result", known, obj["result"])
+    error = obj["error"]
+    code = error.get("code") if isinstance(error, dict) else None
+    if (
+        not isinstance(code, int)
+        or isinstance(code, bool)
+        or not isinstance(error.get("message"), str)
+    ):
+        return ("invalid", None)
+    return ("error", known, code, error["message"], error.get("data"))
+
+
+def _made(text: str) -> tuple[Any, ...]:
+    try:
+        message = parse(text)
+    except InvalidRequest as exc:
+        return ("invalid", exc.request_id)
+    if isinstance(message, Notification):
+        return ("notification", message.method, message.params, message.param("sessionId"))
+    if isinstance(message, Request):
+        return ("request", message.id, message.method, message.params, message.param("sessionId"))
+    if message.error is None:
+        return ("result", message.id, message.result)
+    error = message.error
+    return ("error", message.id, error.code, error.message, error.data)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_ENVELOPE_VALUES | _message(), st.booleans())
+def test_parse_reads_every_envelope_as_the_rules_say(obj: dict[str, Any], ascii_only: bool) -> None:
+    # the typed one-pass reader and the flat one it falls back to must agree with the rules
+    text = json.dumps(obj, ensure_ascii=ascii_only)
+    assert _made(text) == _expected(json.loads(text))
+
+
+_SURROGATES = st.text(st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF), max_size=2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_message(), _SURROGATES, _SURROGATES, st.sampled_from(["id", "params", "result", "x"]))
+def test_parse_reads_lone_surrogate_escapes_anywhere_as_the_rules_say(
+    obj: dict[str, Any], cut: str, other: str, where: str
+) -> None:
+    # read through the shifted copy: every value comes out as sent
+    obj = obj | ({where: {"sessionId": cut, "k": [other]}} if where != "id" else {"id": cut})
+    text = json.dumps(obj)  # ASCII: the surrogates are \u escapes
+    assert _made(text) == _expected(json.loads(text))

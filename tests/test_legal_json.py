@@ -1,10 +1,11 @@
 """Legal JSON that orjson rejects crosses the router both ways, byte for byte.
 
 Agents cut strings inside an emoji (a lone surrogate escape), write numbers beyond a
-double, and nest deeper than 1024; every such frame is legal JSON and answers a
-request, so it must reach the client as it was sent. A real router, a scripted
-backend on a real socket, and a raw WebSocket client: the test client compares text,
-since the standard library cannot decode the deepest frame either.
+double, and nest deeply; every such frame is legal JSON and answers a request, so it
+must reach the client as it was sent. Only nesting deeper than the router reads
+(about a thousand levels) is refused: dropped and counted from a backend, -32600
+naming the id to a client. A real router, a scripted backend on a real socket, and a
+raw WebSocket client that compares text.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from tests.support import WAIT
 
 #: a session id cut inside an emoji, as a backend writes it and as the client echoes it
 SESSION = '"cut \\ud83d"'
-DEPTH = 3000  # beyond orjson's 1024 and the standard library's recursion limit
+DEPTH = 250  # 500 levels ({"a":[ is two): deep, and still read
+TOO_DEEP = 3000  # beyond what the router reads
 
 
 def reply(result: str) -> str:
@@ -43,11 +45,12 @@ async def test_odd_but_legal_replies_reach_the_client_intact() -> None:
     created = reply(f'{{"sessionId":{SESSION}}}')
     prompted = reply('{"stopReason":"end_turn","_meta":{"tokens":1e400}}')
     nested = reply(f'{{"tree":{deep}}}')
+    too_deep = reply('{"tree":' + "[" * TOO_DEEP + "]" * TOO_DEEP + "}")
     async with start_scripted("odd", never_answer) as backend:
         backend.scripted = {
             "session/new": [created],
             "session/prompt": ['{"jsonrpc":"2.0","method":"x","params":"not an object"}', prompted],
-            "_odd/tree": ["{not json", "[]", nested],
+            "_odd/tree": ["{not json", "[]", too_deep, nested],
         }
         async with (
             start_router([("odd", backend.url)]) as router,
@@ -70,4 +73,12 @@ async def test_odd_but_legal_replies_reach_the_client_intact() -> None:
             dropped = "acp_router_backend_frames_dropped_total"
             assert router.metric(dropped, backend="odd", reason="not_json") == 1
             assert router.metric(dropped, backend="odd", reason="not_jsonrpc") == 2
+            assert router.metric(dropped, backend="odd", reason="too_deep") == 1
             assert router.metric("acp_router_client_errors_total", code="-32700") == 0
+
+            # a client's frame nested too deep: refused at once, naming its id
+            deep_call = call(5, "_odd/tree", "[" * TOO_DEEP + "]" * TOO_DEEP)
+            refused = json.loads(await exchange(ws, deep_call))
+            assert refused["id"] == 5
+            assert refused["error"]["code"] == -32600
+            assert "nesting is too deep" in refused["error"]["message"]

@@ -124,7 +124,9 @@ def _announce(agent_id: str, scheme: str, host: str, port: int) -> None:
 
 async def _acp(request: web.Request) -> web.StreamResponse:
     max_frame_bytes = request.app[MAX_FRAME_BYTES]
-    ws = web.WebSocketResponse(heartbeat=HEARTBEAT_SECONDS, max_msg_size=max_frame_bytes)
+    # aiohttp refuses a frame of max_msg_size bytes itself: one more, so a frame of exactly
+    # --max-message-bytes passes (as at the router), and only larger ones close 1009
+    ws = web.WebSocketResponse(heartbeat=HEARTBEAT_SECONDS, max_msg_size=max_frame_bytes + 1)
     await ws.prepare(request)
     sockets = request.app[SOCKETS]
     sockets.add(ws)

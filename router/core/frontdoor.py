@@ -58,10 +58,21 @@ class Credentials:
     """The tokens the router accepts, kept as digests."""
 
     digests: tuple[bytes, ...]
+    #: who the tokens are (a connection whose principal is not here came with a token
+    #: that is no longer accepted)
+    principals: frozenset[Principal] = frozenset()
 
     @classmethod
     def of(cls, tokens: Iterable[str]) -> Credentials:
-        return cls(tuple(sorted({_digest(token) for token in tokens})))
+        unique = set(tokens)
+        return cls(
+            tuple(sorted({_digest(token) for token in unique})),
+            frozenset(principal_of(token) for token in unique),
+        )
+
+    def admits(self, principal: Principal) -> bool:
+        """Whether a client that came as ``principal`` would be let in now."""
+        return principal in self.principals
 
     def __len__(self) -> int:
         return len(self.digests)

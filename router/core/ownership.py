@@ -29,7 +29,7 @@ import base64
 import functools
 import hashlib
 import hmac
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -112,10 +112,7 @@ class Ownership:
         session_id = self.seal.open(self.principal, sealed)
         if session_id is None:
             raise SessionNotFound(sealed)
-        params = message.params
-        assert isinstance(params, dict)  # it had a sessionId
-        text = replace_parsed_member(message.text, _PARAMS_ID, session_id)
-        return replace(message, params={**params, "sessionId": session_id}, text=text)
+        return message.with_param("sessionId", session_id)
 
     # -- router -> client (rule 2) ---------------------------------------------------------------
 
@@ -124,19 +121,15 @@ class Ownership:
         parsed fields keep the agent's ids for the core)."""
         if isinstance(message, Request | Notification):
             return self._sealed(message, _PARAMS_ID, message.param("sessionId"))
-        if message.error is not None:
-            data = message.error.data
-            named = data.get("sessionId") if isinstance(data, dict) else None
-            return self._sealed(message, _ERROR_ID, named)
-        result = message.result
-        named = result.get("sessionId") if isinstance(result, dict) else None
-        return self._sealed(message, _RESULT_ID, named)
+        if not message.ok:
+            return self._sealed(message, _ERROR_ID, message.member(*_ERROR_ID))
+        return self._sealed(message, _RESULT_ID, message.member(*_RESULT_ID))
 
     def _sealed(self, message: Message, path: tuple[str, ...], session_id: Any) -> Message:
         if not isinstance(session_id, str):
             return message
         sealed = self.seal.seal(self.principal, session_id)
-        return replace(message, text=replace_parsed_member(message.text, path, sealed))
+        return message.with_text(replace_parsed_member(message.text, path, sealed))
 
     def reply(self, text: str) -> str:
         """A reply the router made itself, with an error's ``data.sessionId`` sealed."""

@@ -478,8 +478,7 @@ class ClientRoutes:
         return Settled(call, backend, "ok", session_id, changes)
 
     def _settle_created(self, call: PendingCall, backend: BackendId, response: Response) -> Settled:
-        result = response.result
-        new_id = result.get("sessionId") if isinstance(result, dict) else None
+        new_id = response.member("result", "sessionId")
         if not isinstance(new_id, str):
             return Settled(call, backend)
         session_id = SessionId(new_id)

@@ -270,8 +270,8 @@ def create_app(host: Host) -> web.Application:
 
 async def _acp(request: web.Request) -> web.StreamResponse:
     host = request.app[HOST]
-    ws = web.WebSocketResponse(
-        heartbeat=HEARTBEAT_SECONDS, max_msg_size=host.settings.max_message_bytes
+    ws = web.WebSocketResponse(  # + 1: aiohttp refuses a frame of max_msg_size bytes itself
+        heartbeat=HEARTBEAT_SECONDS, max_msg_size=host.settings.max_message_bytes + 1
     )
     if not ws.can_prepare(request).ok:
         return web.Response(status=426, text="ACP speaks WebSocket here: connect with ws://\n")

@@ -96,10 +96,11 @@ def announced_child(note: Notification) -> SessionId | None:
     (``params.update.sessionId``); the first such update announces it, before any
     message naming the child.
     """
-    update = note.param("update") if note.method == SESSION_UPDATE else None
-    if not isinstance(update, dict) or update.get("sessionUpdate") != SUBAGENT_UPDATE:
+    if note.method != SESSION_UPDATE:
         return None
-    child = update.get("sessionId")
+    if note.member("params", "update", "sessionUpdate") != SUBAGENT_UPDATE:
+        return None
+    child = note.member("params", "update", "sessionId")
     return SessionId(child) if isinstance(child, str) else None
 
 

@@ -12,6 +12,7 @@ is a :class:`JsonRpcError` carrying its code, so exactly one function
         ├── ProtocolError               the peer broke JSON-RPC itself
         │   ├── ParseError              -32700, the frame is not JSON
         │   └── InvalidRequest          -32600, JSON but not a JSON-RPC message
+        │       └── NestingTooDeep      -32600, JSON nested deeper than the router reads
         ├── MethodNotFound              -32601
         ├── InvalidParams               -32602
         ├── InternalError               -32603
@@ -104,6 +105,11 @@ class ParseError(ProtocolError):
 class InvalidRequest(ProtocolError):
     code = -32600
     default_message = "Invalid request"
+
+
+class NestingTooDeep(InvalidRequest):
+    """Legal JSON nested deeper than the router reads (about a thousand levels): refused
+    at once, never decoded (:mod:`router.protocol.jsontext`)."""
 
 
 class MethodNotFound(JsonRpcError):

@@ -4,12 +4,19 @@ operator endpoints ``/metrics``, ``/healthz`` and ``/readyz``.
 ``/acp`` speaks both profiles of ACP's transport RFD: a ``GET`` with ``Upgrade:
 websocket`` is a WebSocket client (:mod:`router.server.websocket`); ``POST``, any other
 ``GET`` and ``DELETE`` are Streamable HTTP (:mod:`router.server.streamable_http`).
-Before a client's connection is accepted (the upgrade, or the POSTed ``initialize``),
-the door checks, in order: draining (503), the ``Origin`` (403), the bearer token (401),
-the connections open from the client's address (429) and in all (503); every later
+
+Every TCP connection is counted against the connection limits from the moment it is
+accepted, and must send its request within ``router.handshake_timeout_ms``
+(:mod:`router.server.accepting`: 429 or 503 past a limit, 503 near the open-file limit,
+408 past the deadline). Before a client's connection is accepted (the upgrade, or the
+POSTed ``initialize``), the door checks, in order: draining (503), the ``Origin`` (403),
+the bearer token (401); an HTTP client's connections count against ``max_connections``
+and the per-address limit too, however few TCP connections carry them, and every later
 HTTP request of a connection is checked for origin and token again. The decisions are
 :mod:`router.core.frontdoor`'s and :mod:`router.core.quotas`'s; this module answers them
-and counts them.
+and counts them. An upgraded client must send ``initialize`` within
+``router.initialize_timeout_ms`` (else close 1008), and a reload that removes the token
+a client came with closes its connection (1008, :func:`revoke`).
 """
 
 from __future__ import annotations
@@ -19,19 +26,21 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import hdrs, web
 from aiohttp.log import access_logger
 
-from router.core.frontdoor import Admitted, DoorPolicy
+from router.core.frontdoor import Admitted, Credentials, DoorPolicy
 from router.core.ownership import SessionSeal
 from router.core.quotas import ConnectionCounts
 from router.protocol import acp
 from router.protocol.ids import new_connection_id
 from router.server import log_context, websocket
+from router.server.accepting import ConnectionGuard, listen
 from router.server.admin import Admin
 from router.server.auth import TokenSource, session_secret
 from router.server.client import ClientChannel, ClientConnection
@@ -45,6 +54,7 @@ from router.server.shutdown import StopSignals, close_spread, reloading_on_hangu
 from router.server.streamable_http import Entry, HttpFront
 from router.server.tls import backend_context, server_context
 from router.server.websocket import WebSocketChannel
+from router.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +65,19 @@ HTTP = web.AppKey("http", aiohttp.ClientSession)
 
 
 class OpenClients(set[ClientConnection]):
-    """The client connections open now, on any transport (closed with 1012 on shutdown)."""
+    """The client connections open now, on any transport (closed with 1012 on shutdown),
+    and the tasks closing some of them (a revoked token's, one past its initialize
+    deadline)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closes: set[asyncio.Task[None]] = set()
+
+    def closing(self, close: Coroutine[Any, Any, None]) -> None:
+        """Run ``close`` in a task held here until it ends."""
+        task = asyncio.create_task(close, name="close-client")
+        self.closes.add(task)
+        task.add_done_callback(self.closes.discard)
 
 
 class Draining(asyncio.Event):
@@ -72,8 +94,12 @@ GATEKEEPER = web.AppKey("gatekeeper", Gatekeeper)
 #: the one way to reload the configuration: SIGHUP and POST /admin/reload call it
 RELOADER = web.AppKey("reloader", Reloader)
 CONFIG_PATH = web.AppKey("config_path", Path)
-#: the Streamable HTTP connections
+#: limits and the handshake deadline of every TCP connection (router.server.accepting)
+GUARD = web.AppKey("guard", ConnectionGuard)
+#: the Streamable HTTP connections, and how many are open from each address
 HTTP_FRONT = web.AppKey("http_front", HttpFront)
+HTTP_PER_ADDRESS = web.AppKey("http_per_address", ConnectionCounts)
+ADMIN_TOKENS = web.AppKey("admin_tokens", TokenSource)
 
 
 def create_app(
@@ -90,16 +116,22 @@ def create_app(
         ConfigError: a token source, the session secret or a TLS file named in the
             settings is unusable.
     """
+    metrics = metrics or Metrics()
+    per_address = ConnectionCounts(settings.router.max_connections_per_address)
+    guard = ConnectionGuard(settings.router, metrics, per_address)
     # a POSTed frame may be as large as a WebSocket one
-    app = web.Application(client_max_size=settings.router.max_message_bytes)
+    app = web.Application(
+        middlewares=[guard.middleware], client_max_size=settings.router.max_message_bytes + 1
+    )
     app[SETTINGS] = settings
-    app[METRICS] = metrics or Metrics()
+    app[METRICS] = metrics
     app[METRICS].max_connections.set(settings.router.max_connections)
     app[CLIENTS] = OpenClients()
     app[DRAINING] = Draining()
     app[DOOR] = DoorPolicy.of(settings.router.allowed_origins)
     app[TOKENS] = TokenSource(settings.auth)
-    app[PER_ADDRESS] = ConnectionCounts(settings.router.max_connections_per_address)
+    app[PER_ADDRESS] = per_address
+    app[GUARD] = guard
     secret = session_secret(settings.auth) if settings.auth is not None else None
     app[GATEKEEPER] = Gatekeeper(
         settings.router, app[METRICS], clock, SessionSeal(secret) if secret else None
@@ -108,6 +140,7 @@ def create_app(
         backend_context(backend)  # read the TLS files now: a bad one stops the start
     if config_path is not None:
         app[CONFIG_PATH] = config_path
+    app[HTTP_PER_ADDRESS] = ConnectionCounts(settings.router.max_connections_per_address)
     app[HTTP_FRONT] = HttpFront(settings.router, app[METRICS], _HttpDoor(app))
     app.cleanup_ctx.append(_pool_context)
     app.cleanup_ctx.append(_http_context)  # after the pool: its connections end first
@@ -120,8 +153,8 @@ def create_app(
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     if settings.admin is not None:
-        admin_tokens = TokenSource(settings.admin, key="admin")
-        Admin(admin_tokens, lambda: app[POOL], lambda: app[RELOADER]).add_routes(app)
+        app[ADMIN_TOKENS] = TokenSource(settings.admin, key="admin")
+        Admin(app[ADMIN_TOKENS], lambda: app[POOL], lambda: app[RELOADER]).add_routes(app)
     return app
 
 
@@ -146,7 +179,14 @@ async def _pool_context(app: web.Application) -> AsyncIterator[None]:
         app[POOL] = pool
         discoveries = Discoveries(pool, app[METRICS])
         app[RELOADER] = Reloader(
-            app.get(CONFIG_PATH), app[SETTINGS], pool, app[TOKENS], app[METRICS], discoveries
+            app.get(CONFIG_PATH),
+            app[SETTINGS],
+            pool,
+            app[TOKENS],
+            app[METRICS],
+            discoveries,
+            admin_tokens=app.get(ADMIN_TOKENS),
+            revoke=lambda credentials: revoke(app, credentials),
         )
         async with pool.running(), discoveries.running(app[SETTINGS].discovery):
             yield
@@ -161,6 +201,8 @@ async def _close_clients(app: web.Application) -> None:
     # Whoever is still connected at cleanup (the stop sequence closed the others).
     open_clients: OpenClients = app[CLIENTS]
     await close_spread(list(open_clients), 0.0, asyncio.Event())
+    for task in list(open_clients.closes):
+        await cancel_and_wait(task)
 
 
 async def _acp(request: web.Request) -> web.StreamResponse:
@@ -173,14 +215,7 @@ async def _acp(request: web.Request) -> web.StreamResponse:
     admission = _admit(request)
     if not isinstance(admission, Admitted):
         return admission
-    address = request.remote or "unknown"
-    refused = _take_place(app, address)
-    if refused is not None:
-        return refused
-    try:
-        return await _serve_client(request, admission, address)
-    finally:
-        app[PER_ADDRESS].close(address)
+    return await _serve_client(request, admission, request.remote or "unknown")
 
 
 async def _acp_post(request: web.Request) -> web.StreamResponse:
@@ -197,21 +232,6 @@ def _draining(app: web.Application) -> web.Response | None:
         return None
     app[METRICS].connections.labels("draining").inc()
     return web.Response(status=503, text="draining: connect to another replica\n")
-
-
-def _take_place(app: web.Application, address: str) -> web.Response | None:
-    """Count a new connection from ``address`` (given back with ``PER_ADDRESS.close``),
-    or refuse it: too many from there (429), or in all (503)."""
-    metrics = app[METRICS]
-    if not app[PER_ADDRESS].open(address):
-        metrics.connections.labels("address_limit").inc()
-        metrics.limited.labels("connections_per_address").inc()
-        return web.Response(status=429, text="too many connections from your address\n")
-    if len(app[CLIENTS]) >= app[SETTINGS].router.max_connections:
-        app[PER_ADDRESS].close(address)
-        metrics.connections.labels("rejected").inc()
-        return web.Response(status=503, text="too many connections\n")
-    return None
 
 
 def _admit(request: web.Request, *, opening: bool = True) -> Admitted | web.Response:
@@ -244,8 +264,10 @@ async def _serve_client(
     app = request.app
     metrics = app[METRICS]
     settings = app[SETTINGS].router
-    ws = web.WebSocketResponse(
-        max_msg_size=settings.max_message_bytes,
+    ws = websocket.ClientWebSocket(
+        # aiohttp refuses a frame of max_msg_size bytes itself: one more, so a frame of
+        # exactly max_message_bytes is accepted (README: larger ones are refused)
+        max_msg_size=settings.max_message_bytes + 1,
         heartbeat=30.0,
         autoping=True,
         compress=settings.compression,
@@ -259,12 +281,21 @@ async def _serve_client(
     await ws.prepare(request)
     log_context.new_connection()
     connection = _open_client(app, WebSocketChannel(ws), admission, address)
+    # a timer, not a task: nothing waits on the connection's behalf while it is fine
+    deadline = asyncio.get_running_loop().call_later(
+        settings.initialize_timeout_ms / 1000,
+        _initialize_deadline_passed,
+        app,
+        connection,
+        settings.initialize_timeout_ms,
+    )
     try:
         await websocket.pump(ws, connection, metrics)
     except Exception:  # the one boundary catch of a connection: log it, close 1011
         logger.exception("client connection failed")
         await ws.close(code=aiohttp.WSCloseCode.INTERNAL_ERROR)
     finally:
+        deadline.cancel()
         _close_client(app, connection)
     return ws
 
@@ -277,7 +308,9 @@ def _open_client(
     metrics.connections.labels("accepted").inc()
     metrics.active_connections.inc()
     gate = app[GATEKEEPER].gate(address, admission.principal)
-    connection = ClientConnection(channel, app[POOL], app[HTTP], gate)
+    connection = ClientConnection(
+        channel, app[POOL], app[HTTP], gate, principal=admission.principal
+    )
     app[CLIENTS].add(connection)
     return connection
 
@@ -290,7 +323,10 @@ def _close_client(app: web.Application, connection: ClientConnection) -> None:
 class _HttpDoor:
     """The door's checks and bookkeeping for Streamable HTTP connections
     (:class:`router.server.streamable_http.Door`): the WebSocket upgrade's, with the
-    same counts; the origin and token come first, as they do on every HTTP request."""
+    same counts; the origin and token come first, as they do on every HTTP request. An
+    HTTP connection holds no TCP connection of its own (its requests and streams come
+    and go), so it is counted here against ``max_connections`` and the per-address
+    limit, besides the TCP connections that carry it."""
 
     def __init__(self, app: web.Application) -> None:
         self.app = app
@@ -299,14 +335,21 @@ class _HttpDoor:
         return _admit(request, opening=False)
 
     def enter(self, request: web.Request, admission: Admitted) -> Entry | web.Response:
-        refused = _draining(self.app)
+        app = self.app
+        refused = _draining(app)
         if refused is not None:
             return refused
-        self.app[METRICS].auth.labels(admission.auth.value).inc()
+        metrics = app[METRICS]
+        metrics.auth.labels(admission.auth.value).inc()
         address = request.remote or "unknown"
-        refused = _take_place(self.app, address)
-        if refused is not None:
-            return refused
+        if not app[HTTP_PER_ADDRESS].open(address):
+            metrics.connections.labels("address_limit").inc()
+            metrics.limited.labels("connections_per_address").inc()
+            return web.Response(status=429, text="too many connections from your address\n")
+        if len(app[CLIENTS]) >= app[SETTINGS].router.max_connections:
+            app[HTTP_PER_ADDRESS].close(address)
+            metrics.connections.labels("rejected").inc()
+            return web.Response(status=503, text="too many connections\n")
         return Entry(admission, address)
 
     def start(self, channel: ClientChannel, entry: Entry) -> ClientConnection:
@@ -314,7 +357,34 @@ class _HttpDoor:
 
     def finish(self, connection: ClientConnection, entry: Entry) -> None:
         _close_client(self.app, connection)
-        self.app[PER_ADDRESS].close(entry.address)
+        self.app[HTTP_PER_ADDRESS].close(entry.address)
+
+
+def _initialize_deadline_passed(
+    app: web.Application, connection: ClientConnection, ms: int
+) -> None:
+    """Close ``connection`` (1008) if it has not sent ``initialize`` by now."""
+    if not connection.initialized:
+        app[METRICS].connections.labels("initialize_timeout").inc()
+        reason = f"no initialize within {ms} ms"
+        app[CLIENTS].closing(connection.shut(aiohttp.WSCloseCode.POLICY_VIOLATION, reason))
+
+
+def revoke(app: web.Application, credentials: Credentials | None) -> int:
+    """Close (1008) every client connection that came with a token not in
+    ``credentials`` (a reload removed it); how many. The closes run in the background,
+    in tasks the clients' set owns until they end."""
+    if credentials is None:
+        return 0
+    revoked = [
+        c for c in app[CLIENTS] if c.principal is not None and not credentials.admits(c.principal)
+    ]
+    for connection in revoked:
+        app[METRICS].connections.labels("revoked").inc()
+        app[CLIENTS].closing(connection.shut(aiohttp.WSCloseCode.POLICY_VIOLATION, "token revoked"))
+    if revoked:
+        logger.warning("closed %d client connection(s) whose token a reload removed", len(revoked))
+    return len(revoked)
 
 
 async def _metrics(request: web.Request) -> web.Response:
@@ -354,13 +424,13 @@ async def serve(
     app = create_app(settings, config_path=config_path)
     tls = server_context(settings.router)
     access_log = access_logger if settings.router.access_log else None
-    runner = web.AppRunner(app, handle_signals=False, access_log=access_log)
+    runner = app_runner(app, access_log=access_log)
     with StopSignals().installed() as signals:
         await runner.setup()
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(runner.cleanup)
             host, port = settings.router.address
-            await web.TCPSite(runner, host, port, ssl_context=tls).start()
+            await listen(runner, app[GUARD], host, port, tls)
             if settings.router.metrics_address is not None:
                 await _serve_metrics(stack, app[METRICS], *settings.router.metrics_address)
             if settings.auth is None:
@@ -376,6 +446,14 @@ async def serve(
             spread = settings.router.close_spread_seconds
             open_clients: OpenClients = app[CLIENTS]
             await close_spread(list(open_clients), spread, signals.hurry)
+
+
+def app_runner(app: web.Application, **kwargs: Any) -> web.AppRunner:
+    """The runner of the router's application: an idle HTTP keep-alive connection is
+    closed after ``router.handshake_timeout_ms`` too (aiohttp's default is an hour).
+    Start its site with :func:`router.server.accepting.listen`."""
+    keepalive = app[SETTINGS].router.handshake_timeout_ms / 1000
+    return web.AppRunner(app, handle_signals=False, keepalive_timeout=keepalive, **kwargs)
 
 
 async def _serve_metrics(

@@ -205,7 +205,8 @@ class BackendLink:
                 ws = await self._http.ws_connect(
                     self.url,
                     ssl=self._tls or True,
-                    max_msg_size=self._max_message_bytes,
+                    # one more: aiohttp refuses a frame of max_msg_size bytes itself
+                    max_msg_size=self._max_message_bytes + 1,
                     autoping=True,
                     heartbeat=30.0,
                 )

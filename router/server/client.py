@@ -44,6 +44,7 @@ from router.core.actions import (
     refusal,
     unreadable,
 )
+from router.core.frontdoor import Principal
 from router.core.health import Health
 from router.core.routes import ClientRoutes, Limits
 from router.protocol import acp
@@ -85,9 +86,18 @@ class ClientConnection:
     (:meth:`ended`); it writes through its :class:`ClientChannel`."""
 
     def __init__(
-        self, channel: ClientChannel, pool: Pool, http: aiohttp.ClientSession, gate: Gate
+        self,
+        channel: ClientChannel,
+        pool: Pool,
+        http: aiohttp.ClientSession,
+        gate: Gate,
+        *,
+        principal: Principal | None = None,
     ) -> None:
         self.channel = channel
+        #: who the client came as (its token's principal): a reload that removes the
+        #: token closes the connection
+        self.principal = principal
         #: where frames enter and leave: session limits, and sealed session ids
         self.gate = gate
         self.pool = pool
@@ -106,6 +116,11 @@ class ClientConnection:
         self.tasks: set[asyncio.Task[None]] = set()
         #: closing for a router stop: every request gets RouterStopping
         self._stopping = False
+
+    @property
+    def initialized(self) -> bool:
+        """Whether the client has sent ``initialize``."""
+        return self.routes.initialize is not None
 
     async def shut(self, code: int, reason: str) -> None:
         """Close the client's connection (the router is stopping: 1012), after answering
@@ -284,7 +299,9 @@ class ClientConnection:
             status = self.pool.queries.status(session_id)
             self._spawn(self._answer(request.id, status), "status")
         elif duty is Duty.LIST:
-            listed = self.pool.queries.list_sessions(request.params)
+            # the two members the listing reads, not the whole params a client sent
+            asked = {"cwd": request.param("cwd"), "cursor": request.param("cursor")}
+            listed = self.pool.queries.list_sessions(asked)
             self._spawn(self._answer(request.id, listed), "list")
         else:  # LOCATE, LOCATE_DETACHED
             assert session_id is not None

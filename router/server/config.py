@@ -111,6 +111,12 @@ class RouterSection(_Section):
     compression: bool = False
     #: how long opening any link to a backend (connect, upgrade, initialize) may take
     connect_timeout_ms: Annotated[int, Field(gt=0)] = 5000
+    #: a TCP connection must send its whole HTTP request (GET /acp's line and headers)
+    #: within this, from the moment it is accepted (else HTTP 408 and closed); an idle
+    #: keep-alive connection is closed after it too
+    handshake_timeout_ms: Annotated[int, Field(gt=0)] = 10_000
+    #: an upgraded client must send initialize within this (else close 1008)
+    initialize_timeout_ms: Annotated[int, Field(gt=0)] = 10_000
     #: PEM files: with both set the front door is wss:// (TLS), else ws://
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -119,7 +125,9 @@ class RouterSection(_Section):
     #: browser origins that may open the front door ("https://app.example"); a request
     #: with any other Origin header gets 403; requests without one (not browsers) pass
     allowed_origins: list[str] = []
-    #: client connections (WebSocket or HTTP) open at once from one address (more get HTTP 429)
+    #: connections open at once from one client address: TCP connections from accept on
+    #: (handshakes, WebSockets, keep-alive HTTP), and Streamable HTTP connections (more
+    #: get HTTP 429)
     max_connections_per_address: Annotated[int, Field(gt=0)] = 1000
     #: session/new and session/fork per minute, from one address and in all (-32014)
     new_sessions_per_minute_per_address: Annotated[int, Field(gt=0)] = 600

@@ -152,7 +152,8 @@ class ControlLink:
                         self.spec.url,
                         ssl=backend_context(self.spec) or True,
                         heartbeat=self._settings.heartbeat_seconds,
-                        max_msg_size=self._max_message_bytes,
+                        # one more: aiohttp refuses a frame of max_msg_size bytes itself
+                        max_msg_size=self._max_message_bytes + 1,
                         autoping=True,
                     )
                 )

@@ -82,8 +82,9 @@ class Histogram(_RememberedLabels, prometheus_client.Histogram):
     pass
 
 
-#: why a backend's frame was dropped: no JSON parser accepts it, JSON but not JSON-RPC, binary
-DROP_REASONS = ("not_json", "not_jsonrpc", "binary")
+#: why a backend's frame was dropped: no JSON parser accepts it, JSON but not JSON-RPC,
+#: binary, JSON nested deeper than the router reads, larger than router.max_message_bytes
+DROP_REASONS = ("not_json", "not_jsonrpc", "binary", "too_deep", "too_big")
 
 #: why a Streamable HTTP connection ended (``acp_router_http_connections_ended_total``)
 HTTP_END_REASONS = ("deleted", "idle", "overflow", "closed", "error")
@@ -102,9 +103,10 @@ class Metrics:
         self.build_info.labels(__version__, platform.python_version()).set(1)
         self.connections = Counter(
             "acp_router_connections_total",
-            "Client connections (WebSocket, or Streamable HTTP at initialize), by result: accepted,"
-            " rejected (max_connections), draining, address_limit, forbidden_origin,"
-            " unauthorized, not_websocket",
+            "Client connections (WebSocket, or Streamable HTTP at initialize), by result:"
+            " accepted (upgraded, or an HTTP initialize), refused at the door (draining,"
+            " forbidden_origin, unauthorized, not_websocket, address_limit, rejected, fd_limit),"
+            " or closed (handshake_timeout, initialize_timeout, revoked)",
             ["result"],
             registry=registry,
         )
@@ -115,7 +117,25 @@ class Metrics:
         )
         self.max_connections = Gauge(
             "acp_router_max_connections",
-            "The configured router.max_connections: active connections beyond it get HTTP 503",
+            "The configured router.max_connections: TCP connections beyond it get HTTP 503",
+            registry=registry,
+        )
+        self.open_connections = Gauge(
+            "acp_router_open_connections",
+            "TCP connections to the front door counted against router.max_connections"
+            " (in the handshake, WebSocket or keep-alive HTTP)",
+            registry=registry,
+        )
+        self.handshaking = Gauge(
+            "acp_router_handshaking_connections",
+            "TCP connections accepted that have not sent a whole request yet"
+            " (closed after router.handshake_timeout_ms)",
+            registry=registry,
+        )
+        self.fd_refuse_at = Gauge(
+            "acp_router_fd_refuse_at",
+            "New connections get HTTP 503 once their file descriptor number reaches this"
+            " (90% of RLIMIT_NOFILE; 0: no limit); compare process_open_fds",
             registry=registry,
         )
         self.attached_sessions = Gauge(
@@ -280,7 +300,9 @@ class Metrics:
         self.backend_frames_dropped = Counter(
             "acp_router_backend_frames_dropped_total",
             "Frames from a backend that were not JSON-RPC, dropped unanswered, by reason: not_json"
-            " (no JSON parser accepts it), not_jsonrpc (JSON, not JSON-RPC), binary",
+            " (no JSON parser accepts it), not_jsonrpc (JSON, not JSON-RPC), binary, too_deep"
+            " (nested deeper than the router reads), too_big (larger than"
+            " router.max_message_bytes, which also closes the link)",
             ["backend", "reason"],
             registry=registry,
         )

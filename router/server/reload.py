@@ -9,8 +9,12 @@ connection: a removed backend gets no new placements, probes or locates, while t
 connections that hold links to it keep them until they end.
 
 What can change at run time (:data:`LIVE`): the backends and discovery tables, the
-probe settings, ``router.unknown_policy`` and the client tokens. Anything else that
-changed is reported as needing a restart and keeps its running value.
+probe settings, ``router.unknown_policy``, the client tokens and the ``[admin]`` tokens.
+Anything else that changed is reported as needing a restart and keeps its running value.
+
+A reload that removes a client token closes the connections that came with it (1008,
+the ``revoke`` callback) as it applies the new tokens; one that removes an admin token
+refuses it from the next request on.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +31,7 @@ from router.core.frontdoor import Credentials
 from router.core.membership import MembershipChange, needs_restart
 from router.protocol.errors import ConfigError
 from router.server.auth import TokenSource
-from router.server.config import Settings, load_settings
+from router.server.config import Settings, TokenSection, load_settings
 from router.server.discovery import Discoveries
 from router.server.metrics import Metrics
 from router.server.pool import Pool
@@ -43,6 +48,9 @@ LIVE = (
     "auth.tokens",
     "auth.tokens_file",
     "auth.token_env",
+    "admin.tokens",
+    "admin.tokens_file",
+    "admin.token_env",
 )
 
 
@@ -88,6 +96,7 @@ ReloadOutcome = Reloaded | Refused
 class _Prepared:
     settings: Settings
     credentials: Credentials | None
+    admin_credentials: Credentials | None
     restart_required: tuple[str, ...]
 
 
@@ -102,8 +111,15 @@ class Reloader:
         tokens: TokenSource,
         metrics: Metrics,
         discoveries: Discoveries | None = None,
+        *,
+        admin_tokens: TokenSource | None = None,
+        revoke: Callable[[Credentials | None], object] | None = None,
     ) -> None:
         self.path = path
+        self._admin_tokens = admin_tokens
+        #: told the client tokens in force after each reload (it closes the connections
+        #: whose token went)
+        self._revoke = revoke
         self._discoveries = discoveries
         #: the configuration in force (the file's, less what needs a restart)
         self.settings = settings
@@ -135,12 +151,17 @@ class Reloader:
             backend_context(backend)  # a bad TLS file refuses the reload, naming the key
         merged = _merge(old, new)
         credentials = self._tokens.read(merged.auth)
+        admin = self._admin_tokens.read(merged.admin) if self._admin_tokens is not None else None
         restart = needs_restart(old.model_dump(), new.model_dump(), LIVE)
-        return _Prepared(merged, credentials, restart)
+        return _Prepared(merged, credentials, admin, restart)
 
     def _apply(self, prepared: _Prepared) -> Reloaded:
         settings = prepared.settings
         self._tokens.use(settings.auth, prepared.credentials)
+        if self._admin_tokens is not None:
+            self._admin_tokens.use(settings.admin, prepared.admin_credentials)
+        if self._revoke is not None:
+            self._revoke(prepared.credentials)
         change = self._pool.set_static(settings)
         if self._discoveries is not None:
             self._discoveries.apply(settings.discovery)
@@ -157,13 +178,10 @@ def _merge(old: Settings, new: Settings) -> Settings:
     """``old`` with the keys in :data:`LIVE` taken from ``new``."""
     auth = old.auth
     if old.auth is not None and new.auth is not None:
-        auth = old.auth.model_copy(
-            update={
-                "tokens": new.auth.tokens,
-                "tokens_file": new.auth.tokens_file,
-                "token_env": new.auth.token_env,
-            }
-        )
+        auth = old.auth.model_copy(update=_token_sources(new.auth))
+    admin = old.admin
+    if old.admin is not None and new.admin is not None:
+        admin = old.admin.model_copy(update=_token_sources(new.admin))
     router = old.router.model_copy(update={"unknown_policy": new.router.unknown_policy})
     return old.model_copy(
         update={
@@ -172,5 +190,14 @@ def _merge(old: Settings, new: Settings) -> Settings:
             "probe": new.probe,
             "router": router,
             "auth": auth,
+            "admin": admin,
         }
     )
+
+
+def _token_sources(section: TokenSection) -> dict[str, Any]:
+    return {
+        "tokens": section.tokens,
+        "tokens_file": section.tokens_file,
+        "token_env": section.token_env,
+    }

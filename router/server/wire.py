@@ -2,9 +2,15 @@
 
 Text frames are parsed into envelopes; any legal JSON is read (see
 :mod:`router.protocol.jsontext`). A frame no JSON parser accepts, or JSON that is not
-a JSON-RPC message, has no request id to answer, so it is logged, counted in
+a JSON-RPC message, or JSON nested deeper than the router reads, has no request id
+to answer, so it is logged, counted in
 ``acp_router_backend_frames_dropped_total{backend,reason}`` and skipped; so are
 binary frames, which ACP's WebSocket transport draft says to ignore.
+
+A frame larger than ``router.max_message_bytes`` is refused by the router's reader,
+which closes the link (1009); that is reported as what it was (the router refused the
+backend's frame), counted (reason ``too_big``) and ends the link with
+:class:`~router.protocol.errors.BackendLinkLost`.
 """
 
 from __future__ import annotations
@@ -13,12 +19,19 @@ import logging
 from collections.abc import AsyncIterator
 
 import aiohttp
+from aiohttp.http_websocket import WebSocketError
 
-from router.protocol.errors import ParseError, ProtocolError
+from router.protocol.errors import BackendLinkLost, NestingTooDeep, ParseError, ProtocolError
 from router.protocol.jsonrpc import Message, parse
 from router.server.metrics import Metrics
 
 logger = logging.getLogger(__name__)
+
+_REASONS = {ParseError: "not_json", NestingTooDeep: "too_deep"}
+
+
+def _too_big(error: object) -> bool:
+    return isinstance(error, WebSocketError) and error.code == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
 
 
 async def messages(
@@ -29,11 +42,18 @@ async def messages(
         if frame.type is not aiohttp.WSMsgType.TEXT:
             if frame.type is aiohttp.WSMsgType.BINARY:
                 metrics.drop_frame(backend, "binary")
+            elif frame.type is aiohttp.WSMsgType.ERROR and _too_big(frame.data):
+                metrics.drop_frame(backend, "too_big")
+                reason = (
+                    "the router refused a frame from the backend larger than"
+                    f" router.max_message_bytes ({frame.data}); link closed with 1009"
+                )
+                raise BackendLinkLost(None, {"backend": backend, "reason": reason})
             continue
         try:
             yield parse(frame.data)
         except ProtocolError as exc:
-            reason = "not_json" if isinstance(exc, ParseError) else "not_jsonrpc"
+            reason = _REASONS.get(type(exc), "not_jsonrpc")
             metrics.drop_frame(backend, reason)
             logger.warning(
                 "backend %s sent a frame that is not JSON-RPC (%s); dropped", backend, exc

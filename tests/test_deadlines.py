@@ -1,0 +1,190 @@
+"""Deadlines and limits on every connection of the front door, from accept on.
+
+Real sockets throughout: raw TCP clients that say nothing, or send a request line and
+never finish it, against a router on loopback; a router subprocess started under a
+low RLIMIT_NOFILE for the descriptor reserve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from tests.fleet import RouterUnderTest, start_router, start_scripted
+from tests.support import WAIT, AcpClient, cli_command
+from tests.test_frontdoor import any_status
+
+HANDSHAKE_MS = 300
+
+
+def _port(router: RouterUnderTest) -> int:
+    match = re.search(r":(\d+)/acp$", router.url)
+    assert match is not None
+    return int(match.group(1))
+
+
+@contextlib.asynccontextmanager
+async def raw(
+    port: int, source: str = "127.0.0.1"
+) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A plain TCP connection to the router, from ``source``."""
+    async with asyncio.timeout(WAIT):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+async def answer_then_close(reader: asyncio.StreamReader) -> bytes:
+    """Everything the router writes until it closes the connection."""
+    async with asyncio.timeout(WAIT):
+        return await reader.read()
+
+
+async def test_silent_and_half_sent_requests_are_closed_at_the_deadline() -> None:
+    async with (
+        start_scripted("a", any_status) as backend,
+        start_router([("a", backend.url)], router={"handshake_timeout_ms": HANDSHAKE_MS}) as router,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        port = _port(router)
+        silent = [await stack.enter_async_context(raw(port)) for _ in range(20)]
+        half = [await stack.enter_async_context(raw(port)) for _ in range(20)]
+        for _, writer in half:  # a request line and a header, and the rest never comes
+            writer.write(b"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: web")
+            await writer.drain()
+        answers = await asyncio.gather(*(answer_then_close(r) for r, _ in silent + half))
+        assert all(answer.startswith(b"HTTP/1.1 408 Request Timeout") for answer in answers)
+        assert all(f"no request within {HANDSHAKE_MS} ms".encode() in a for a in answers)
+        assert router.metric("acp_router_connections_total", result="handshake_timeout") == 40
+        assert router.metric("acp_router_handshaking_connections") == 0
+        # the door is open for a client that speaks up
+        async with AcpClient.connect(router.url) as client:
+            assert "result" in await client.initialize()
+
+
+async def test_a_trickling_client_is_closed_at_the_deadline_too() -> None:
+    async def trickle(writer: asyncio.StreamWriter) -> None:
+        request = b"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 100_000
+        for byte in request:  # a byte at a time, never done in time
+            writer.write(bytes([byte]))
+            await asyncio.sleep(0.005)  # the hostile client's pace, not a wait for the router
+
+    async with (
+        start_scripted("a", any_status) as backend,
+        start_router([("a", backend.url)], router={"handshake_timeout_ms": HANDSHAKE_MS}) as router,
+        raw(_port(router)) as (reader, writer),
+    ):
+        sending = asyncio.create_task(trickle(writer))
+        try:
+            answer = await answer_then_close(reader)
+        except ConnectionResetError:  # closed while its bytes kept coming: the 408 may be lost
+            answer = b"HTTP/1.1 408 (reset)"
+        finally:
+            sending.cancel()
+            await asyncio.gather(sending, return_exceptions=True)
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        assert router.metric("acp_router_connections_total", result="handshake_timeout") == 1
+
+
+async def test_connections_in_the_handshake_count_against_the_limits() -> None:
+    limits = {
+        "max_connections": 5,
+        "max_connections_per_address": 3,
+        "handshake_timeout_ms": 60_000,
+    }
+    async with (
+        start_scripted("a", any_status) as backend,
+        start_router([("a", backend.url)], router=limits) as router,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        port = _port(router)
+        for _ in range(3):  # silent: they never reach a handler
+            await stack.enter_async_context(raw(port, "127.0.0.1"))
+        async with raw(port, "127.0.0.1") as (reader, _):
+            assert (await answer_then_close(reader)).startswith(b"HTTP/1.1 429")
+        await stack.enter_async_context(raw(port, "127.0.0.2"))
+        await stack.enter_async_context(raw(port, "127.0.0.2"))
+        async with raw(port, "127.0.0.3") as (reader, _):
+            assert (await answer_then_close(reader)).startswith(b"HTTP/1.1 503")
+        assert router.metric("acp_router_open_connections") == 5
+        assert router.metric("acp_router_connections_total", result="address_limit") == 1
+        assert router.metric("acp_router_connections_total", result="rejected") == 1
+        assert router.metric("acp_router_limited_total", limit="connections_per_address") == 1
+
+
+async def test_a_client_that_never_initializes_is_closed_1008() -> None:
+    async with (
+        start_scripted("a", any_status) as backend,
+        start_router([("a", backend.url)], router={"initialize_timeout_ms": 400}) as router,
+        AcpClient.connect(router.url) as initialized,
+    ):
+        assert "result" in await initialized.initialize()
+        async with asyncio.timeout(WAIT), connect(router.url) as silent:
+            with pytest.raises(ConnectionClosed) as closed:
+                await silent.recv()
+        assert closed.value.rcvd is not None
+        assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (
+            1008,
+            "no initialize within 400 ms",
+        )
+        # the initialized client's deadline passed too (it opened first): still served
+        assert "result" in await initialized.request("session/list", {})
+        assert router.metric("acp_router_connections_total", result="initialize_timeout") == 1
+
+
+async def status_of(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bytes:
+    """The status line the router answers a plain GET /healthz with."""
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    async with asyncio.timeout(WAIT):
+        return await reader.readline()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="descriptors lowest first")
+async def test_near_the_open_file_limit_new_connections_get_503(tmp_path: Path) -> None:
+    async with start_scripted("a", any_status) as backend:
+        config = tmp_path / "router.toml"
+        config.write_text(
+            f'[router]\nlisten = "127.0.0.1:0"\n[[backends]]\nid = "a"\nurl = "{backend.url}"\n'
+        )
+        command = " ".join(cli_command("serve", "--config", str(config)))
+        process = await asyncio.create_subprocess_exec(
+            "sh",
+            "-c",
+            f"ulimit -n 64 && exec {command}",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.DEVNULL,
+        )
+        try:
+            assert process.stdout is not None
+            async with asyncio.timeout(WAIT):
+                line = (await process.stdout.readline()).decode()
+            match = re.search(r"listening on ws://127\.0\.0\.1:(\d+)/acp", line)
+            assert match is not None, line
+            statuses: list[bytes] = []
+            async with contextlib.AsyncExitStack() as stack:
+                while len(statuses) < 64 and statuses[-1:] != [b"HTTP/1.1 503"]:
+                    connection = await stack.enter_async_context(raw(int(match.group(1))))
+                    statuses.append((await status_of(*connection)).rstrip(b"\r\n")[:12])
+            # descriptors run out (90 % of 64) well before 64 connections: the last is
+            # refused, every one before it was served (and kept open)
+            assert statuses[-1] == b"HTTP/1.1 503", statuses
+            assert set(statuses[:-1]) == {b"HTTP/1.1 200"}
+            assert len(statuses) < 58
+        finally:
+            process.terminate()
+            async with asyncio.timeout(WAIT):
+                _, stderr = await process.communicate()
+        assert b"refused a connection" in stderr
