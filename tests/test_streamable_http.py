@@ -408,20 +408,24 @@ async def test_the_door_checks_every_request(tmp_path: Path) -> None:
 
 
 async def test_http_and_websocket_connections_share_max_connections(tmp_path: Path) -> None:
+    # no keep-alive: a TCP connection the HTTP client keeps open would count on its own
     async with (
-        one_agent(tmp_path, max_connections=1) as router,
-        aiohttp.ClientSession() as http,
+        one_agent(tmp_path, max_connections=2) as router,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http,
     ):
         client = HttpClient(http, http_url(router))
         await client.initialize()
-        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
-            await http.ws_connect(router.url)
-        assert refused.value.status == 503
-        assert await client.delete() == 202  # answered once the connection has ended
         async with AcpClient.connect(router.url) as ws_client:
             assert "result" in await ws_client.initialize()
+            # two client connections, one of each profile: a third of either is refused
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await http.ws_connect(router.url)
+            assert refused.value.status == 503
             async with http.post(http_url(router), json=INITIALIZE) as response:
                 assert response.status == 503
+            assert await client.delete() == 202  # answered once the connection has ended
+            async with AcpClient.connect(router.url) as again:
+                assert "result" in await again.initialize()
         assert router.metric("acp_router_connections_total", result="rejected") == 2
 
 

@@ -96,9 +96,11 @@ RELOADER = web.AppKey("reloader", Reloader)
 CONFIG_PATH = web.AppKey("config_path", Path)
 #: limits and the handshake deadline of every TCP connection (router.server.accepting)
 GUARD = web.AppKey("guard", ConnectionGuard)
-#: the Streamable HTTP connections, and how many are open from each address
+#: the Streamable HTTP connections
 HTTP_FRONT = web.AppKey("http_front", HttpFront)
-HTTP_PER_ADDRESS = web.AppKey("http_per_address", ConnectionCounts)
+#: client connections (WebSocket or Streamable HTTP) open from each address: an HTTP
+#: connection holds no TCP connection of its own, so the TCP counts alone miss it
+CLIENTS_PER_ADDRESS = web.AppKey("clients_per_address", ConnectionCounts)
 ADMIN_TOKENS = web.AppKey("admin_tokens", TokenSource)
 
 
@@ -140,7 +142,7 @@ def create_app(
         backend_context(backend)  # read the TLS files now: a bad one stops the start
     if config_path is not None:
         app[CONFIG_PATH] = config_path
-    app[HTTP_PER_ADDRESS] = ConnectionCounts(settings.router.max_connections_per_address)
+    app[CLIENTS_PER_ADDRESS] = ConnectionCounts(settings.router.max_connections_per_address)
     app[HTTP_FRONT] = HttpFront(settings.router, app[METRICS], _HttpDoor(app))
     app.cleanup_ctx.append(_pool_context)
     app.cleanup_ctx.append(_http_context)  # after the pool: its connections end first
@@ -215,7 +217,14 @@ async def _acp(request: web.Request) -> web.StreamResponse:
     admission = _admit(request)
     if not isinstance(admission, Admitted):
         return admission
-    return await _serve_client(request, admission, request.remote or "unknown")
+    address = request.remote or "unknown"
+    refused = _take_place(app, address)
+    if refused is not None:
+        return refused
+    try:
+        return await _serve_client(request, admission, address)
+    finally:
+        app[CLIENTS_PER_ADDRESS].close(address)
 
 
 async def _acp_post(request: web.Request) -> web.StreamResponse:
@@ -224,6 +233,22 @@ async def _acp_post(request: web.Request) -> web.StreamResponse:
 
 async def _acp_delete(request: web.Request) -> web.StreamResponse:
     return await request.app[HTTP_FRONT].delete(request)
+
+
+def _take_place(app: web.Application, address: str) -> web.Response | None:
+    """Count a new client connection from ``address`` (given back with
+    ``CLIENTS_PER_ADDRESS.close``), or refuse it: too many from there (429), or in all
+    (503)."""
+    metrics = app[METRICS]
+    if not app[CLIENTS_PER_ADDRESS].open(address):
+        metrics.connections.labels("address_limit").inc()
+        metrics.limited.labels("connections_per_address").inc()
+        return web.Response(status=429, text="too many connections from your address\n")
+    if len(app[CLIENTS]) >= app[SETTINGS].router.max_connections:
+        app[CLIENTS_PER_ADDRESS].close(address)
+        metrics.connections.labels("rejected").inc()
+        return web.Response(status=503, text="too many connections\n")
+    return None
 
 
 def _draining(app: web.Application) -> web.Response | None:
@@ -325,8 +350,9 @@ class _HttpDoor:
     (:class:`router.server.streamable_http.Door`): the WebSocket upgrade's, with the
     same counts; the origin and token come first, as they do on every HTTP request. An
     HTTP connection holds no TCP connection of its own (its requests and streams come
-    and go), so it is counted here against ``max_connections`` and the per-address
-    limit, besides the TCP connections that carry it."""
+    and go), so client connections of both profiles are counted against
+    ``max_connections`` and the per-address limit (:func:`_take_place`), besides the TCP
+    connections that carry them."""
 
     def __init__(self, app: web.Application) -> None:
         self.app = app
@@ -339,17 +365,11 @@ class _HttpDoor:
         refused = _draining(app)
         if refused is not None:
             return refused
-        metrics = app[METRICS]
-        metrics.auth.labels(admission.auth.value).inc()
+        app[METRICS].auth.labels(admission.auth.value).inc()
         address = request.remote or "unknown"
-        if not app[HTTP_PER_ADDRESS].open(address):
-            metrics.connections.labels("address_limit").inc()
-            metrics.limited.labels("connections_per_address").inc()
-            return web.Response(status=429, text="too many connections from your address\n")
-        if len(app[CLIENTS]) >= app[SETTINGS].router.max_connections:
-            app[HTTP_PER_ADDRESS].close(address)
-            metrics.connections.labels("rejected").inc()
-            return web.Response(status=503, text="too many connections\n")
+        refused = _take_place(app, address)
+        if refused is not None:
+            return refused
         return Entry(admission, address)
 
     def start(self, channel: ClientChannel, entry: Entry) -> ClientConnection:
@@ -357,7 +377,7 @@ class _HttpDoor:
 
     def finish(self, connection: ClientConnection, entry: Entry) -> None:
         _close_client(self.app, connection)
-        self.app[HTTP_PER_ADDRESS].close(entry.address)
+        self.app[CLIENTS_PER_ADDRESS].close(entry.address)
 
 
 def _initialize_deadline_passed(
