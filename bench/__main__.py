@@ -17,14 +17,28 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from bench import envelope, forwarding, hostile, locate, memory, placement, storm
+from bench import envelope, forwarding, hostile, locate, memory, placement, restart, storm
 from bench.fleet import start_fleet
 from bench.observe import raise_open_files
 from bench.ratios import Budget, Result
 from bench.report import table, write_json
 
-BENCHES = ("envelope", "placement", "hostile", "forwarding", "locate", "memory", "storm")
-SCRIPTED = {"locate": max(locate.POOLS), "memory": 1, "storm": storm.BACKENDS}
+BENCHES = (
+    "envelope",
+    "placement",
+    "hostile",
+    "forwarding",
+    "locate",
+    "memory",
+    "storm",
+    "restart",
+)
+SCRIPTED = {
+    "locate": max(locate.POOLS),
+    "memory": 1,
+    "storm": storm.BACKENDS,
+    "restart": restart.BACKENDS,
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -100,6 +114,9 @@ async def _on_the_wire(
                 if "storm" in chosen:
                     with _progress("storm"):
                         results += await storm.run(fleet, backends, budget)
+                if "restart" in chosen:
+                    with _progress("restart"):
+                        results += await restart.run(fleet, backends, budget)
                 if "memory" in chosen:
                     with _progress("memory"):
                         results += await memory.run(fleet, backends, budget, notes)

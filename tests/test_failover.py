@@ -232,7 +232,7 @@ async def _resume_through(router: RouterUnderTest, session_id: str) -> None:
 
 
 @pytest.mark.parametrize(("verify_seconds", "seen"), [(0.0, True), (3600.0, False)])
-async def test_a_second_active_instance_is_seen_once_the_hint_needs_verifying(
+async def test_a_second_active_instance_is_seen_by_the_audit_once_the_hint_needs_verifying(
     verify_seconds: float, seen: bool
 ) -> None:
     # the reference agent fences its sessions, so a second active copy takes a backend
@@ -256,13 +256,25 @@ async def test_a_second_active_instance_is_seen_once_the_hint_needs_verifying(
             await _resume_through(router, "sess_split")  # a fan-out finds it on "a"
             assert _probes(router, names) == 3
             rogue["active"] = True
-            await _resume_through(router, "sess_split")
-            # a hint past verify_seconds costs a fan-out (1 + 2 probes), else the hint alone
-            assert _probes(router, names) == (6 if seen else 4)
+            audited = router.pool.locator.audit.audited
+            async with asyncio.timeout(WAIT):
+                audit_done = asyncio.ensure_future(audited.wait())
+                await _resume_through(router, "sess_split")
+                # the resumes themselves cost the fan-out and then the hint's probe alone
+                assert router.metric("acp_router_probe_fanout_size_sum") == 3 + 1
+                if seen:  # past verify_seconds: an audit asks the whole pool, off the path
+                    await audit_done
+                audit_done.cancel()
+            assert _probes(router, names) == (7 if seen else 4)
             detected = router.metric("acp_router_split_brain_detected_total")
             assert detected == (1 if seen else 0)
+            assert router.metric("acp_router_audits_total", result="split") == detected
             hits = router.metric("acp_router_locate_cache_requests_total", result="hit")
             assert hits == (0 if seen else 1)
+            if seen:  # a suspect now: the next resume asks everyone, and sees it again
+                await _resume_through(router, "sess_split")
+                assert router.metric("acp_router_probe_fanout_size_sum") == 3 + 1 + 3
+                assert router.metric("acp_router_split_brain_detected_total") == 2
 
 
 # -- [failover]: the router resumes a lost session where it lives now --------------------------------

@@ -276,9 +276,25 @@ def test_a_confirmed_hint_that_says_active_is_trusted_alone() -> None:
     assert (round_.stage, round_.probes, round_.checked) == (Stage.HIT, 1, 97.0)
 
 
-def test_an_old_confirmation_makes_the_round_ask_the_rest_and_see_a_split() -> None:
+def test_an_old_confirmation_is_trusted_with_an_audit_to_follow() -> None:
+    # after a restart no fan-out confirmed anything: the hint's active is trusted, and
+    # the rest of the pool is asked off the request path (the audit), not on it
     hint = Hint(BackendId("b"), checked=90.0)
     round_ = _round(_snapshot(_up("a"), _up("b"), _up("c"), hint=hint))
+    round_.start()
+    located = round_.hear({BackendId("b"): ACTIVE})
+    assert located == Located("b", Outcome.ACTIVE, audit=True)
+    assert (round_.stage, round_.probes, round_.checked) == (Stage.AUDIT, 1, None)
+    never = _round(_snapshot(_up("a"), _up("b"), hint=Hint(BackendId("b"))))
+    never.start()
+    assert never.hear({BackendId("b"): ACTIVE}) == Located("b", Outcome.ACTIVE, audit=True)
+
+
+def test_a_hint_seen_elsewhere_here_asks_the_rest_now_and_sees_a_split() -> None:
+    # this router has the session attached on "a" (a live link): "b" saying active too is
+    # a split brain in plain sight, not one for an audit to find later
+    hint = Hint(BackendId("b"), checked=90.0)
+    round_ = _round(_snapshot(_up("a", attached=True), _up("b"), _up("c"), hint=hint))
     round_.start()
     assert round_.hear({BackendId("b"): ACTIVE}) == Ask((BackendId("a"), BackendId("c")))
     located = round_.hear({BackendId("a"): ACTIVE, BackendId("c"): INACTIVE})

@@ -83,7 +83,10 @@ class Stage(enum.Enum):
     """How the hint served a locate (the ``result`` label of the hint-lookup metric)."""
 
     HIT = "hit"  # the hinted backend said active, and a fan-out confirmed it lately
-    VERIFY = "verify"  # it said active, but the confirmation is old: the pool is asked too
+    #: it said active, not confirmed lately: trusted, and a background audit asks the rest
+    AUDIT = "audit"
+    #: it said active, but this router sees the session elsewhere too: the pool is asked
+    VERIFY = "verify"
     STALE = "stale"  # it did not say active
     MISS = "miss"  # no hint that can be probed
 
@@ -135,6 +138,9 @@ class Located:
     outcome: Outcome
     #: every backend that said ``active``, best-ranked first, when more than one did
     split_brain: tuple[BackendId, ...] = ()
+    #: trusted on the hinted backend's word alone: the rest of the pool is to be asked
+    #: off the request path (an audit), so a second ``active`` copy is still seen
+    audit: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,11 +166,14 @@ class LocateRound:
     """One locate: :meth:`start`, then :meth:`hear` the answers of each :class:`Ask`,
     until a :class:`Located` (or an error) comes out.
 
-    The hinted backend is asked alone first. Its ``active`` is trusted alone only for
-    ``verify_after`` seconds after a fan-out over the whole pool confirmed it (so a
-    second ``active`` instance, split brain, is seen within that long); otherwise, or
-    when it does not say ``active``, the rest of the pool is asked and :func:`decide`
-    rules over everything heard.
+    The hinted backend is asked alone first, and its ``active`` is trusted: within
+    ``verify_after`` seconds of a fan-out that confirmed it as it is (a hit), and past
+    that with an audit to follow (:attr:`Located.audit`: the rest of the pool is asked
+    off the request path, so a second ``active`` instance, split brain, is still seen,
+    without every resume after a restart paying for a fan-out). When the hinted backend
+    does not say ``active``, or this router sees the session on another backend too (an
+    attachment here), the rest of the pool is asked now and :func:`decide` rules over
+    everything heard.
     """
 
     def __init__(self, snapshot: Snapshot, *, now: float, verify_after: float) -> None:
@@ -218,6 +227,9 @@ class LocateRound:
         elif hint.confirmed(self._now, self._verify_after):
             self.stage, self.checked = Stage.HIT, hint.checked
             return Located(hint.backend, Outcome.ACTIVE)
+        elif not any(c.attached and c.id != hint.backend for c in self.snapshot.candidates):
+            self.stage = Stage.AUDIT
+            return Located(hint.backend, Outcome.ACTIVE, audit=True)
         else:
             self.stage = Stage.VERIFY
         return self._ask_the_rest()

@@ -29,6 +29,7 @@ import base64
 import functools
 import hashlib
 import hmac
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,14 @@ from router.protocol.jsonrpc import (
 SEPARATOR = "."
 MAC_BYTES = 16
 MAC_CHARS = 22  # base64url of 16 bytes, unpadded
+
+#: the id a client knows a session by, from the agent's id
+Rename = Callable[[str], str]
+
+
+def _same(session_id: str) -> str:
+    return session_id
+
 
 _PARAMS_ID = ("params", "sessionId")
 _RESULT_ID = ("result", "sessionId")
@@ -116,29 +125,32 @@ class Ownership:
 
     # -- router -> client (rule 2) ---------------------------------------------------------------
 
-    def outbound(self, message: Message) -> Message:
+    def outbound(self, message: Message, rename: Rename = _same) -> Message:
         """A backend's message with the session ids in its text sealed (rule 3: the
-        parsed fields keep the agent's ids for the core)."""
+        parsed fields keep the agent's ids for the core); ``rename`` gives the id the
+        client knows a session by before it is sealed (:mod:`router.core.hinted_ids`)."""
         if isinstance(message, Request | Notification):
-            return self._sealed(message, _PARAMS_ID, message.param("sessionId"))
+            return self._sealed(message, _PARAMS_ID, message.param("sessionId"), rename)
         if not message.ok:
-            return self._sealed(message, _ERROR_ID, message.member(*_ERROR_ID))
-        return self._sealed(message, _RESULT_ID, message.member(*_RESULT_ID))
+            return self._sealed(message, _ERROR_ID, message.member(*_ERROR_ID), rename)
+        return self._sealed(message, _RESULT_ID, message.member(*_RESULT_ID), rename)
 
-    def _sealed(self, message: Message, path: tuple[str, ...], session_id: Any) -> Message:
+    def _sealed(
+        self, message: Message, path: tuple[str, ...], session_id: Any, rename: Rename
+    ) -> Message:
         if not isinstance(session_id, str):
             return message
-        sealed = self.seal.seal(self.principal, session_id)
+        sealed = self.seal.seal(self.principal, rename(session_id))
         return message.with_text(replace_parsed_member(message.text, path, sealed))
 
-    def reply(self, text: str) -> str:
+    def reply(self, text: str, rename: Rename = _same) -> str:
         """A reply the router made itself, with an error's ``data.sessionId`` sealed."""
         obj = orjson.loads(text)
         error = obj.get("error")
         data = error.get("data") if isinstance(error, dict) else None
         if not isinstance(data, dict) or not isinstance(data.get("sessionId"), str):
             return text
-        data["sessionId"] = self.seal.seal(self.principal, data["sessionId"])
+        data["sessionId"] = self.seal.seal(self.principal, rename(data["sessionId"]))
         return orjson.dumps(obj).decode()
 
     @staticmethod

@@ -332,7 +332,7 @@ def _open_client(
     metrics = app[METRICS]
     metrics.connections.labels("accepted").inc()
     metrics.active_connections.inc()
-    gate = app[GATEKEEPER].gate(address, admission.principal)
+    gate = app[GATEKEEPER].gate(address, admission.principal, app[POOL].hint_from_id)
     connection = ClientConnection(
         channel, app[POOL], app[HTTP], gate, principal=admission.principal
     )

@@ -466,5 +466,6 @@ class ClientConnection:
         await self._release_held()
 
     async def _from_backend(self, backend: BackendId, message: Message) -> None:
-        await self._do(self.routes.receive_backend(backend, self.gate.outbound(message)))
+        seen = self.gate.outbound(message, backend)
+        await self._do(self.routes.receive_backend(backend, seen))
         await self._release_held()

@@ -132,6 +132,9 @@ class RouterSection(_Section):
     #: session/new and session/fork per minute, from one address and in all (-32014)
     new_sessions_per_minute_per_address: Annotated[int, Field(gt=0)] = 600
     new_sessions_per_minute: Annotated[int, Field(gt=0)] = 60_000
+    #: hand clients session ids that say where the session lives (``<id>@<home>.<check>``):
+    #: any replica, a fresh one too, then asks that backend first (README: Hinted ids)
+    hinted_ids: bool = False
     #: session/resume, load, status and closes of sessions not attached here (each may
     #: ask every backend) per minute, per client connection and per address (-32014)
     locates_per_minute_per_connection: Annotated[int, Field(gt=0)] = 600
@@ -301,6 +304,9 @@ class CacheSection(_Section):
     #: remembered: a repeated resume of an unknown id costs no probe meanwhile; a session
     #: created later directly on an agent under that id is found once it expires
     negative_seconds: Annotated[float, Field(ge=0)] = 5.0
+    #: the split-brain audit's budget besides one probe per trusted resume (README: Split
+    #: brain is seen, not hidden): how many probes a second it may spend
+    audit_probes_per_second: Annotated[float, Field(gt=0)] = 100.0
 
 
 class FailoverSection(_Section):

@@ -35,6 +35,11 @@ class Directory:
             clock,
             remember=settings.cache.remember_seconds,
         )
+        #: sessions an audit found active on two backends: their locates ask everyone
+        #: (no hint trusted) for a while, so every replica picks the same copy
+        self.suspects: TTLCache[SessionId, None] = TTLCache(
+            settings.cache.max_entries, settings.cache.ttl_seconds, timer=clock
+        )
         self.absences = Absences(settings.cache.max_entries, settings.cache.negative_seconds, clock)
         self.spread = Spread(
             settings.placement.decay_seconds, salt=salt, max_sessions=settings.cache.max_entries

@@ -15,13 +15,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from router.core.frontdoor import Principal
+from router.core.hinted_ids import HintedSessions
 from router.core.ownership import Ownership, SessionSeal
 from router.core.quotas import LocateQuota, SessionQuota
 from router.protocol import acp
 from router.protocol.errors import JsonRpcError, TooManyLocates, TooManyNewSessions
+from router.protocol.ids import BackendId, SessionId
 from router.protocol.jsonrpc import Message, Request, RequestId, encode_error
 from router.server.config import RouterSection
 from router.server.metrics import Metrics
+
+
+def _same_id(session_id: str) -> str:
+    return session_id
+
 
 #: the metric label of each session limit
 _LIMIT_LABELS = {"address": "sessions_per_address", "process": "sessions"}
@@ -62,17 +69,35 @@ class Gatekeeper:
         self.metrics = metrics
         self.clock = clock
         self.seal = seal
+        self.hinted_ids = router.hinted_ids
+        self.max_sessions = router.max_sessions_per_connection
 
-    def gate(self, address: str, principal: Principal) -> Gate:
+    def gate(self, address: str, principal: Principal, on_hint: OnHint | None = None) -> Gate:
+        """The gate of one connection from ``address`` under ``principal``; ``on_hint``
+        hears the home a hinted session id names (``router.hinted_ids``)."""
         ownership = Ownership(self.seal, principal) if self.seal is not None else None
-        return Gate(self, address, ownership)
+        hinted = HintedSessions(2 * self.max_sessions) if self.hinted_ids else None
+        return Gate(self, address, ownership, hinted, on_hint)
+
+
+#: what the gate tells the pool when a client names a session by a hinted id
+OnHint = Callable[[SessionId, BackendId], None]
 
 
 class Gate:
-    def __init__(self, keeper: Gatekeeper, address: str, ownership: Ownership | None) -> None:
+    def __init__(
+        self,
+        keeper: Gatekeeper,
+        address: str,
+        ownership: Ownership | None,
+        hinted: HintedSessions | None = None,
+        on_hint: OnHint | None = None,
+    ) -> None:
         self._keeper = keeper
         self._address = address
         self._ownership = ownership
+        self._hinted = hinted
+        self._on_hint = on_hint
         self._locates = keeper.locates.connection_bucket(keeper.clock())
 
     def inbound(self, message: Message) -> Message | Refusal:
@@ -82,7 +107,13 @@ class Gate:
                 self._count_new_session()
             elif isinstance(message, Request) and message.method in LOCATING:
                 self._count_locate()
-            return message if self._ownership is None else self._ownership.inbound(message)
+            if self._ownership is not None:
+                message = self._ownership.inbound(message)
+            if self._hinted is not None:
+                message, home = self._hinted.inbound(message)
+                if home is not None and self._on_hint is not None:
+                    self._on_hint(SessionId(message.member("params", "sessionId")), home)
+            return message
         except JsonRpcError as exc:
             request_id: RequestId | None = message.id if isinstance(message, Request) else None
             text = encode_error(request_id, exc) if request_id is not None else None
@@ -103,13 +134,22 @@ class Gate:
             keeper.metrics.limited.labels(_LOCATE_LABELS[scope]).inc()
             raise TooManyLocates(scope, math.ceil(wait * 1000))
 
-    def outbound(self, message: Message) -> Message:
-        """A backend's message as the client may see it."""
+    def outbound(self, message: Message, backend: BackendId) -> Message:
+        """A message from ``backend`` as the client may see it."""
+        hinted = self._hinted
+        if hinted is not None:
+            hinted.learn(message, backend)
+            if self._ownership is None:
+                return hinted.outbound(message)
+            return self._ownership.outbound(message, hinted.client_id)
         return message if self._ownership is None else self._ownership.outbound(message)
 
     def reply(self, text: str) -> str:
         """A reply the router made, as the client may see it."""
-        return text if self._ownership is None else self._ownership.reply(text)
+        hinted = self._hinted
+        if self._ownership is not None:
+            return self._ownership.reply(text, hinted.client_id if hinted else _same_id)
+        return text if hinted is None else hinted.reply(text)
 
     def capabilities(self, capabilities: dict[str, Any]) -> dict[str, Any]:
         """What the router advertises to this client."""

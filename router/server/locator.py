@@ -1,8 +1,11 @@
-"""Locating sessions: the I/O around :class:`router.core.locate.LocateRound`.
+"""Locating sessions: the I/O around :class:`router.core.locate.LocateRound`, and the
+audit that looks for split brain off the request path.
 
 A locate takes the pool's snapshot of the session, and sends the probes the round asks
 for until it decides; concurrent resumes of one session share one locate (single
-flight), and at most :data:`MAX_CONCURRENT_LOCATES` run at once.
+flight), and at most :data:`MAX_CONCURRENT_LOCATES` run at once. A locate that trusted
+the hinted backend's ``active`` on its own word (:attr:`Located.audit`) queues the
+session for the :class:`Audit`, which asks the whole pool later, within a probe budget.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import OrderedDict
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from router.core.locate import Ask, Located, LocateRound, Stage
@@ -25,6 +30,11 @@ logger = logging.getLogger(__name__)
 
 #: cap on locates running at once; more wait their turn instead of storming the pool
 MAX_CONCURRENT_LOCATES = 256
+
+#: sessions waiting for an audit at most (the oldest requests are dropped beyond it)
+MAX_QUEUED = 4096
+#: the audit budget saves up at most this many rounds' worth of probes
+CREDIT_CAP = 4.0
 
 #: a locate is shared by the resumes of one session that have tried the same backends
 _LocateKey = tuple[SessionId, tuple[BackendId, ...]]
@@ -42,6 +52,7 @@ class Locator:
         self._pool = pool
         self._inflight: dict[_LocateKey, asyncio.Task[Located]] = {}
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_LOCATES)
+        self.audit = Audit(pool)
 
     async def locate(self, session_id: SessionId, tried: tuple[BackendId, ...] = ()) -> Located:
         """Where ``session_id`` should be resumed, skipping the backends in ``tried`` that
@@ -86,34 +97,115 @@ class Locator:
             metrics.locate_duration.labels(outcome).observe(time.perf_counter() - started)
 
     async def _run(self, session_id: SessionId, tried: tuple[BackendId, ...]) -> Located:
-        pool = self._pool
-        settings = pool.settings.cache
-        round_ = LocateRound(
-            pool.snapshot(session_id, tried), now=pool.now(), verify_after=settings.verify_seconds
-        )
-        try:
-            step = round_.start()
-            while isinstance(step, Ask):
-                step = round_.hear(await pool.probe_many(step.backends, session_id))
-        finally:
+        located = await run_round(self._pool, session_id, tried)
+        if located.audit:
+            self.audit.request(session_id)
+        return located
+
+
+async def run_round(
+    pool: Pool, session_id: SessionId, tried: tuple[BackendId, ...] = (), *, audit: bool = False
+) -> Located:
+    """One locate round, from the pool's snapshot; its metrics, what it learned
+    (absences, the hint), and a split brain it saw. An ``audit`` asks the whole pool
+    (the hint left out) and is not a lookup of the hint."""
+    settings = pool.settings.cache
+    snapshot = pool.snapshot(session_id, tried)
+    if audit:
+        snapshot = replace(snapshot, hint=None)
+    round_ = LocateRound(snapshot, now=pool.now(), verify_after=settings.verify_seconds)
+    try:
+        step = round_.start()
+        while isinstance(step, Ask):
+            step = round_.hear(await pool.probe_many(step.backends, session_id))
+    finally:
+        if not audit:
             pool.metrics.locate_cache.labels(round_.stage.value).inc()
             pool.metrics.fanout.observe(round_.probes)
-            if round_.fanned_out:
-                pool.metrics.fanouts.inc()
-            heard = round_.answers.items()
-            absent = [b for b, r in heard if r is ProbeResult.NOT_FOUND]
-            known_before = round_.snapshot.absent  # remembered, not heard again
-            pool.directory.absences.add(
-                session_id, probed=[b for b in absent if b not in known_before]
-            )
-        if step.split_brain:
-            pool.metrics.split_brain.inc()
-            logger.warning(
-                "split brain: session %s is active on %s; routing to %s",
-                session_id,
-                ", ".join(step.split_brain),
-                step.backend,
-            )
-        if round_.stage is not Stage.HIT or round_.checked is not None:
-            pool.remember(session_id, step.backend, round_.checked)
-        return step
+        if round_.fanned_out:
+            pool.metrics.fanouts.inc()
+        heard = round_.answers.items()
+        absent = [b for b, r in heard if r is ProbeResult.NOT_FOUND]
+        known_before = round_.snapshot.absent  # remembered, not heard again
+        pool.directory.absences.add(session_id, probed=[b for b in absent if b not in known_before])
+    if step.split_brain:
+        pool.metrics.split_brain.inc()
+        logger.warning(
+            "split brain: session %s is active on %s; routing to %s",
+            session_id,
+            ", ".join(step.split_brain),
+            step.backend,
+        )
+    if round_.stage is not Stage.HIT or round_.checked is not None:
+        pool.remember(session_id, step.backend, round_.checked)
+    return step
+
+
+class Audit:
+    """Split brain, looked for off the request path.
+
+    A locate that trusted the hinted backend's ``active`` alone queues its session here;
+    one task asks the whole pool about each queued session in turn (a full round,
+    without the hint), counting a second ``active`` copy in
+    ``acp_router_split_brain_detected_total`` and holding the session suspect for
+    ``cache.ttl_seconds`` (its resumes then ask everyone and take the best-ranked copy,
+    as every replica does), or confirming the hint otherwise. The budget: each trusted locate earns one probe, and
+    ``cache.audit_probes_per_second`` more come with time; an audit waits until the
+    budget covers its round. So a reconnect storm after a restart costs about two probes
+    a resume, not a fan-out each, and split brain is still seen, a little later. The
+    queue is bounded (:data:`MAX_QUEUED`: the oldest requests go first).
+    """
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+        self._queue: OrderedDict[SessionId, None] = OrderedDict()
+        self._credit = 0.0
+        self._wake = asyncio.Event()
+        #: pulsed after each audit (tests wait on it)
+        self.audited = asyncio.Event()
+
+    def request(self, session_id: SessionId) -> None:
+        self._credit += 1.0  # the probes the trusted locate did not send
+        if session_id not in self._queue:
+            self._queue[session_id] = None
+            while len(self._queue) > MAX_QUEUED:
+                self._queue.popitem(last=False)
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Audit queued sessions, within the budget, until cancelled."""
+        loop = asyncio.get_running_loop()
+        last = loop.time()
+        while True:
+            if not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+            rate = self._pool.settings.cache.audit_probes_per_second
+            cost = float(len(self._pool.ready()))
+            now = loop.time()
+            self._credit = min(self._credit + (now - last) * rate, max(cost, 1.0) * CREDIT_CAP)
+            last = now
+            if self._credit < cost:
+                await asyncio.sleep((cost - self._credit) / rate)  # the budget refills with time
+                continue
+            session_id, _ = self._queue.popitem(last=False)
+            self._credit -= cost
+            await self._audit(session_id)
+
+    async def _audit(self, session_id: SessionId) -> None:
+        pool = self._pool
+        log_context.session.set(session_id)
+        outcome = "clean"
+        try:
+            located = await run_round(pool, session_id, audit=True)
+            if located.split_brain:
+                outcome = "split"
+                pool.directory.suspects[session_id] = None
+        except (LocateInconclusive, NoBackendAvailable, SessionNotFound):
+            outcome = "inconclusive"
+        except Exception:  # the audit's boundary: it must not stop auditing
+            logger.exception("auditing session %s failed", session_id)
+            outcome = "error"
+        pool.metrics.audits.labels(outcome).inc()
+        self.audited.set()
+        self.audited.clear()

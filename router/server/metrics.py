@@ -160,8 +160,10 @@ class Metrics:
         )
         self.locate_cache = Counter(
             "acp_router_locate_cache_requests_total",
-            "Location-hint lookups, by result: hit (the hint said active, confirmed lately), verify"
-            " (it said active, the rest of the pool is asked too), stale (it did not), miss (no hint)",
+            "Location-hint lookups, by result: hit (the hint said active, confirmed lately), audit"
+            " (it said active, trusted, the rest of the pool is asked later), verify (it said"
+            " active, but the session is attached elsewhere here: the pool is asked now), stale"
+            " (it did not), miss (no hint)",
             ["result"],
             registry=registry,
         )
@@ -171,6 +173,15 @@ class Metrics:
             buckets=FANOUT_BUCKETS,
             registry=registry,
         )
+        self.audits = Counter(
+            "acp_router_audits_total",
+            "Sessions audited for split brain off the request path, by result: clean, split"
+            " (another backend had it active too), inconclusive, error",
+            ["result"],
+            registry=registry,
+        )
+        for result in ("clean", "split", "inconclusive", "error"):
+            self.audits.labels(result)
         self.fanouts = Counter(
             "acp_router_probe_fanouts_total",
             "Probe rounds that asked more than the hinted backend (its rate is the fan-out rate)",

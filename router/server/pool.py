@@ -122,12 +122,14 @@ class Pool:
             self._group = group
             for link in self.links.values():
                 self._start(link)
+            audit = group.create_task(self.locator.audit.run(), name="audit")
             try:
                 yield self
             finally:
                 self._group = None
                 for control in (*self._controls.values(), *self._watches.values()):
                     control.cancel()
+                audit.cancel()
                 self.locator.cancel()
 
     def _start(self, link: ControlLink) -> None:
@@ -345,10 +347,11 @@ class Pool:
             if b not in self.links and b in self._retired
         ]
         refused = directory.absences.resumed(session_id)
+        suspect = session_id in directory.suspects  # split brain lately: ask everyone
         return Snapshot(
             session_id,
             tuple(candidates),
-            directory.hint(session_id),
+            None if suspect else directory.hint(session_id),
             self.settings.router.policy,
             (*tried, *(b for b in sorted(refused) if b not in tried)),
             directory.absences.probed(session_id),
@@ -423,6 +426,12 @@ class Pool:
         if backend is None:
             raise NoBackendAvailable()
         return backend
+
+    def hint_from_id(self, session_id: SessionId, backend: BackendId) -> None:
+        """A client named ``session_id`` by a hinted id whose home is ``backend``: where
+        this replica has no hint of its own, that home is the first to ask."""
+        if backend in self.links and self.directory.hint(session_id) is None:
+            self.remember(session_id, backend, None)
 
     def pin(self, backend: BackendId, delta: int) -> None:
         """A client connection opened (+1) or ended (-1) its link to ``backend``. When the

@@ -1,0 +1,142 @@
+"""Session ids that say where their session lives (``router.hinted_ids``), sans-I/O.
+
+For a session the router placed, the client gets ``<agent's id>@<home>.<check>``: ``home``
+is the backend's id (base64url), ``check`` a short checksum of both, so that an agent's
+own id that happens to hold an ``@`` is not taken for a hinted one. Any replica, a fresh
+one after a restart included, reads the home from the id alone and asks that backend
+first: one probe where a cold locate asks the whole pool. The hint is only a guess (the
+session may have moved since), so it is checked like any other hint (an ``active``
+answer from the home, else the fan-out), and a forged one costs its forger one probe:
+no secret is needed.
+
+Agents never see these ids: :class:`HintedSessions` opens them on the way in and puts
+them back on the way out, splicing the ``sessionId`` members of the frame's text (as
+:mod:`router.core.ownership` does), so the core routes agents' ids only. A client keeps
+the id it was given for the whole life of the session, wherever the session moves;
+sessions made directly on agents keep their own ids and are located as always.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections import OrderedDict
+from typing import Any
+
+import orjson
+
+from router.protocol.ids import BackendId, SessionId
+from router.protocol.jsonrpc import Message, Notification, Request, replace_parsed_member
+
+HOME = "@"
+CHECK = "."
+CHECK_CHARS = 6
+
+_PARAMS_ID = ("params", "sessionId")
+_RESULT_ID = ("result", "sessionId")
+_ERROR_ID = ("error", "data", "sessionId")
+
+
+def _check(session_id: str, home: str) -> str:
+    digest = hashlib.blake2b(f"{session_id}{HOME}{home}".encode(), digest_size=6).digest()
+    return base64.urlsafe_b64encode(digest).decode()[:CHECK_CHARS]
+
+
+def hinted(session_id: str, backend: str) -> str:
+    """The id a client gets for ``session_id``, which lives on ``backend``."""
+    home = base64.urlsafe_b64encode(backend.encode()).rstrip(b"=").decode()
+    return f"{session_id}{HOME}{home}{CHECK}{_check(session_id, home)}"
+
+
+def read(client_id: str) -> tuple[SessionId, BackendId] | None:
+    """The agent's id and the home inside a hinted id; None for any other id."""
+    rest, separator, check = client_id.rpartition(CHECK)
+    if not separator or len(check) != CHECK_CHARS:
+        return None
+    session_id, separator, home = rest.rpartition(HOME)
+    if not separator or not session_id or _check(session_id, home) != check:
+        return None
+    try:
+        backend = base64.urlsafe_b64decode(home + "=" * (-len(home) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    return SessionId(session_id), BackendId(backend)
+
+
+class HintedSessions:
+    """One client connection's side: which id the client knows each session by.
+
+    Bounded: the ``limit`` sessions used last (an id the client sends again is read
+    from the id itself, so forgetting one costs nothing but the lookup).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._known: OrderedDict[SessionId, str] = OrderedDict()
+
+    def _remember(self, session_id: SessionId, client_id: str) -> None:
+        self._known[session_id] = client_id
+        self._known.move_to_end(session_id)
+        while len(self._known) > self._limit:
+            self._known.popitem(last=False)
+
+    # -- client -> router ----------------------------------------------------------------------
+
+    def inbound(self, message: Message) -> tuple[Message, BackendId | None]:
+        """The message with a hinted ``params.sessionId`` opened, and the home it named."""
+        if not isinstance(message, Request | Notification):
+            return message, None
+        client_id = message.param("sessionId")
+        opened = read(client_id) if isinstance(client_id, str) else None
+        if opened is None:
+            return message, None
+        session_id, home = opened
+        self._remember(session_id, client_id)
+        return message.with_param("sessionId", session_id), home
+
+    # -- router -> client ----------------------------------------------------------------------
+
+    def learn(self, message: Message, backend: BackendId) -> None:
+        """A backend's answer that names a session in ``result.sessionId`` (it created
+        one): the client knows it by a hinted id, its home ``backend``."""
+        if isinstance(message, Request | Notification) or not message.ok:
+            return
+        created = message.member(*_RESULT_ID)
+        if isinstance(created, str) and SessionId(created) not in self._known:
+            self._remember(SessionId(created), hinted(created, backend))
+
+    def outbound(self, message: Message) -> Message:
+        """A backend's message (after :meth:`learn`) with its session ids spliced as the
+        client knows them; the parsed fields keep the agent's ids."""
+        if isinstance(message, Request | Notification):
+            return self._known_as(message, _PARAMS_ID, message.param("sessionId"))
+        if not message.ok:
+            return self._known_as(message, _ERROR_ID, message.member(*_ERROR_ID))
+        return self._known_as(message, _RESULT_ID, message.member(*_RESULT_ID))
+
+    def _known_as(self, message: Message, path: tuple[str, ...], session_id: Any) -> Message:
+        if not isinstance(session_id, str):
+            return message
+        client_id = self.client_id(session_id)
+        if client_id == session_id:
+            return message
+        return message.with_text(replace_parsed_member(message.text, path, client_id))
+
+    def client_id(self, session_id: str) -> str:
+        """The id the client knows ``session_id`` by."""
+        return self._known.get(SessionId(session_id), session_id)
+
+    def reply(self, text: str) -> str:
+        """A reply the router made, with an error's ``data.sessionId`` as the client
+        knows it."""
+        obj = orjson.loads(text)
+        error = obj.get("error")
+        data = error.get("data") if isinstance(error, dict) else None
+        if not isinstance(data, dict) or not isinstance(data.get("sessionId"), str):
+            return text
+        client_id = self.client_id(data["sessionId"])
+        if client_id == data["sessionId"]:
+            return text
+        data["sessionId"] = client_id
+        return orjson.dumps(obj).decode()

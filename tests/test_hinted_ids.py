@@ -1,0 +1,157 @@
+"""Session ids that say where their session lives (``router.hinted_ids``): the id itself,
+and a fresh replica that finds a session with one probe instead of a fan-out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+from hypothesis import given, strategies as st
+
+from router.core.hinted_ids import HintedSessions, hinted, read
+from router.protocol.ids import BackendId
+from router.protocol.jsonrpc import Request, parse
+from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
+from tests.support import AcpClient
+from tests.test_router import answered_by, direct_statuses, resume
+
+CWD = "/work/project"
+HINTED = {"hinted_ids": True}
+
+
+@given(st.text(min_size=1, max_size=60), st.text(min_size=1, max_size=40))
+def test_any_agent_id_and_backend_id_survive_the_hint(session_id: str, backend: str) -> None:
+    assert read(hinted(session_id, backend)) == (session_id, backend)
+
+
+@pytest.mark.parametrize(
+    "client_id",
+    [
+        "sess_1",
+        "sess@1",
+        "user@example.org",  # an agent's own id with an "@" and a "." is not a hinted one
+        "sess_1@YWdlbnQtMQ.AAAAAA",  # a forged check
+        "@YWdlbnQtMQ." + hinted("x", "agent-1").rsplit(".", 1)[1],
+        "",
+    ],
+)
+def test_other_ids_are_not_hinted(client_id: str) -> None:
+    assert read(client_id) is None
+
+
+def test_ids_with_the_separators_in_them_are_read_from_the_right() -> None:
+    client_id = hinted("a@b.c@d", "127.0.0.4")
+    assert read(client_id) == ("a@b.c@d", "127.0.0.4")
+
+
+def _frame(obj: dict[str, object]) -> str:
+    return orjson.dumps(obj).decode()
+
+
+def test_a_connection_opens_hinted_ids_and_gives_them_back_out() -> None:
+    sessions = HintedSessions(limit=8)
+    created = parse(_frame({"jsonrpc": "2.0", "id": 1, "result": {"sessionId": "s1"}}))
+    sessions.learn(created, BackendId("agent-2"))
+    shown = sessions.outbound(created)
+    client_id = orjson.loads(shown.text)["result"]["sessionId"]
+    assert read(client_id) == ("s1", "agent-2")
+    assert shown.member("result", "sessionId") == "s1"  # the core keeps the agent's id
+    prompt = parse(_frame({"jsonrpc": "2.0", "id": 2, "method": "session/prompt",
+                           "params": {"sessionId": client_id, "prompt": []}}))  # fmt: skip
+    opened, home = sessions.inbound(prompt)
+    assert isinstance(opened, Request)
+    assert (opened.param("sessionId"), home) == ("s1", "agent-2")
+    assert orjson.loads(opened.text)["params"]["sessionId"] == "s1"
+    update = parse(_frame({"jsonrpc": "2.0", "method": "session/update",
+                           "params": {"sessionId": "s1", "update": {}}}))  # fmt: skip
+    assert orjson.loads(sessions.outbound(update).text)["params"]["sessionId"] == client_id
+    # the id stays the client's wherever the session moves: a frame from another backend
+    sessions.learn(update, BackendId("agent-3"))
+    assert orjson.loads(sessions.outbound(update).text)["params"]["sessionId"] == client_id
+    error = (
+        '{"jsonrpc":"2.0","id":3,"error":{"code":-32010,"message":"x","data":{"sessionId":"s1"}}}'
+    )
+    assert orjson.loads(sessions.reply(error))["error"]["data"]["sessionId"] == client_id
+    # an agent's own id (a session made directly on it) passes as it is
+    raw = parse(
+        _frame({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s9"}})
+    )
+    assert sessions.inbound(raw) == (raw, None)
+
+
+def test_the_table_is_bounded() -> None:
+    sessions = HintedSessions(limit=2)
+    for n in range(5):
+        result = parse(_frame({"jsonrpc": "2.0", "id": n, "result": {"sessionId": f"s{n}"}}))
+        sessions.learn(result, BackendId("a"))
+    assert len(sessions._known) == 2
+
+
+# -- on real agents -----------------------------------------------------------------------------
+
+
+def _probes(router: RouterUnderTest) -> float:
+    return sum(
+        router.metric("acp_router_probes_total", backend=b, result=r)
+        for b in router.pool.links
+        for r in ("active", "inactive", "not_found", "unknown")
+    )
+
+
+async def test_a_fresh_replica_finds_a_hinted_session_with_one_probe(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path, 3) as agents:
+        urls = {a.agent_id: a.url for a in agents}
+        async with start_router(backends_of(agents), router=HINTED) as first:
+            async with AcpClient.connect(first.url) as client:
+                await client.initialize()
+                client_id = await client.new_session(CWD)
+                session_id, home = read(client_id) or ("", "")
+                assert home in urls, client_id
+                assert await answered_by(client, client_id) == home
+                # the agent knows its own id only
+                statuses = await direct_statuses(urls, session_id)
+                assert statuses[home] == "active"
+        # a replica that never saw it (a restart, another pod): one probe, at home
+        async with start_router(backends_of(agents), router=HINTED) as fresh:
+            async with AcpClient.connect(fresh.url) as client:
+                await client.initialize()
+                assert (await resume(client, client_id)).get("result") == {}
+                # the resume asked its home alone (on the old main: a fan-out over all 3); the
+                # audit that looks for a second copy runs off the request path
+                assert fresh.metric("acp_router_probe_fanout_size_sum") == 1
+                assert await answered_by(client, client_id, "again") == home
+                assert fresh.metric("acp_router_locate_cache_requests_total", result="audit") == 1
+                # the router's status speaks of it by the client's id too
+                assert (await client.status(client_id))["result"] == {"status": "active"}
+
+
+async def test_sessions_made_directly_on_agents_keep_their_ids(tmp_path: Path) -> None:
+    async with (
+        start_fleet(tmp_path, 2) as agents,
+        start_router(backends_of(agents), router=HINTED) as router,
+    ):
+        async with AcpClient.connect(agents[1].url) as direct:
+            await direct.initialize()
+            session_id = await direct.new_session(CWD)
+        async with AcpClient.connect(router.url) as client:
+            await client.initialize()
+            assert (await resume(client, session_id)).get("result") == {}
+            assert await answered_by(client, session_id) == agents[1].agent_id
+            assert _probes(router) == 2  # no hint in it: the pool is asked
+
+
+async def test_hinted_ids_are_sealed_when_sessions_are_bound(tmp_path: Path) -> None:
+    auth = {"tokens": ["alice-token"], "bind_sessions": True, "session_secret": "s" * 32}
+    async with (
+        start_fleet(tmp_path, 2) as agents,
+        start_router(backends_of(agents), router=HINTED, auth=auth) as router,
+    ):
+        async with AcpClient.connect(router.url, token="alice-token") as client:
+            await client.initialize()
+            sealed = await client.new_session(CWD)
+            hinted_id, _, _ = sealed.rpartition(".")
+            assert read(hinted_id) is not None, sealed
+            owner = await answered_by(client, sealed)
+            _, home = read(hinted_id) or ("", "")
+            assert home == owner
