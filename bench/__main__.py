@@ -17,7 +17,17 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from bench import envelope, forwarding, hostile, locate, memory, placement, restart, storm
+from bench import (
+    budget as budget_bench,
+    envelope,
+    forwarding,
+    hostile,
+    locate,
+    memory,
+    placement,
+    restart,
+    storm,
+)
 from bench.fleet import start_fleet
 from bench.observe import raise_open_files
 from bench.ratios import Budget, Result
@@ -32,12 +42,14 @@ BENCHES = (
     "memory",
     "storm",
     "restart",
+    "budget",
 )
 SCRIPTED = {
     "locate": max(locate.POOLS),
     "memory": 1,
     "storm": storm.BACKENDS,
     "restart": restart.BACKENDS,
+    "budget": budget_bench.SWAPS + 1,
 }
 
 
@@ -114,6 +126,9 @@ async def _on_the_wire(
                 if "storm" in chosen:
                     with _progress("storm"):
                         results += await storm.run(fleet, backends, budget)
+                if "budget" in chosen:
+                    with _progress("budget"):
+                        results += await budget_bench.run(fleet, backends, budget)
                 if "restart" in chosen:
                     with _progress("restart"):
                         results += await restart.run(fleet, backends, budget)

@@ -3,8 +3,8 @@ costs the new replica, in probes per resume, with hinted session ids
 (``router.hinted_ids``) and without them, in the same run.
 
 Each round starts two fresh routers in front of the same 1,000 scripted backends, one
-with hinted ids and one without, and throws the same storm at each (2,000 clients
-resuming 200 sessions spread over the pool, all at once). Without hints every session
+with hinted ids and one without, and throws the same storm at each (1,000 clients
+resuming 100 sessions spread over the pool, all at once). Without hints every session
 is located cold: a fan-out over the whole pool each. With them the id names the home: one
 probe each, and the split-brain audit asks the rest off the request path within its
 budget (one probe per trusted resume, and ``cache.audit_probes_per_second``), counted
@@ -23,7 +23,7 @@ from bench.ratios import Budget, Figure, Result, Target, rotated, row
 from router.core.hinted_ids import hinted
 
 BENCH = "restart"
-CLIENTS, SESSIONS, BACKENDS = 2000, 200, 1000
+CLIENTS, SESSIONS, BACKENDS = 1000, 100, 1000
 PROBES = "acp_router_probes_total"
 HINTED, COLD = "hinted ids", "plain ids"
 FLAT = Target("storm against a fresh replica at N=1,000: <= 2 probes per resume", 2.0)

@@ -7,6 +7,15 @@ import asyncio
 from typing import Any
 
 
+async def cancel_all_and_wait(*tasks: asyncio.Task[Any]) -> None:
+    """:func:`cancel_and_wait` for several tasks: all are cancelled first, so that a
+    cancellation of the caller while it waits for one leaves none of them running on."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        await cancel_and_wait(task)
+
+
 async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
     """Cancel ``task`` and wait until it has finished.
 

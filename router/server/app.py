@@ -54,7 +54,7 @@ from router.server.shutdown import StopSignals, close_spread, reloading_on_hangu
 from router.server.streamable_http import Entry, HttpFront
 from router.server.tls import backend_context, server_context
 from router.server.websocket import WebSocketChannel
-from router.tasks import cancel_and_wait
+from router.tasks import cancel_all_and_wait
 
 logger = logging.getLogger(__name__)
 
@@ -203,8 +203,7 @@ async def _close_clients(app: web.Application) -> None:
     # Whoever is still connected at cleanup (the stop sequence closed the others).
     open_clients: OpenClients = app[CLIENTS]
     await close_spread(list(open_clients), 0.0, asyncio.Event())
-    for task in list(open_clients.closes):
-        await cancel_and_wait(task)
+    await cancel_all_and_wait(*open_clients.closes)
 
 
 async def _acp(request: web.Request) -> web.StreamResponse:

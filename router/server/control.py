@@ -50,7 +50,7 @@ from router.server.faults import backend_faults, describe, refused
 from router.server.metrics import Metrics
 from router.server.tls import backend_context
 from router.server.wire import messages
-from router.tasks import cancel_and_wait
+from router.tasks import cancel_all_and_wait
 
 logger = logging.getLogger(__name__)
 
@@ -175,8 +175,7 @@ class ControlLink:
                     task.result()
             finally:
                 self._ws = None
-                for task in (reader, writer):
-                    await cancel_and_wait(task)
+                await cancel_all_and_wait(reader, writer)
 
     async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         async for message in messages(ws, self.id, self._metrics):
