@@ -1088,9 +1088,14 @@ class Model:
     then; after every step that can answer a request the shell releases held frames.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, failover: bool = False) -> None:
         self.attached: Counter[str] = Counter()
-        self.routes = ClientRoutes(Limits(MAX_IN_FLIGHT, MAX_SESSIONS, MAX_AGENT_REQUESTS))
+        limits = Limits(MAX_IN_FLIGHT, MAX_SESSIONS, MAX_AGENT_REQUESTS, failover=failover)
+        self.routes = ClientRoutes(limits)
+        #: [failover]: sessions whose link was lost, their frames waiting for the shell
+        self.orphans: set[str] = set()
+        #: the resumes the router made to fail sessions over, in flight -> their session
+        self.internal: dict[RequestId, str] = {}
         init = self.routes.receive_client(parse(request("init", "initialize", {})))
         assert isinstance(init, Handle)
         self.routes.answer("init", {})
@@ -1203,8 +1208,14 @@ class Model:
             self.handles[request_id] = action
 
     def _is_held(self, session: str) -> bool:
-        """True while a resume/load/close of ``session`` is in flight or frames wait on it."""
-        return session in self.holders.values() or bool(self.queued[session])
+        """True while a resume/load/close of ``session`` is in flight or frames wait on it
+        (a failover's too)."""
+        return (
+            session in self.holders.values()
+            or bool(self.queued[session])
+            or session in self.orphans
+            or session in self.internal.values()
+        )
 
     def _room(self) -> bool:
         return len(self.routes.calls) + self.held_notifications < MAX_IN_FLIGHT
@@ -1314,6 +1325,14 @@ class Model:
         routed = handle.duty in (Duty.PLACE, Duty.LOCATE, Duty.LOCATE_DETACHED, Duty.AUTHENTICATE)
         choices = [*BACKENDS, "fail"] if routed else ["answer", "fail"]
         choice = choices[y % len(choices)]
+        if request_id in self.internal:  # a failover's resume: the client sees nothing of it
+            if choice == "fail":
+                assert self.routes.end(request_id, NoBackendAvailable()) is None
+                del self.internal[request_id]
+                self._links()
+            else:
+                self._sent(self.routes.forward(request_id, choice))
+            return
         if choice == "answer":
             reply = self.routes.answer(request_id, {})
             self._sent(reply)
@@ -1371,6 +1390,15 @@ class Model:
         action = self.routes.receive_backend(call.backend, parse(text))
         self._sent(action)
         self._check_attachment(call.request.method, outcome, call.backend, session, before)
+        if request_id in self.internal:
+            if isinstance(action, Relocate):
+                self.handles[request_id] = Handle(Duty.LOCATE, call.request, call.session_id)
+                return
+            assert isinstance(action, Absorbed), action  # never delivered to the client
+            assert action.settled.resume == ("ok" if outcome == "ok" else action.settled.resume)
+            self.record(action.settled.changes)
+            del self.internal[request_id]
+            return
         if isinstance(action, Relocate):
             assert outcome == "not_found"
             assert call.request.method in ("session/resume", "session/load")
@@ -1387,6 +1415,24 @@ class Model:
         self.record(action.settled.changes)
         self._answered(action.text)
         self._no_link_ahead_for(request_id)
+
+    def shell_fails_over(self, x: int, y: int, z: int) -> None:
+        """The shell resumes a lost session where it lives now ([failover]), or gives up."""
+        if not self.orphans:
+            return
+        session = sorted(self.orphans)[x % len(self.orphans)]
+        self.orphans.discard(session)
+        if y % 3 == 0:
+            self.routes.give_up_failover(SessionId(session))
+            return
+        handle = self.routes.fail_over(SessionId(session))
+        assert handle is not None
+        assert handle.request.method == "session/resume"
+        assert handle.request.param("sessionId") == session
+        assert str(handle.request.id).startswith("acp-router:failover:")
+        assert self.routes.fail_over(SessionId(session)) is None  # once
+        self.internal[handle.request.id] = session
+        self.handles[handle.request.id] = handle
 
     def backend_answers_the_round(self, x: int, y: int, z: int) -> None:
         """A backend the authenticate round waits on accepts or refuses it."""
@@ -1464,6 +1510,12 @@ class Model:
         self.unused.pop(backend, None)
         self._links()
         self.record(lost.detached)
+        for call in lost.calls:
+            if call.request.id in self.internal:  # a failover lost with its link: quiet
+                del self.internal[call.request.id]
+                self.handles.pop(call.request.id, None)
+        assert set(lost.orphaned) <= set(SESSIONS)
+        self.orphans |= set(lost.orphaned)
         if backend in self.auth_waiting:
             assert self.auth_id in {orjson.loads(a.text)["id"] for a in lost.replies}
             self.auth_id, self.auth_waiting = None, set()
@@ -1477,7 +1529,7 @@ class Model:
     # -- checks --------------------------------------------------------------------------------
 
     def check(self) -> None:
-        assert set(self.routes.calls) == set(self.open)
+        assert set(self.routes.calls) == set(self.open) | set(self.internal)
         for request_id, call in self.routes.calls.items():
             unrouted = request_id in self.handles or call.held or request_id == self.auth_id
             assert (call.backend is None) == unrouted
@@ -1499,14 +1551,24 @@ class Model:
             pass
         for serial in self.forwarded - set(self.open.values()):
             assert self.answers[serial] == 1
-        # ... and the rest waits on the shell, or behind a call that waits on the shell.
-        assert set(self.open) == set(self.handles) | self.waiting
+        # ... and the rest waits on the shell, or behind a call that waits on the shell
+        # (or on a failover the shell has not decided yet).
+        assert set(self.open) == (set(self.handles) - set(self.internal)) | self.waiting
+        for session in sorted(self.orphans):
+            self.routes.give_up_failover(SessionId(session))
+        self.orphans.clear()
+        while self.release_one():
+            pass
         while self.handles:
             request_id = sorted(self.handles, key=repr)[0]
             del self.handles[request_id]
-            reply = self.routes.fail(request_id, NoBackendAvailable())
-            self._sent(reply)
-            self._answered(reply.text)
+            if request_id in self.internal:
+                assert self.routes.end(request_id, NoBackendAvailable()) is None
+                del self.internal[request_id]
+            else:
+                reply = self.routes.fail(request_id, NoBackendAvailable())
+                self._sent(reply)
+                self._answered(reply.text)
             while self.release_one():
                 pass
         assert not self.waiting
@@ -1538,6 +1600,22 @@ _STEP = st.tuples(st.sampled_from(STEPS), st.integers(0, 2**24 - 1))
 @given(st.lists(_STEP, min_size=30, max_size=90))
 def test_every_request_is_answered_exactly_once(steps: list[Any]) -> None:
     model = Model()
+    for step, choice in steps:
+        step(model, choice & 0xFF, (choice >> 8) & 0xFF, choice >> 16)
+        model.check()
+    model.finish()
+
+
+_FAILOVER_STEP = st.tuples(
+    st.sampled_from((*STEPS, Model.shell_fails_over, Model.shell_fails_over)),
+    st.integers(0, 2**24 - 1),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_FAILOVER_STEP, min_size=30, max_size=90))
+def test_with_failover_every_request_is_still_answered_exactly_once(steps: list[Any]) -> None:
+    model = Model(failover=True)
     for step, choice in steps:
         step(model, choice & 0xFF, (choice >> 8) & 0xFF, choice >> 16)
         model.check()
