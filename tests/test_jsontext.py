@@ -85,8 +85,8 @@ def test_odd_but_legal_json() -> None:
         ("NaN", "NaN is not JSON"),
         ("[Infinity]", "Infinity is not JSON"),
         ("-Infinity", "-Infinity is not JSON"),
-        ("[" * 5000, "nesting is too deep"),
-        (_deep(20_000, '"\\ud83d"'), "nesting is too deep"),
+        ("[" * 50_000, "nesting is too deep"),  # too deep for 3.11's bound and 3.12's
+        (_deep(50_000, '"\\ud83d"'), "nesting is too deep"),
         ("[" * (16 * 1024 * 1024), "nesting is too deep"),
         ("\ud800", "surrogates not allowed"),
     ],
