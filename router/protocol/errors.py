@@ -108,7 +108,7 @@ class InvalidRequest(ProtocolError):
 
 
 class NestingTooDeep(InvalidRequest):
-    """Legal JSON nested deeper than the router reads (about a thousand levels): refused
+    """Legal JSON nested deeper than the router reads (about a thousand levels on 3.11): refused
     at once, never decoded (:mod:`router.protocol.jsontext`)."""
 
 

@@ -42,7 +42,7 @@ class TooDeep(ValueError):
     """The text nests deeper than the parsers read."""
 
     def __init__(self) -> None:
-        super().__init__("nesting is too deep (more than about 1000 levels)")
+        super().__init__("nesting is too deep (more than the interpreter reads)")
 
 
 class NotReadable(ValueError):
