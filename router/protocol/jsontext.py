@@ -13,9 +13,10 @@ copy of the same length where each ``\\uD800``-``\\uDFFF`` escape is written
 ``\\uE800``-``\\uEFFF`` (:func:`shift`); values read from such a copy are shifted back
 before they are decoded (:func:`decode`), so they come out as sent.
 
-Nesting is bounded: both parsers refuse a text nested deeper than about a thousand
-levels (msgspec and the standard library at Python's recursion limit, orjson at 1,024),
-and :class:`TooDeep` says so. Nothing here keeps its own stack: a frame of 16 MiB of
+Nesting is bounded: the parsers refuse a text nested deeper than the interpreter lets
+them go (msgspec and the standard library at Python's recursion limit on 3.11, about a
+thousand levels, and at its C stack bound on 3.12 and later, about ten thousand; orjson
+at 1,024), and :class:`TooDeep` says so. Nothing here keeps its own stack: a frame of 16 MiB of
 ``[`` costs a refusal, not a tree.
 
 :func:`dumps` falls back to the standard library for values orjson will not write
