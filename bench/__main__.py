@@ -17,14 +17,16 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from bench import envelope, forwarding, hostile, locate, memory, placement, storm
+from bench import envelope, forwarding, hostile, locate, memory, placement, storm, workers
 from bench.fleet import start_fleet
 from bench.observe import raise_open_files
 from bench.ratios import Budget, Result
 from bench.report import table, write_json
 
-BENCHES = ("envelope", "placement", "hostile", "forwarding", "locate", "memory", "storm")
-SCRIPTED = {"locate": max(locate.POOLS), "memory": 1, "storm": storm.BACKENDS}
+BENCHES = (
+    "envelope", "placement", "hostile", "forwarding", "locate", "memory", "storm", "workers",
+)  # fmt: skip
+SCRIPTED = {"locate": max(locate.POOLS), "memory": 1, "storm": storm.BACKENDS, "workers": 1}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -103,6 +105,9 @@ async def _on_the_wire(
                 if "memory" in chosen:
                     with _progress("memory"):
                         results += await memory.run(fleet, backends, budget, notes)
+                if "workers" in chosen:
+                    with _progress("workers"):
+                        results += await workers.run(fleet, backends, budget)
     return results
 
 

@@ -303,5 +303,11 @@ async def serve_workers(
             loop.add_signal_handler(signal.SIGHUP, supervisor.reload)
             stack.callback(loop.remove_signal_handler, signal.SIGHUP)
             logger.info("starting %d workers on %s:%d", count, host, listeners.port)
+            logger.warning(
+                "with workers, a Streamable HTTP connection works only while all its requests"
+                " reach the worker that holds it: one whose requests come on several TCP"
+                " connections gets 404 from the other workers (WebSocket clients are not"
+                " affected; README: Workers)"
+            )
             url = f"{scheme}://{host}:{listeners.port}/acp"
             return await supervisor.run(signals, lambda: on_listening(url))
