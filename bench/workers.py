@@ -12,7 +12,9 @@ too, so on a machine with as many cores as workers the routers cannot have them 
 The second row says what the routers' processes spent per prompt (CPU seconds of the
 parent and its workers, from ``/proc``), two workers over one: near 1 means a worker
 costs nothing the single router does not, so with cores to spare the throughput
-grows with the workers. The third is the number of cores the run saw.
+grows with the workers. The figures say how many cores each router kept busy (one
+worker can use at most one: below that, something else was the bottleneck), what
+the clients and the backend spent per prompt, and how many cores the run saw.
 """
 
 from __future__ import annotations
@@ -146,11 +148,17 @@ def _rows(rounds: Sequence[dict[str, Measured]]) -> list[Result]:
     rates = [(r[TWO].rate, r[ONE].rate) for r in rounds]
     cpu = [(r[TWO].cpu_per_prompt * 1e6, r[ONE].cpu_per_prompt * 1e6) for r in rounds]
     every = [measured for r in rounds for measured in r.values()]
+
+    def busy(side: str) -> float:
+        return statistics.median(r[side].rate * r[side].cpu_per_prompt for r in rounds)
+
     client = statistics.median(m.client_cpu for m in every) * 1e6
     backend = statistics.median(m.backend_cpu for m in every) * 1e6
     return [
         row(BENCH, f"{pipelined}, {TWO}", f"the same, {ONE}", rates, "msg/s", THROUGHPUT),
         row(BENCH, f"router CPU per prompt, {TWO}", f"the same, {ONE}", cpu, "us"),
+        Figure(BENCH, f"cores busy in the router, {ONE}", busy(ONE), "cores"),
+        Figure(BENCH, f"cores busy in the router, {TWO}", busy(TWO), "cores"),
         Figure(BENCH, "clients' CPU per prompt (this process)", client, "us"),
         Figure(BENCH, "backend's CPU per prompt", backend, "us"),
         Figure(BENCH, "cores on this machine (clients and backend share them)", _cores(), ""),

@@ -32,6 +32,7 @@ from router.server.workers import Listeners, WorkerRole, reuse_port_balances
 from tests.fleet import start_fleet
 from tests.support import WAIT, AcpClient, AgentProcess, CliProcess, run_cli, run_cli_to_exit
 from tests.test_cli import write_config
+from tests.test_streamable_http import HttpClient, rpc
 
 SERVICE_RESTART = 1012
 #: connections opened to see both workers take some: the kernel hashes each one to a
@@ -250,6 +251,53 @@ async def test_workers_stop_when_their_parent_is_gone(tmp_path: Path) -> None:
     assert "Traceback" not in router.stderr.text, router.stderr.text
 
 
+async def test_streamable_http_connections_work_whichever_worker_a_request_reaches(
+    tmp_path: Path,
+) -> None:
+    new_session = rpc(1, "session/new", {"cwd": "/work/project", "mcpServers": []})
+    # a TCP connection per request, as a client with several in its pool: the kernel
+    # hands each to either worker, so about half reach the one that does not hold it
+    fresh = aiohttp.TCPConnector(force_close=True)
+    async with (
+        start_fleet(tmp_path / "store", 1) as agents,
+        two_workers(tmp_path, agents) as router,
+        aiohttp.ClientSession(connector=fresh) as http,
+    ):
+        url = f"{base_of(router_url(router))}/acp"
+        clients = [HttpClient(http, url) for _ in range(4)]
+        for client in clients:
+            await client.initialize()
+            assert re.fullmatch(r"[01]\.[\w-]{32}", client.connection_id), client.connection_id
+            async with client.stream() as connection_stream:
+                assert await client.post(new_session) == 202
+                session_id = (await connection_stream.message())["result"]["sessionId"]
+                async with client.stream(session_id) as session_stream:
+                    for request_id in (2, 3, 4):
+                        prompt = rpc(request_id, "session/prompt", {"sessionId": session_id})
+                        prompt["params"]["prompt"] = [{"type": "text", "text": "hi"}]
+                        assert await client.post(prompt, session_id) == 202
+                        said = await session_stream.message()
+                        assert said["params"]["update"]["content"]["text"] == "[agent-1] hi"
+                        assert (await session_stream.message())["id"] == request_id
+                assert await client.delete() == 202
+                await connection_stream.ended()
+            assert await client.post(rpc(5, "session/list")) == 404  # gone, from either worker
+        found = samples(await scrape(f"{base_of(router_url(router))}/metrics"))
+        passed = [value(found, "acp_router_http_passed_on_total", worker=w) for w in "01"]
+        assert sum(p or 0 for p in passed) > 0, passed
+        posts = [
+            value(found, "acp_router_http_requests_total", method="POST", status="202", worker=w)
+            for w in "01"
+        ]
+        assert sum(p or 0 for p in posts) == 4 * 4  # counted once, by the worker holding each
+        for stranger in ("0.nope", "1.nope", "7.nope", "nope"):
+            client = HttpClient(http, url)
+            client.connection_id = stranger
+            assert await client.post(rpc(1, "session/list")) == 404
+        assert await router.stop() == 0
+    assert "Traceback" not in router.stderr.text, router.stderr.text
+
+
 async def test_metrics_listen_is_served_by_the_parent_for_every_worker(tmp_path: Path) -> None:
     extra = 'metrics_listen = "127.0.0.1:0"'
     async with (
@@ -276,7 +324,7 @@ async def test_one_worker_is_the_router_alone(tmp_path: Path) -> None:
             children = await asyncio.to_thread(Path(f"/proc/{pid}/task/{pid}/children").read_text)
             assert children == ""
             exposition = await scrape(f"{base_of(router_url(router))}/metrics")
-            assert "worker" not in exposition
+            assert 'worker="' not in exposition
             assert 'acp_router_backend_up{backend="agent-1"} 1.0' in exposition
             assert await router.stop() == 0
         assert " worker " not in router.stderr.text

@@ -56,7 +56,7 @@ from router.server.shutdown import StopSignals, close_spread, reloading_on_hangu
 from router.server.streamable_http import Entry, HttpFront
 from router.server.tls import backend_context, server_context
 from router.server.websocket import WebSocketChannel
-from router.server.workers import ParentChannel, WorkerRole, serving_own_metrics
+from router.server.workers import Affinity, ParentChannel, WorkerRole, serving_siblings
 from router.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
@@ -461,11 +461,13 @@ async def serve(
     the process is done, so a signal during clean-up cannot kill it halfway.
     """
     app = create_app(settings, config_path=config_path)
-    if worker is not None:
+    affinity = None if worker is None else Affinity(worker, app[METRICS])
+    if worker is not None and affinity is not None:
         every_worker: Callable[[], Awaitable[bytes]] = WorkersExposition(
             worker.sockets, own=(worker.index, app[METRICS])
         )
         app[EXPOSITION] = every_worker
+        app.middlewares.append(affinity.middleware)
     tls = server_context(settings.router)
     access_log = access_logger if settings.router.access_log else None
     runner = app_runner(app, access_log=access_log)
@@ -479,8 +481,10 @@ async def serve(
                 if settings.router.metrics_address is not None:
                     await _serve_metrics(stack, app[EXPOSITION], *settings.router.metrics_address)
             else:
+                assert affinity is not None
+                await stack.enter_async_context(affinity)
                 await _listen_on(runner, app[GUARD], worker.listening_sockets(), tls)
-                await stack.enter_async_context(serving_own_metrics(worker, app[METRICS]))
+                await stack.enter_async_context(serving_siblings(worker, _sibling_app(app)))
                 channel = await stack.enter_async_context(ParentChannel(worker.channel_fd))
                 on_listening = channel.listening
             if settings.auth is None and (worker is None or worker.index == 0):
@@ -496,6 +500,30 @@ async def serve(
             spread = settings.router.close_spread_seconds
             open_clients: OpenClients = app[CLIENTS]
             await close_spread(list(open_clients), spread, signals.hurry)
+
+
+def _sibling_app(app: web.Application) -> web.Application:
+    """What the other workers of a router ask this one, on its Unix socket
+    (:mod:`router.server.workers`): its own registry at ``/metrics``, and the Streamable
+    HTTP requests of its connections that reached another worker. Those go to this
+    worker's HTTP front and its door (origin and token checked again); their TCP
+    connections were counted by the worker they came to."""
+    siblings = web.Application(client_max_size=app[SETTINGS].router.max_message_bytes + 1)
+    # what the handlers below read, the door's checks included
+    siblings[METRICS] = app[METRICS]
+    siblings[DOOR] = app[DOOR]
+    siblings[TOKENS] = app[TOKENS]
+    siblings[HTTP_FRONT] = app[HTTP_FRONT]
+    siblings[EXPOSITION] = _exposition_of(app[METRICS])
+    siblings.router.add_get("/metrics", _metrics)
+    siblings.router.add_get("/acp", _acp_stream, allow_head=False)
+    siblings.router.add_post("/acp", _acp_post)
+    siblings.router.add_delete("/acp", _acp_delete)
+    return siblings
+
+
+async def _acp_stream(request: web.Request) -> web.StreamResponse:
+    return await request.app[HTTP_FRONT].stream(request)
 
 
 async def _listen_on(

@@ -347,6 +347,12 @@ class Metrics:
         )
         for reason in HTTP_END_REASONS:
             self.http_ended.labels(reason)
+        self.http_passed_on = Counter(
+            "acp_router_http_passed_on_total",
+            "Streamable HTTP requests that reached a worker other than the one holding their"
+            " connection, passed on to that one (router.workers above 1)",
+            registry=registry,
+        )
 
         self.config_reloads = Counter(
             "acp_router_config_reloads_total",

@@ -43,8 +43,8 @@ from router.server.workers import (
     LISTENING,
     Listeners,
     WorkerRole,
-    metrics_socket,
     reuse_port_balances,
+    sibling_socket,
 )
 from router.tasks import cancel_and_wait
 
@@ -283,7 +283,7 @@ async def serve_workers(
         StopSignals().installed() as signals,
     ):
         supervisor = Supervisor(command, count, Path(folder), listeners)
-        sockets = [metrics_socket(Path(folder), index) for index in range(count)]
+        sockets = [sibling_socket(Path(folder), index) for index in range(count)]
         async with contextlib.AsyncExitStack() as stack:
             if settings.router.metrics_address is not None:
                 runner = web.AppRunner(
@@ -303,11 +303,5 @@ async def serve_workers(
             loop.add_signal_handler(signal.SIGHUP, supervisor.reload)
             stack.callback(loop.remove_signal_handler, signal.SIGHUP)
             logger.info("starting %d workers on %s:%d", count, host, listeners.port)
-            logger.warning(
-                "with workers, a Streamable HTTP connection works only while all its requests"
-                " reach the worker that holds it: one whose requests come on several TCP"
-                " connections gets 404 from the other workers (WebSocket clients are not"
-                " affected; README: Workers)"
-            )
             url = f"{scheme}://{host}:{listeners.port}/acp"
             return await supervisor.run(signals, lambda: on_listening(url))

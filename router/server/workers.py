@@ -17,10 +17,17 @@ control links, location hints, limits and admin state. The parent starts each on
 - **The channel.** A socket pair: the worker writes ``listening`` once it serves; the
   parent writes nothing, so the worker reads end-of-file only when the parent is gone,
   and then stops as on SIGTERM (:class:`ParentChannel`).
-- **Metrics.** Each worker serves its own registry at ``/metrics`` on a Unix socket in
-  the parent's private folder (:func:`serving_own_metrics`); a scrape of any worker, or
-  of the parent's ``router.metrics_listen``, reads them all
-  (:class:`router.server.metrics.WorkersExposition`).
+- **Between workers.** Each worker serves, on a Unix socket in the parent's private
+  folder (:func:`serving_siblings`), what the others may ask of it: its own registry at
+  ``/metrics`` (a scrape of any worker, or of the parent's ``router.metrics_listen``,
+  reads them all: :class:`router.server.metrics.WorkersExposition`), and the Streamable
+  HTTP requests of the connections it holds (:class:`Affinity`).
+- **Streamable HTTP.** An HTTP connection lives in the worker that answered its
+  ``initialize``, but its later requests come on other TCP connections, which the kernel
+  may hand to any worker. So the worker puts its index in front of the connection id it
+  answers (``1.Zx8...``), and a worker that gets a request for another worker's
+  connection passes it on to that worker over its socket, the answer (an event stream
+  too) streamed back as it comes.
 """
 
 from __future__ import annotations
@@ -32,14 +39,16 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from aiohttp import web
+import aiohttp
+from aiohttp import hdrs, web
 
-from router.server.metrics import CONTENT_TYPE, Metrics
+from router.protocol import acp
+from router.server.metrics import Metrics
 from router.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
@@ -56,8 +65,8 @@ def reuse_port_balances() -> bool:
     return sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
 
 
-def metrics_socket(folder: Path, index: int) -> Path:
-    """Where worker ``index`` serves its own registry."""
+def sibling_socket(folder: Path, index: int) -> Path:
+    """Where worker ``index`` answers the other workers (and the parent)."""
     return folder / f"worker-{index}.sock"
 
 
@@ -68,7 +77,7 @@ class WorkerRole:
 
     index: int
     count: int
-    #: the parent's private folder: every worker's metrics socket
+    #: the parent's private folder: every worker's socket for the others
     folder: Path
     #: the listening sockets it serves on, one per address of ``router.listen``
     listen_fds: tuple[int, ...]
@@ -98,8 +107,8 @@ class WorkerRole:
 
     @property
     def sockets(self) -> list[Path]:
-        """Every worker's metrics socket, by index."""
-        return [metrics_socket(self.folder, index) for index in range(self.count)]
+        """Every worker's socket for the others, by index."""
+        return [sibling_socket(self.folder, index) for index in range(self.count)]
 
     def listening_sockets(self) -> list[socket.socket]:
         """The listening sockets the parent handed over."""
@@ -241,25 +250,110 @@ class ParentChannel:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-async def _own_metrics(request: web.Request) -> web.Response:
-    body = request.app[_METRICS].exposition()
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
-
-
-_METRICS = web.AppKey("metrics", Metrics)
-
-
 @contextlib.asynccontextmanager
-async def serving_own_metrics(role: WorkerRole, metrics: Metrics) -> AsyncIterator[None]:
-    """Serve this worker's registry alone at ``/metrics`` on its Unix socket, for the
-    worker (or parent) that answers a scrape."""
-    app = web.Application()
-    app[_METRICS] = metrics
-    app.router.add_get("/metrics", _own_metrics)
+async def serving_siblings(role: WorkerRole, app: web.Application) -> AsyncIterator[None]:
+    """Serve ``app`` (what the other workers may ask: ``/metrics``, and the Streamable
+    HTTP requests they pass on) on this worker's Unix socket."""
     runner = web.AppRunner(app, handle_signals=False, access_log=None)
     await runner.setup()
     try:
-        await web.UnixSite(runner, str(metrics_socket(role.folder, role.index))).start()
+        await web.UnixSite(runner, str(sibling_socket(role.folder, role.index))).start()
         yield
     finally:
         await runner.cleanup()
+
+
+#: headers of one hop, not passed on (RFC 9110, 7.6.1), and those aiohttp sets itself
+_HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
+     "upgrade", "host", "content-length", "date", "server"}
+)  # fmt: skip
+_NO_CONNECTION = "no such connection\n"
+
+
+class Affinity:
+    """Streamable HTTP connections across workers: each request reaches the worker that
+    holds its connection (the index before the dot of its ``Acp-Connection-Id``).
+
+    A middleware of this worker's front door: a request for a connection of its own goes
+    on with the bare id; one for another worker's is passed on to that worker's socket
+    (its answer, an event stream too, streamed back as it comes); an ``initialize``
+    answered here gets this worker's index in front of its new connection id. A request
+    for a worker that is gone (starting again) gets 404: its connections went with it.
+    WebSocket upgrades and other paths pass untouched.
+    """
+
+    def __init__(self, role: WorkerRole, metrics: Metrics) -> None:
+        self._role = role
+        self._metrics = metrics
+        self._siblings: dict[int, aiohttp.ClientSession] = {}
+
+    async def __aenter__(self) -> Affinity:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        for http in self._siblings.values():
+            await http.close()
+        self._siblings.clear()
+
+    @web.middleware
+    async def middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if request.path != "/acp" or request.headers.get(hdrs.UPGRADE, "").lower() == "websocket":
+            return await handler(request)
+        tagged = request.headers.get(acp.CONNECTION_ID_HEADER)
+        if tagged is None:
+            return self._tag(await handler(request))
+        owner, dot, bare = tagged.partition(".")
+        if not (dot and owner.isdigit() and int(owner) < self._role.count):
+            return await handler(request)  # not a worker's id: no such connection
+        headers = request.headers.copy()
+        headers[acp.CONNECTION_ID_HEADER] = bare
+        if int(owner) == self._role.index:
+            return await handler(request.clone(headers=headers))
+        return await self._pass_on(request, int(owner), headers)
+
+    def _tag(self, response: web.StreamResponse) -> web.StreamResponse:
+        """An ``initialize`` answered here: its connection id names this worker."""
+        bare = response.headers.get(acp.CONNECTION_ID_HEADER)
+        if bare is not None and not response.prepared:
+            response.headers[acp.CONNECTION_ID_HEADER] = f"{self._role.index}.{bare}"
+        return response
+
+    def _sibling(self, index: int) -> aiohttp.ClientSession:
+        http = self._siblings.get(index)
+        if http is None or http.closed:
+            path = str(sibling_socket(self._role.folder, index))
+            http = aiohttp.ClientSession(
+                connector=aiohttp.UnixConnector(path=path, limit=0),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0),
+                auto_decompress=False,
+            )
+            self._siblings[index] = http
+        return http
+
+    async def _pass_on(
+        self, request: web.Request, owner: int, headers: Mapping[str, str]
+    ) -> web.StreamResponse:
+        self._metrics.http_passed_on.inc()
+        forward = {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
+        body = await request.read()
+        try:
+            upstream = await self._sibling(owner).request(
+                request.method, "http://worker/acp", headers=forward, data=body or None
+            )
+        except (OSError, aiohttp.ClientError) as exc:
+            logger.debug("worker %d did not take a request passed on: %s", owner, exc)
+            return web.Response(status=404, text=_NO_CONNECTION)
+        async with upstream:
+            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            for name, value in upstream.headers.items():
+                if name.lower() not in _HOP_BY_HOP:
+                    response.headers.add(name, value)
+            await response.prepare(request)
+            with contextlib.suppress(ConnectionError, aiohttp.ClientError):
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+        return response
