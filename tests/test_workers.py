@@ -17,12 +17,14 @@ import os
 import re
 import signal
 import socket
+import ssl
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
+import trustme
 from prometheus_client.parser import text_string_to_metric_families
 
 from router.server.metrics import Metrics, merge
@@ -298,6 +300,28 @@ async def test_streamable_http_connections_work_whichever_worker_a_request_reach
     assert "Traceback" not in router.stderr.text, router.stderr.text
 
 
+async def test_workers_serve_tls_on_the_sockets_they_are_given(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    trusting = ssl.create_default_context()
+    ca.configure_trust(trusting)
+    extra = f'tls_cert = "{cert}"\ntls_key = "{key}"'
+    async with (
+        start_fleet(tmp_path / "store", 1) as agents,
+        two_workers(tmp_path, agents, extra) as router,
+    ):
+        url = router_url(router)
+        assert url.startswith("wss://127.0.0.1:"), url
+        async with contextlib.AsyncExitStack() as stack:
+            for _ in range(CLIENTS // 2):
+                client = await stack.enter_async_context(AcpClient.connect(url, tls=trusting))
+                assert "result" in await client.initialize()
+        assert await router.stop() == 0
+
+
 async def test_metrics_listen_is_served_by_the_parent_for_every_worker(tmp_path: Path) -> None:
     extra = 'metrics_listen = "127.0.0.1:0"'
     async with (
@@ -529,6 +553,17 @@ def test_each_worker_gets_its_own_socket_on_one_reserved_port() -> None:
         assert _accepts(first) == [8]
         for sock in [*first, *clients]:
             sock.close()
+    finally:
+        listeners.close()
+
+
+def test_every_address_of_the_name_gets_the_one_port() -> None:
+    listeners = Listeners("localhost", 0, balanced=reuse_port_balances())
+    try:
+        sockets = listeners.for_worker()
+        assert sockets
+        assert {sock.getsockname()[1] for sock in sockets} == {listeners.port}
+        listeners.handed_over(sockets)
     finally:
         listeners.close()
 
