@@ -25,12 +25,13 @@ from pathlib import Path
 import aiohttp
 import pytest
 import trustme
+from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from router.server.metrics import Metrics, merge
+from router.server.metrics import Metrics, WorkersExposition, merge
 from router.server.shutdown import StopSignals
 from router.server.supervisor import Supervisor, backoff, ended
-from router.server.workers import Listeners, WorkerRole, reuse_port_balances
+from router.server.workers import Affinity, Listeners, WorkerRole, reuse_port_balances
 from tests.fleet import start_fleet
 from tests.support import WAIT, AcpClient, AgentProcess, CliProcess, run_cli, run_cli_to_exit
 from tests.test_cli import write_config
@@ -371,7 +372,7 @@ async def test_workers_must_be_a_positive_number(tmp_path: Path) -> None:
 #: a worker as the parent sees one: ``python -c FAKE_WORKER MODE --worker I/N ...``.
 #: serve: say listening, exit 0 on SIGTERM; fail-1: worker 1 exits 3 at once;
 #: crash-once:FILE: the first start exits 3 after saying listening (and creates FILE),
-#: later starts serve; held:DIR: record each SIGHUP in DIR/hangups, and say listening
+#: later starts serve; crash:FILE: the same, but later starts exit 3 at once; held:DIR: record each SIGHUP in DIR/hangups, and say listening
 #: only once DIR/go-INDEX (a FIFO) has been written and closed
 FAKE_WORKER = """
 import os, pathlib, signal, sys
@@ -385,9 +386,11 @@ if mode == "held":
     open(f"{path}/go-{index}").read()
 if mode == "fail-1" and index == 1:
     sys.exit(3)
-if mode == "crash-once" and not os.path.exists(path):
+if mode in ("crash-once", "crash") and not os.path.exists(path):
     open(path, "w").close()
     os.write(channel, b"listening\\n")
+    sys.exit(3)
+if mode == "crash":
     sys.exit(3)
 os.write(channel, b"listening\\n")
 while True:
@@ -475,6 +478,20 @@ async def test_a_worker_that_ends_starts_again_after_a_backoff(
             assert await run == 0
 
 
+async def test_the_backoff_grows_while_a_worker_keeps_ending_and_a_stop_cuts_it_short(
+    tmp_path: Path, records: Records
+) -> None:
+    marker = tmp_path / "crashed"
+    async with supervising(tmp_path, f"crash:{marker}", 1) as (_, signals, run, announced):
+        await records.wait_for("exited with status 3; starting it again in 0.5 s")
+        await records.wait_for("exited with status 3; starting it again in 1.0 s")
+        await records.wait_for("exited with status 3; starting it again in 2.0 s")
+        assert announced.is_set()
+        signals.stop.set()  # while it waits 2 s to start the worker again
+        async with asyncio.timeout(1.0):
+            assert await run == 0
+
+
 async def test_sighup_reaches_every_worker_once_it_listens(
     tmp_path: Path, records: Records
 ) -> None:
@@ -519,6 +536,54 @@ def test_a_scrape_merges_the_workers_registries() -> None:
     helps = re.findall(r"^# HELP (\S+)", merged, flags=re.MULTILINE)
     assert len(helps) == len(set(helps))
     assert "acp_router_connections_total" in helps
+
+
+async def test_a_scrape_says_which_workers_did_not_answer(tmp_path: Path) -> None:
+    metrics = Metrics()
+    nobody = [tmp_path / "worker-0.sock", tmp_path / "worker-1.sock"]  # no one serves these
+    found = samples((await WorkersExposition(nobody, own=(0, metrics))()).decode())
+    assert value(found, "acp_router_worker_up", worker="0") == 1.0
+    assert value(found, "acp_router_worker_up", worker="1") == 0.0
+    assert value(found, "acp_router_max_connections", worker="0") == 0.0
+    assert value(found, "acp_router_max_connections", worker="1") is None
+
+
+@contextlib.asynccontextmanager
+async def front_door_of_worker(tmp_path: Path, index: int) -> AsyncIterator[str]:
+    """A front door of worker ``index`` of two with :class:`Affinity` in front of a
+    handler that answers like the HTTP front: a new connection id for a request without
+    one, and the id it was asked about otherwise. No other worker runs."""
+
+    async def handler(request: web.Request) -> web.Response:
+        asked = request.headers.get("Acp-Connection-Id")
+        return web.Response(text=asked or "", headers={"Acp-Connection-Id": asked or "fresh"})
+
+    role = WorkerRole(index, 2, tmp_path, (0,), 0)
+    async with Affinity(role, Metrics()) as affinity:
+        app = web.Application(middlewares=[affinity.middleware])
+        app.router.add_route("*", "/acp", handler)
+        runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, "127.0.0.1", 0).start()
+            yield f"http://127.0.0.1:{runner.addresses[0][1]}/acp"
+        finally:
+            await runner.cleanup()
+
+
+async def test_affinity_tags_new_connections_and_strips_its_own_tag(tmp_path: Path) -> None:
+    async with front_door_of_worker(tmp_path, 0) as url, aiohttp.ClientSession() as http:
+        async with http.post(url) as new:
+            assert new.headers["Acp-Connection-Id"] == "0.fresh"
+        async with http.post(url, headers={"Acp-Connection-Id": "0.abc"}) as own:
+            assert await own.text() == "abc"  # the front door sees its bare id
+        async with http.post(url, headers={"Acp-Connection-Id": "abc"}) as untagged:
+            assert await untagged.text() == "abc"  # not a worker's: the front door says 404
+        # worker 1 is not there (between its death and its new start): its connections
+        # went with it
+        async with http.post(url, headers={"Acp-Connection-Id": "1.abc"}) as gone:
+            assert gone.status == 404
+            assert await gone.text() == "no such connection\n"
 
 
 def _accepts(listening: list[socket.socket]) -> list[int]:
