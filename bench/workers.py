@@ -11,10 +11,12 @@ Everything runs on this machine: the clients (this process) and the backend take
 too, so on a machine with as many cores as workers the routers cannot have them all.
 The second row says what the routers' processes spent per prompt (CPU seconds of the
 parent and its workers, from ``/proc``), two workers over one: near 1 means a worker
-costs nothing the single router does not, so with cores to spare the throughput
-grows with the workers. The figures say how many cores each router kept busy (one
-worker can use at most one: below that, something else was the bottleneck), what
-the clients and the backend spent per prompt, and how many cores the run saw.
+costs nothing the single router does not, so with cores to spare the throughput grows
+with the workers. The figures say what ratio this machine allows at all (each side's
+rate bound by its workers, a core each, and by every core busy on what a prompt costs
+the router, the clients and the backend together), how many cores each router kept
+busy (one worker can use at most one: below that, something else was the bottleneck),
+what the clients and the backend spent per prompt, and how many cores the run saw.
 """
 
 from __future__ import annotations
@@ -152,11 +154,32 @@ def _rows(rounds: Sequence[dict[str, Measured]]) -> list[Result]:
     def busy(side: str) -> float:
         return statistics.median(r[side].rate * r[side].cpu_per_prompt for r in rounds)
 
+    def ceiling(r: dict[str, Measured]) -> float:
+        """The most two workers could do over one on this machine with nothing else on
+        it, at what a prompt cost in this round: each side's rate is bound by its
+        workers (one core each) and by every core busy on the router, the clients and
+        the backend together."""
+
+        def most(side: str, workers: int) -> float:
+            m = r[side]
+            return min(
+                workers / m.cpu_per_prompt,
+                _cores() / (m.cpu_per_prompt + m.client_cpu + m.backend_cpu),
+            )
+
+        return most(TWO, 2) / most(ONE, 1)
+
     client = statistics.median(m.client_cpu for m in every) * 1e6
     backend = statistics.median(m.backend_cpu for m in every) * 1e6
     return [
         row(BENCH, f"{pipelined}, {TWO}", f"the same, {ONE}", rates, "msg/s", THROUGHPUT),
         row(BENCH, f"router CPU per prompt, {TWO}", f"the same, {ONE}", cpu, "us"),
+        Figure(
+            BENCH,
+            "ceiling of the throughput ratio here (all cores on prompts, clients and backend too)",
+            statistics.median(ceiling(r) for r in rounds),
+            "x",
+        ),
         Figure(BENCH, f"cores busy in the router, {ONE}", busy(ONE), "cores"),
         Figure(BENCH, f"cores busy in the router, {TWO}", busy(TWO), "cores"),
         Figure(BENCH, "clients' CPU per prompt (this process)", client, "us"),
