@@ -367,9 +367,20 @@ async def test_workers_must_be_a_positive_number(tmp_path: Path) -> None:
     )
 
 
+async def test_the_worker_options_are_the_parents_to_give(tmp_path: Path) -> None:
+    run = await run_cli_to_exit("serve", "--config", str(tmp_path / "r.toml"), "--worker", "0/2")
+    assert run.returncode == 1
+    assert run.stderr.strip() == (
+        "acp-router: --worker, --worker-folder and --worker-fds go together; the parent"
+        " of a router with workers gives them to its worker processes"
+    )
+    assert "--worker" not in (await run_cli_to_exit("serve", "--help")).stdout
+
+
 # -- the parent, with child processes that play workers ----------------------------------------
 
-#: a worker as the parent sees one: ``python -c FAKE_WORKER MODE --worker I/N ...``.
+#: a worker as the parent sees one: ``python -c FAKE_WORKER MODE --worker I/N ...``,
+#: ending with status 0 on SIGTERM once it listens.
 #: serve: say listening, exit 0 on SIGTERM; fail-1: worker 1 exits 3 at once;
 #: crash-once:FILE: the first start exits 3 after saying listening (and creates FILE),
 #: later starts serve; crash:FILE: the same, but later starts exit 3 at once; held:DIR: record each SIGHUP in DIR/hangups, and say listening
@@ -380,7 +391,7 @@ mode, _, path = sys.argv[1].partition(":")
 args = sys.argv[2:]
 index = int(args[args.index("--worker") + 1].partition("/")[0])
 channel = int(args[args.index("--worker-fds") + 1].split(",")[-1])
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # taken below, by sigwait
 if mode == "held":
     signal.signal(signal.SIGHUP, lambda *_: open(f"{path}/hangups", "a").write(f"{index}\\n"))
     open(f"{path}/go-{index}").read()
@@ -393,8 +404,7 @@ if mode in ("crash-once", "crash") and not os.path.exists(path):
 if mode == "crash":
     sys.exit(3)
 os.write(channel, b"listening\\n")
-while True:
-    signal.pause()
+signal.sigwait({signal.SIGTERM})  # a SIGHUP before it is handled once this returns
 """
 
 

@@ -286,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    role = _worker_role(args)
+    args.worker_role = role = _worker_role(args)
     log_format.configure(args.log_level, args.log_format, None if role is None else role.index)
     try:
         return _run(args)
@@ -302,16 +302,21 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _worker_role(args: argparse.Namespace) -> WorkerRole | None:
     """The role a worker was started with (``serve --worker ...``), or None."""
-    if getattr(args, "worker", None) is None:
+    worker: str | None = getattr(args, "worker", None)
+    folder: str | None = getattr(args, "worker_folder", None)
+    fds: str | None = getattr(args, "worker_fds", None)
+    if worker is None and folder is None and fds is None:
         return None
     from router.server.workers import WorkerRole
 
     try:
-        return WorkerRole.of(args.worker, args.worker_folder, args.worker_fds)
-    except (TypeError, ValueError):
+        if worker is None or folder is None or fds is None:
+            raise ValueError("a worker needs all three")
+        return WorkerRole.of(worker, folder, fds)
+    except ValueError:
         raise SystemExit(
-            "acp-router: --worker, --worker-folder and --worker-fds are the"
-            " parent's, for its worker processes"
+            "acp-router: --worker, --worker-folder and --worker-fds go together; the parent"
+            " of a router with workers gives them to its worker processes"
         ) from None
 
 
@@ -325,7 +330,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     settings = load_settings(args.config)
     config_path = Path(args.config)
-    role = _worker_role(args)
+    role = args.worker_role
     if role is not None:
         asyncio.run(serve(settings, config_path=config_path, worker=role))
         return 0

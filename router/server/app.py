@@ -461,13 +461,7 @@ async def serve(
     the process is done, so a signal during clean-up cannot kill it halfway.
     """
     app = create_app(settings, config_path=config_path)
-    affinity = None if worker is None else Affinity(worker, app[METRICS])
-    if worker is not None and affinity is not None:
-        every_worker: Callable[[], Awaitable[bytes]] = WorkersExposition(
-            worker.sockets, own=(worker.index, app[METRICS])
-        )
-        app[EXPOSITION] = every_worker
-        app.middlewares.append(affinity.middleware)
+    affinity = None if worker is None else _as_worker(app, worker)
     tls = server_context(settings.router)
     access_log = access_logger if settings.router.access_log else None
     runner = app_runner(app, access_log=access_log)
@@ -476,17 +470,16 @@ async def serve(
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(runner.cleanup)
             host, port = settings.router.address
-            if worker is None:
-                await listen(runner, app[GUARD], host, port, tls)
-                if settings.router.metrics_address is not None:
-                    await _serve_metrics(stack, app[EXPOSITION], *settings.router.metrics_address)
-            else:
-                assert affinity is not None
+            if worker is not None and affinity is not None:
                 await stack.enter_async_context(affinity)
                 await _listen_on(runner, app[GUARD], worker.listening_sockets(), tls)
                 await stack.enter_async_context(serving_siblings(worker, _sibling_app(app)))
                 channel = await stack.enter_async_context(ParentChannel(worker.channel_fd))
                 on_listening = channel.listening
+            else:
+                await listen(runner, app[GUARD], host, port, tls)
+                if settings.router.metrics_address is not None:
+                    await _serve_metrics(stack, app[EXPOSITION], *settings.router.metrics_address)
             if settings.auth is None and (worker is None or worker.index == 0):
                 logger.warning(
                     "no [auth] section: any client that reaches %s may use the agents", host
@@ -500,6 +493,19 @@ async def serve(
             spread = settings.router.close_spread_seconds
             open_clients: OpenClients = app[CLIENTS]
             await close_spread(list(open_clients), spread, signals.hurry)
+
+
+def _as_worker(app: web.Application, worker: WorkerRole) -> Affinity:
+    """Make ``app`` one worker's front door (before its runner is set up): ``/metrics``
+    answers for every worker, and Streamable HTTP requests reach the worker that holds
+    their connection (the middleware returned, to be entered for the serving)."""
+    every_worker: Callable[[], Awaitable[bytes]] = WorkersExposition(
+        worker.sockets, own=(worker.index, app[METRICS])
+    )
+    app[EXPOSITION] = every_worker
+    affinity = Affinity(worker, app[METRICS])
+    app.middlewares.append(affinity.middleware)
+    return affinity
 
 
 def _sibling_app(app: web.Application) -> web.Application:
