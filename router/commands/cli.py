@@ -76,7 +76,8 @@ Run the router: one WebSocket front door (/acp) in front of the backends that FI
 with /metrics, /healthz and /readyz beside it (and /admin/ with an [admin] section). The
 configuration is TOML, checked at start: a bad key or value stops the router with one line
 naming it. SIGHUP (or POST /admin/reload) re-reads FILE; SIGTERM drains, then exits 0.
-config/router.example.toml lists every key with its default.""",
+With router.workers = N it runs N worker processes on the one port and passes the
+signals on to them. config/router.example.toml lists every key with its default.""",
     "connect": """\
 Bridge stdin/stdout to a router's (or an agent's) WebSocket: give it to an editor as the
 agent command and the editor uses the whole fleet. One JSON-RPC message per line each way.
