@@ -27,6 +27,7 @@ from bench import (
     placement,
     restart,
     storm,
+    workers,
 )
 from bench.fleet import start_fleet
 from bench.observe import raise_open_files
@@ -43,6 +44,7 @@ BENCHES = (
     "storm",
     "restart",
     "budget",
+    "workers",
 )
 SCRIPTED = {
     "locate": max(locate.POOLS),
@@ -50,6 +52,7 @@ SCRIPTED = {
     "storm": storm.BACKENDS,
     "restart": restart.BACKENDS,
     "budget": budget_bench.SWAPS + 1,
+    "workers": 1,
 }
 
 
@@ -135,6 +138,9 @@ async def _on_the_wire(
                 if "memory" in chosen:
                     with _progress("memory"):
                         results += await memory.run(fleet, backends, budget, notes)
+                if "workers" in chosen:
+                    with _progress("workers"):
+                        results += await workers.run(fleet, backends, budget)
     return results
 
 

@@ -133,7 +133,7 @@ def ticking() -> Iterator[list[float]]:
 async def run(budget: Budget) -> list[Result]:
     rounds = max(3, budget.rounds // 3) if not budget.quick else 2
     async with _backend() as url, _router(url, DEADLINE_MS) as port:
-        client = await _client(port)
+        client = await raw_connection(port)
         small = masked(prompt_frame(309))
         payloads = {
             "nesting": nesting_frame(),
@@ -244,7 +244,7 @@ async def _deadline(port: int) -> list[Result]:
     ]
 
 
-async def _client(port: int) -> Connection:
+async def raw_connection(port: int) -> Connection:
     reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=2**26)
     key = base64.b64encode(os.urandom(16)).decode()
     writer.write(

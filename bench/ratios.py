@@ -32,7 +32,7 @@ class Budget:
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """A bound from issue 12 that a figure is held to: ``value <= limit`` (or ``>=``)."""
+    """A bound from an issue (12, 17, 19) that a figure is held to: ``value <= limit`` (or ``>=``)."""
 
     text: str
     limit: float

@@ -7,6 +7,8 @@ locate needs, as cheaply as it can, so the router's cost is what is measured:
 * ``initialize``: protocol 1, ``sessionCapabilities`` with ``status`` and ``resume``;
 * ``session/status``: ``active`` when the session belongs here, else ``-32002``;
 * ``session/resume``: ``{}`` when the session belongs here, else ``-32002``;
+* ``session/prompt``: ``{"stopReason": "end_turn"}`` at once, with no update before it
+  (the workers bench pipelines prompts through a router: a backend as fast as can be);
 * anything else with an id: ``-32601``.
 
 A session belongs to the backend its id names: ``b7-anything`` lives on ``b7``, so
@@ -58,13 +60,15 @@ def answer(backend: str, message: dict[str, Any]) -> str | None:
     error: dict[str, Any] | None = None
     if method == "initialize":
         result = INITIALIZE_RESULT
-    elif method in ("session/status", "session/resume"):
+    elif method in ("session/status", "session/resume", "session/prompt"):
         session_id = params.get("sessionId", "")
         if owner(session_id) != backend:
             data = {"sessionId": session_id}
             error = {"code": NOT_FOUND, "message": "unknown session", "data": data}
         elif method == "session/status":
             result = {"status": "active"}
+        elif method == "session/prompt":
+            result = {"stopReason": "end_turn"}
         else:
             result = {}
     else:

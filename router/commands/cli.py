@@ -11,11 +11,15 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from router import __version__
 from router.commands import log_format
 from router.protocol.errors import AcpRouterError, ConfigError
 from router.protocol.jsonrpc import DEFAULT_MAX_MESSAGE_BYTES
+
+if TYPE_CHECKING:
+    from router.server.workers import WorkerRole
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -72,7 +76,8 @@ Run the router: one WebSocket front door (/acp) in front of the backends that FI
 with /metrics, /healthz and /readyz beside it (and /admin/ with an [admin] section). The
 configuration is TOML, checked at start: a bad key or value stops the router with one line
 naming it. SIGHUP (or POST /admin/reload) re-reads FILE; SIGTERM drains, then exits 0.
-config/router.example.toml lists every key with its default.""",
+With router.workers = N it runs N worker processes on the one port and passes the
+signals on to them. config/router.example.toml lists every key with its default.""",
     "connect": """\
 Bridge stdin/stdout to a router's (or an agent's) WebSocket: give it to an editor as the
 agent command and the editor uses the whole fleet. One JSON-RPC message per line each way.
@@ -247,6 +252,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = _command(commands, "serve", "run the router")
     serve.add_argument("--config", required=True, metavar="FILE", help="TOML configuration")
+    # the parent of a router with workers starts each one with these (router.server.workers)
+    serve.add_argument("--worker", help=argparse.SUPPRESS)
+    serve.add_argument("--worker-folder", help=argparse.SUPPRESS)
+    serve.add_argument("--worker-fds", help=argparse.SUPPRESS)
 
     connect = _command(
         commands, "connect", "bridge stdio (an editor's agent command) to a router or agent URL"
@@ -278,7 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    log_format.configure(args.log_level, args.log_format)
+    args.worker_role = role = _worker_role(args)
+    log_format.configure(args.log_level, args.log_format, None if role is None else role.index)
     try:
         return _run(args)
     except AcpRouterError as exc:
@@ -289,6 +299,53 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _worker_role(args: argparse.Namespace) -> WorkerRole | None:
+    """The role a worker was started with (``serve --worker ...``), or None."""
+    worker: str | None = getattr(args, "worker", None)
+    folder: str | None = getattr(args, "worker_folder", None)
+    fds: str | None = getattr(args, "worker_fds", None)
+    if worker is None and folder is None and fds is None:
+        return None
+    from router.server.workers import WorkerRole
+
+    try:
+        if worker is None or folder is None or fds is None:
+            raise ValueError("a worker needs all three")
+        return WorkerRole.of(worker, folder, fds)
+    except ValueError:
+        raise SystemExit(
+            "acp-router: --worker, --worker-folder and --worker-fds go together; the parent"
+            " of a router with workers gives them to its worker processes"
+        ) from None
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """``serve``: one router process; or, with ``router.workers`` above 1, the parent of
+    that many (:mod:`router.server.supervisor`); or one of those workers."""
+    import asyncio
+
+    from router.server.app import serve
+    from router.server.config import load_settings
+
+    settings = load_settings(args.config)
+    config_path = Path(args.config)
+    role = args.worker_role
+    if role is not None:
+        asyncio.run(serve(settings, config_path=config_path, worker=role))
+        return 0
+    if settings.router.workers > 1:
+        from router.server.app import announce
+        from router.server.supervisor import serve_workers
+
+        command = [sys.executable, "-m", "router", "--log-level", args.log_level,
+                   "--log-format", args.log_format, "serve", "--config", args.config]  # fmt: skip
+        return asyncio.run(
+            serve_workers(settings, announce, config_path=config_path, command=command)
+        )
+    asyncio.run(serve(settings, config_path=config_path))
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -302,14 +359,7 @@ def _run(args: argparse.Namespace) -> int:
         asyncio.run(run_demo(args.agents, args.port, token=args.token))
         return 0
     if args.command == "serve":
-        import asyncio
-
-        from router.server.app import serve
-        from router.server.config import load_settings
-
-        settings = load_settings(args.config)
-        asyncio.run(serve(settings, config_path=Path(args.config)))
-        return 0
+        return _serve(args)
     if args.command == "connect":
         import asyncio
 

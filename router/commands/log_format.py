@@ -4,6 +4,8 @@ A JSON line has ``time`` (ISO 8601, UTC), ``level``, ``logger`` and ``message``,
 ``connection``, ``backend`` and ``session`` the record is about (when known, see
 :mod:`router.server.log_context`) and any ``outcome`` a call passed in ``extra``, then
 ``exception`` with the traceback when there is one. Messages never carry prompt text.
+A worker of a router with ``router.workers`` above 1 names itself in every line: ``worker
+1`` after the level in text, ``"worker": 1`` in JSON.
 """
 
 from __future__ import annotations
@@ -20,7 +22,11 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record, on one line."""
+    """One JSON object per record, on one line; ``worker``: the worker's index, if any."""
+
+    def __init__(self, worker: int | None = None) -> None:
+        super().__init__()
+        self.worker = worker
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -29,6 +35,8 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        if self.worker is not None:
+            line["worker"] = self.worker
         for name in (*FIELDS, "outcome"):
             value = getattr(record, name, None)
             if value is not None:
@@ -38,11 +46,15 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
-def configure(level: str, log_format: str) -> None:
-    """Send the process's log records to stderr, as text or JSON lines."""
+def configure(level: str, log_format: str, worker: int | None = None) -> None:
+    """Send the process's log records to stderr, as text or JSON lines; ``worker``: this
+    process is that worker of a router's (named in each line)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(ContextFilter())
-    handler.setFormatter(
-        JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    text = (
+        TEXT_FORMAT
+        if worker is None
+        else TEXT_FORMAT.replace(" %(name)s", f" worker {worker} %(name)s")
     )
+    handler.setFormatter(JsonFormatter(worker) if log_format == "json" else logging.Formatter(text))
     logging.basicConfig(level=level, handlers=[handler])

@@ -24,9 +24,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import ssl
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +49,14 @@ from router.server.client import ClientChannel, ClientConnection
 from router.server.config import Settings
 from router.server.discovery import Discoveries
 from router.server.gate import Gatekeeper
-from router.server.metrics import CONTENT_TYPE, Metrics
+from router.server.metrics import CONTENT_TYPE, Metrics, WorkersExposition
 from router.server.pool import Pool
 from router.server.reload import Reloader
 from router.server.shutdown import StopSignals, close_spread, reloading_on_hangup, wait_unless
 from router.server.streamable_http import Entry, HttpFront
 from router.server.tls import backend_context, server_context
 from router.server.websocket import WebSocketChannel
+from router.server.workers import Affinity, ParentChannel, WorkerRole, serving_siblings
 from router.tasks import cancel_all_and_wait
 
 logger = logging.getLogger(__name__)
@@ -102,6 +105,8 @@ HTTP_FRONT = web.AppKey("http_front", HttpFront)
 #: connection holds no TCP connection of its own, so the TCP counts alone miss it
 CLIENTS_PER_ADDRESS = web.AppKey("clients_per_address", ConnectionCounts)
 ADMIN_TOKENS = web.AppKey("admin_tokens", TokenSource)
+#: what ``GET /metrics`` answers: this router's registry, or, in a worker, every worker's
+EXPOSITION: web.AppKey[Callable[[], Awaitable[bytes]]] = web.AppKey("exposition")
 
 
 def create_app(
@@ -128,6 +133,7 @@ def create_app(
     app[SETTINGS] = settings
     app[METRICS] = metrics
     app[METRICS].max_connections.set(settings.router.max_connections)
+    app[EXPOSITION] = _exposition_of(metrics)
     app[CLIENTS] = OpenClients()
     app[DRAINING] = Draining()
     app[DOOR] = DoorPolicy.of(settings.router.allowed_origins)
@@ -160,12 +166,19 @@ def create_app(
     return app
 
 
-def create_metrics_app(metrics: Metrics) -> web.Application:
+def create_metrics_app(exposition: Callable[[], Awaitable[bytes]]) -> web.Application:
     """``/metrics`` alone, for ``router.metrics_listen``."""
     app = web.Application()
-    app[METRICS] = metrics
+    app[EXPOSITION] = exposition
     app.router.add_get("/metrics", _metrics)
     return app
+
+
+def _exposition_of(metrics: Metrics) -> Callable[[], Awaitable[bytes]]:
+    async def exposition() -> bytes:
+        return metrics.exposition()
+
+    return exposition
 
 
 async def _pool_context(app: web.Application) -> AsyncIterator[None]:
@@ -407,7 +420,7 @@ def revoke(app: web.Application, credentials: Credentials | None) -> int:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    body = request.app[METRICS].exposition()
+    body = await request.app[EXPOSITION]()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 
@@ -424,23 +437,30 @@ async def _readyz(request: web.Request) -> web.Response:
     return web.Response(text=f"ready: {len(ready)} backend(s) up\n")
 
 
-def _announce(url: str) -> None:
+def announce(url: str) -> None:
     print(f"acp-router listening on {url}", flush=True)  # noqa: T201
 
 
 async def serve(
     settings: Settings,
-    on_listening: Callable[[str], None] = _announce,
+    on_listening: Callable[[str], None] = announce,
     *,
     config_path: Path | None = None,
+    worker: WorkerRole | None = None,
 ) -> None:
     """Run the router until SIGINT or SIGTERM, reloading ``config_path`` on SIGHUP;
     ``on_listening`` gets the bound ws:// URL.
+
+    ``worker``: run as one worker of a router with ``router.workers`` above 1
+    (:mod:`router.server.workers`): on the listening sockets the parent handed over, with
+    ``/metrics`` answering for every worker, and telling the parent, not
+    ``on_listening``, once it listens.
 
     The stop sequence is :mod:`router.server.shutdown`'s; the signals stay handled until
     the process is done, so a signal during clean-up cannot kill it halfway.
     """
     app = create_app(settings, config_path=config_path)
+    affinity = None if worker is None else _as_worker(app, worker)
     tls = server_context(settings.router)
     access_log = access_logger if settings.router.access_log else None
     runner = app_runner(app, access_log=access_log)
@@ -449,10 +469,17 @@ async def serve(
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_callback(runner.cleanup)
             host, port = settings.router.address
-            await listen(runner, app[GUARD], host, port, tls)
-            if settings.router.metrics_address is not None:
-                await _serve_metrics(stack, app[METRICS], *settings.router.metrics_address)
-            if settings.auth is None:
+            if worker is not None and affinity is not None:
+                await stack.enter_async_context(affinity)
+                await _listen_on(runner, app[GUARD], worker.listening_sockets(), tls)
+                await stack.enter_async_context(serving_siblings(worker, _sibling_app(app)))
+                channel = await stack.enter_async_context(ParentChannel(worker.channel_fd))
+                on_listening = channel.listening
+            else:
+                await listen(runner, app[GUARD], host, port, tls)
+                if settings.router.metrics_address is not None:
+                    await _serve_metrics(stack, app[EXPOSITION], *settings.router.metrics_address)
+            if settings.auth is None and (worker is None or worker.index == 0):
                 logger.warning(
                     "no [auth] section: any client that reaches %s may use the agents", host
                 )
@@ -467,6 +494,57 @@ async def serve(
             await close_spread(list(open_clients), spread, signals.hurry)
 
 
+def _as_worker(app: web.Application, worker: WorkerRole) -> Affinity:
+    """Make ``app`` one worker's front door (before its runner is set up): ``/metrics``
+    answers for every worker, and Streamable HTTP requests reach the worker that holds
+    their connection (the middleware returned, to be entered for the serving)."""
+    every_worker: Callable[[], Awaitable[bytes]] = WorkersExposition(
+        worker.sockets, own=(worker.index, app[METRICS])
+    )
+    app[EXPOSITION] = every_worker
+    affinity = Affinity(worker, app[METRICS])
+    app.middlewares.append(affinity.middleware)
+    return affinity
+
+
+def _sibling_app(app: web.Application) -> web.Application:
+    """What the other workers of a router ask this one, on its Unix socket
+    (:mod:`router.server.workers`): its own registry at ``/metrics``, and the Streamable
+    HTTP requests of its connections that reached another worker. Those go to this
+    worker's HTTP front and its door (origin and token checked again); their TCP
+    connections were counted by the worker they came to."""
+    siblings = web.Application(client_max_size=app[SETTINGS].router.max_message_bytes + 1)
+    # what the handlers below read, the door's checks included
+    siblings[METRICS] = app[METRICS]
+    siblings[DOOR] = app[DOOR]
+    siblings[TOKENS] = app[TOKENS]
+    siblings[HTTP_FRONT] = app[HTTP_FRONT]
+    siblings[EXPOSITION] = _exposition_of(app[METRICS])
+    siblings.router.add_get("/metrics", _metrics)
+    siblings.router.add_get("/acp", _acp_stream, allow_head=False)
+    siblings.router.add_post("/acp", _acp_post)
+    siblings.router.add_delete("/acp", _acp_delete)
+    return siblings
+
+
+async def _acp_stream(request: web.Request) -> web.StreamResponse:
+    return await request.app[HTTP_FRONT].stream(request)
+
+
+async def _listen_on(
+    runner: web.AppRunner,
+    guard: ConnectionGuard,
+    sockets: Sequence[socket.socket],
+    tls: ssl.SSLContext | None,
+) -> None:
+    """Serve on listening sockets made elsewhere (a worker's, from its parent), with
+    ``guard`` on every connection, as :func:`router.server.accepting.listen` does."""
+    assert runner.server is not None, "set the runner up first"
+    guard.install(runner.server)
+    for sock in sockets:
+        await web.SockSite(runner, sock, ssl_context=tls).start()
+
+
 def app_runner(app: web.Application, **kwargs: Any) -> web.AppRunner:
     """The runner of the router's application: an idle HTTP keep-alive connection is
     closed after ``router.handshake_timeout_ms`` too (aiohttp's default is an hour).
@@ -476,9 +554,12 @@ def app_runner(app: web.Application, **kwargs: Any) -> web.AppRunner:
 
 
 async def _serve_metrics(
-    stack: contextlib.AsyncExitStack, metrics: Metrics, host: str, port: int
+    stack: contextlib.AsyncExitStack,
+    exposition: Callable[[], Awaitable[bytes]],
+    host: str,
+    port: int,
 ) -> None:
-    runner = web.AppRunner(create_metrics_app(metrics), handle_signals=False, access_log=None)
+    runner = web.AppRunner(create_metrics_app(exposition), handle_signals=False, access_log=None)
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
     await web.TCPSite(runner, host, port).start()

@@ -87,6 +87,9 @@ def _check_pair(cert: str | None, key: str | None) -> None:
 
 class RouterSection(_Section):
     listen: str = "127.0.0.1:8765"
+    #: worker processes sharing the listening port (SO_REUSEPORT), each one replica with
+    #: its own backend links and limits (README: Workers); 1 runs no extra process
+    workers: Annotated[int, Field(gt=0, le=256)] = 1
     #: what to do when no backend says active and some backend did not answer
     unknown_policy: Literal["fail_closed", "place_anyway"] = "fail_closed"
     max_connections: Annotated[int, Field(gt=0)] = 10_000

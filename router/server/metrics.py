@@ -9,15 +9,22 @@ the first bucket.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import platform
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Self
 
+import aiohttp
 import prometheus_client
 from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from router import __version__
 from router.core.health import Health
@@ -30,6 +37,8 @@ LATENCY_BUCKETS = (
 FANOUT_BUCKETS = (1, 2, 3, 5, 10, 30, 100, 300, 1000)
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+logger = logging.getLogger(__name__)
 
 TO_BACKEND = "client_to_backend"
 TO_CLIENT = "backend_to_client"
@@ -349,6 +358,12 @@ class Metrics:
         )
         for reason in HTTP_END_REASONS:
             self.http_ended.labels(reason)
+        self.http_passed_on = Counter(
+            "acp_router_http_passed_on_total",
+            "Streamable HTTP requests that reached a worker other than the one holding their"
+            " connection, passed on to that one (router.workers above 1)",
+            registry=registry,
+        )
 
         self.config_reloads = Counter(
             "acp_router_config_reloads_total",
@@ -455,3 +470,82 @@ def _is(
     health: Callable[[BackendId], Health], backend: BackendId, state: Health
 ) -> Callable[[], float]:
     return lambda: 1.0 if health(backend) is state else 0.0
+
+
+# -- several workers (router.workers): one scrape for them all ----------------------------------
+
+#: the label that tells the workers' series apart when router.workers is above 1
+WORKER_LABEL = "worker"
+#: how long a scrape waits for one worker's registry
+WORKER_SCRAPE_SECONDS = 5.0
+WORKER_UP = "acp_router_worker_up"
+WORKER_UP_HELP = (
+    "1 when the worker answered this scrape (router.workers above 1); 0 while it is down or"
+    " starting again, and its series are missing"
+)
+
+
+class _Families:
+    """Families already collected, as a collector for ``generate_latest``."""
+
+    def __init__(self, families: Sequence[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+def merge(expositions: Mapping[int, bytes | None]) -> bytes:
+    """The expositions of the workers (by index; None: that one did not answer) as one:
+    each family once, with the samples of every worker labelled ``worker``, and
+    ``acp_router_worker_up`` saying which workers answered."""
+    families: dict[str, Metric] = {}
+    up = Metric(WORKER_UP, WORKER_UP_HELP, "gauge")
+    for worker, text in sorted(expositions.items()):
+        label = {WORKER_LABEL: str(worker)}
+        up.add_sample(WORKER_UP, label, 0.0 if text is None else 1.0)
+        for family in text_string_to_metric_families("" if text is None else text.decode()):
+            merged = families.get(family.name)
+            if merged is None:
+                merged = Metric(family.name, family.documentation, family.type, family.unit)
+                families[family.name] = merged
+            merged.samples += [_labelled(sample, label) for sample in family.samples]
+    return generate_latest(_Families([*families.values(), up]))
+
+
+def _labelled(sample: Sample, label: Mapping[str, str]) -> Sample:
+    return sample._replace(labels={**sample.labels, **label})
+
+
+class WorkersExposition:
+    """What ``GET /metrics`` answers in a router with several workers: every worker's
+    registry, asked over the Unix socket each one serves it on (``sockets``, by worker
+    index), merged (:func:`merge`). ``own``: the asking worker's index and registry, read
+    without a socket (None in the parent process)."""
+
+    def __init__(self, sockets: Sequence[Path], own: tuple[int, Metrics] | None = None) -> None:
+        self._sockets = sockets
+        self._own = own
+
+    async def __call__(self) -> bytes:
+        bodies = await asyncio.gather(*(self._ask(i, path) for i, path in enumerate(self._sockets)))
+        return merge(dict(enumerate(bodies)))
+
+    async def _ask(self, index: int, path: Path) -> bytes | None:
+        if self._own is not None and self._own[0] == index:
+            return self._own[1].exposition()
+        try:
+            async with (
+                asyncio.timeout(WORKER_SCRAPE_SECONDS),
+                aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(path))) as http,
+                http.get("http://worker/metrics") as response,
+            ):
+                response.raise_for_status()
+                return await response.read()
+        except (OSError, aiohttp.ClientError, TimeoutError) as exc:
+            logger.warning(
+                "metrics: worker %d did not answer (%s); its series are missing from this scrape",
+                index,
+                str(exc) or type(exc).__name__,
+            )
+            return None

@@ -1,0 +1,359 @@
+"""What a worker process is (``router.workers`` above 1): its part of the port, its
+channel to the parent, and the socket its metrics are read on.
+
+A router with workers is a parent process that routes nothing
+(:mod:`router.server.supervisor`) and N worker processes, each a whole router: one
+replica as README "Scaling out the router" describes, with its own backend pool,
+control links, location hints, limits and admin state. The parent starts each one as
+``acp-router serve --config FILE`` with the hidden options of :class:`WorkerRole`.
+
+- **The port.** On Linux every worker has a listening socket of its own on the same
+  address (``SO_REUSEPORT``), and the kernel spreads new connections evenly over them.
+  The parent makes these sockets (:class:`Listeners`) and hands each to the worker it
+  starts: port 0 is resolved once, and the parent keeps a bound, not listening, socket
+  on the port so that no other program takes it while a worker starts again. Elsewhere
+  ``SO_REUSEPORT`` is missing or does not balance, so the workers share one listening
+  socket (the start says so) and whichever is quickest to accept takes a connection.
+- **The channel.** A socket pair: the worker writes ``listening`` once it serves; the
+  parent writes nothing, so the worker reads end-of-file only when the parent is gone,
+  and then stops as on SIGTERM (:class:`ParentChannel`).
+- **Between workers.** Each worker serves, on a Unix socket in the parent's private
+  folder (:func:`serving_siblings`), what the others may ask of it: its own registry at
+  ``/metrics`` (a scrape of any worker, or of the parent's ``router.metrics_listen``,
+  reads them all: :class:`router.server.metrics.WorkersExposition`), and the Streamable
+  HTTP requests of the connections it holds (:class:`Affinity`).
+- **Streamable HTTP.** An HTTP connection lives in the worker that answered its
+  ``initialize``, but its later requests come on other TCP connections, which the kernel
+  may hand to any worker. So the worker puts its index in front of the connection id it
+  answers (``1.Zx8...``), and a worker that gets a request for another worker's
+  connection passes it on to that worker over its socket, the answer (an event stream
+  too) streamed back as it comes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import aiohttp
+from aiohttp import hdrs, web
+
+from router.protocol import acp
+from router.server.metrics import Metrics
+from router.tasks import cancel_and_wait
+
+logger = logging.getLogger(__name__)
+
+#: a listening socket's queue of connections not yet accepted (aiohttp's default)
+BACKLOG = 128
+#: what a worker writes on its channel once it serves
+LISTENING = b"listening\n"
+
+
+def reuse_port_balances() -> bool:
+    """Whether the kernel spreads connections over sockets sharing a port with
+    ``SO_REUSEPORT`` (Linux does; the BSDs and macOS hand them all to one socket)."""
+    return sys.platform.startswith("linux") and hasattr(socket, "SO_REUSEPORT")
+
+
+def sibling_socket(folder: Path, index: int) -> Path:
+    """Where worker ``index`` answers the other workers (and the parent)."""
+    return folder / f"worker-{index}.sock"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRole:
+    """What the parent tells a worker, on its command line (``serve --worker I/N
+    --worker-folder DIR --worker-fds L1,...,C``)."""
+
+    index: int
+    count: int
+    #: the parent's private folder: every worker's socket for the others
+    folder: Path
+    #: the listening sockets it serves on, one per address of ``router.listen``
+    listen_fds: tuple[int, ...]
+    #: its end of the channel to the parent
+    channel_fd: int
+
+    def argv(self) -> list[str]:
+        fds = ",".join(str(fd) for fd in (*self.listen_fds, self.channel_fd))
+        return [
+            "--worker",
+            f"{self.index}/{self.count}",
+            "--worker-folder",
+            str(self.folder),
+            "--worker-fds",
+            fds,
+        ]
+
+    @classmethod
+    def of(cls, worker: str, folder: str, fds: str) -> WorkerRole:
+        """The role from its command-line options; ValueError when they make none."""
+        index, _, count = worker.partition("/")
+        numbers = [int(fd) for fd in fds.split(",")]
+        role = cls(int(index), int(count), Path(folder), tuple(numbers[:-1]), numbers[-1])
+        if not 0 <= role.index < role.count or not role.listen_fds:
+            raise ValueError(f"not a worker role: {worker} {fds}")
+        return role
+
+    @property
+    def sockets(self) -> list[Path]:
+        """Every worker's socket for the others, by index."""
+        return [sibling_socket(self.folder, index) for index in range(self.count)]
+
+    def listening_sockets(self) -> list[socket.socket]:
+        """The listening sockets the parent handed over."""
+        return [socket.socket(fileno=fd) for fd in self.listen_fds]
+
+
+# -- the parent's side of the port ----------------------------------------------------------
+
+
+def _addresses(host: str, port: int) -> list[tuple[int, tuple[object, ...]]]:
+    """The distinct (family, address) pairs ``host`` names, as a server binds them."""
+    found: list[tuple[int, tuple[object, ...]]] = []
+    for family, _, _, _, address in socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    ):
+        if (family, address) not in found:
+            found.append((family, address))
+    return found
+
+
+def _socket(family: int, *, reuse_port: bool) -> socket.socket:
+    """A TCP socket set up as asyncio sets up a server's."""
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    if family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    return sock
+
+
+class Listeners:
+    """The sockets of ``router.listen``, made by the parent for its workers.
+
+    ``balanced`` (Linux): a new listening socket per worker start, on the addresses
+    bound at first (port 0 resolved then), while the parent holds one bound socket
+    per address that never listens, so the port stays reserved. Otherwise: one set of
+    listening sockets that every worker is given.
+
+    Raises:
+        OSError: an address cannot be bound (in use, not this host's).
+    """
+
+    def __init__(self, host: str, port: int, *, balanced: bool) -> None:
+        self.balanced = balanced
+        self._held: list[socket.socket] = []
+        self._bound: list[tuple[int, tuple[object, ...]]] = []
+        try:
+            for family, address in _addresses(host, port):
+                if self._bound:  # the port the first address got, when it was 0
+                    address = (address[0], self.port, *address[2:])
+                sock = _socket(family, reuse_port=balanced)
+                self._held.append(sock)
+                sock.bind(address)
+                if not balanced:
+                    sock.listen(BACKLOG)
+                self._bound.append((family, sock.getsockname()))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def port(self) -> int:
+        port: int = self._bound[0][1][1]  # type: ignore[assignment]
+        return port
+
+    def for_worker(self) -> list[socket.socket]:
+        """Listening sockets for a worker about to start; give them to :meth:`handed_over`
+        once it has them."""
+        if not self.balanced:
+            return list(self._held)
+        made: list[socket.socket] = []
+        try:
+            for family, address in self._bound:
+                sock = _socket(family, reuse_port=True)
+                made.append(sock)
+                sock.bind(address)
+                sock.listen(BACKLOG)
+        except BaseException:
+            for sock in made:
+                sock.close()
+            raise
+        return made
+
+    def handed_over(self, sockets: Sequence[socket.socket]) -> None:
+        """The worker holds ``sockets`` now: close the parent's copies of its own ones,
+        so they close when it ends and the kernel gives their share to the others."""
+        if self.balanced:
+            for sock in sockets:
+                sock.close()
+
+    def close(self) -> None:
+        for sock in self._held:
+            sock.close()
+
+
+# -- the worker's side ----------------------------------------------------------------------
+
+
+class ParentChannel:
+    """A worker's end of its channel to the parent: :meth:`listening` tells the parent
+    it serves; end-of-file means the parent is gone, and the worker stops as on SIGTERM
+    (its clients drained and answered, as a single router's)."""
+
+    def __init__(self, fd: int) -> None:
+        self._sock = socket.socket(fileno=fd)
+        self._writer: asyncio.StreamWriter | None = None
+        self._watch: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> ParentChannel:
+        reader, self._writer = await asyncio.open_unix_connection(sock=self._sock)
+        self._watch = asyncio.create_task(self._watch_parent(reader), name="watch-parent")
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._watch is not None:
+            await cancel_and_wait(self._watch)
+        if self._writer is not None:
+            self._writer.close()
+            with contextlib.suppress(OSError):
+                await self._writer.wait_closed()
+
+    def listening(self, url: str) -> None:
+        """Tell the parent this worker serves (the parent announces ``url`` once every
+        worker does)."""
+        assert self._writer is not None, "enter the channel first"
+        self._writer.write(LISTENING)
+
+    @staticmethod
+    async def _watch_parent(reader: asyncio.StreamReader) -> None:
+        with contextlib.suppress(OSError):
+            await reader.read()  # the parent writes nothing: this returns at end-of-file
+        logger.warning("the parent process is gone: stopping")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+@contextlib.asynccontextmanager
+async def serving_siblings(role: WorkerRole, app: web.Application) -> AsyncIterator[None]:
+    """Serve ``app`` (what the other workers may ask: ``/metrics``, and the Streamable
+    HTTP requests they pass on) on this worker's Unix socket."""
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    try:
+        await web.UnixSite(runner, str(sibling_socket(role.folder, role.index))).start()
+        yield
+    finally:
+        await runner.cleanup()
+
+
+#: headers of one hop, not passed on (RFC 9110, 7.6.1), and those aiohttp sets itself
+_HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
+     "upgrade", "host", "content-length", "date", "server"}
+)  # fmt: skip
+_NO_CONNECTION = "no such connection\n"
+
+
+class Affinity:
+    """Streamable HTTP connections across workers: each request reaches the worker that
+    holds its connection (the index before the dot of its ``Acp-Connection-Id``).
+
+    A middleware of this worker's front door: a request for a connection of its own goes
+    on with the bare id; one for another worker's is passed on to that worker's socket
+    (its answer, an event stream too, streamed back as it comes); an ``initialize``
+    answered here gets this worker's index in front of its new connection id. A request
+    for a worker that is gone (starting again) gets 404: its connections went with it.
+    WebSocket upgrades and other paths pass untouched.
+    """
+
+    def __init__(self, role: WorkerRole, metrics: Metrics) -> None:
+        self._role = role
+        self._metrics = metrics
+        self._siblings: dict[int, aiohttp.ClientSession] = {}
+
+    async def __aenter__(self) -> Affinity:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        for http in self._siblings.values():
+            await http.close()
+        self._siblings.clear()
+
+    @web.middleware
+    async def middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if request.path != "/acp" or request.headers.get(hdrs.UPGRADE, "").lower() == "websocket":
+            return await handler(request)
+        tagged = request.headers.get(acp.CONNECTION_ID_HEADER)
+        if tagged is None:
+            return self._tag(await handler(request))
+        owner, dot, bare = tagged.partition(".")
+        if not (dot and owner.isdigit() and int(owner) < self._role.count):
+            return await handler(request)  # not a worker's id: no such connection
+        headers = request.headers.copy()
+        headers[acp.CONNECTION_ID_HEADER] = bare
+        if int(owner) == self._role.index:
+            return await handler(request.clone(headers=headers))
+        return await self._pass_on(request, int(owner), headers)
+
+    def _tag(self, response: web.StreamResponse) -> web.StreamResponse:
+        """An ``initialize`` answered here: its connection id names this worker."""
+        bare = response.headers.get(acp.CONNECTION_ID_HEADER)
+        if bare is not None and not response.prepared:
+            response.headers[acp.CONNECTION_ID_HEADER] = f"{self._role.index}.{bare}"
+        return response
+
+    def _sibling(self, index: int) -> aiohttp.ClientSession:
+        http = self._siblings.get(index)
+        if http is None or http.closed:
+            path = str(sibling_socket(self._role.folder, index))
+            http = aiohttp.ClientSession(
+                connector=aiohttp.UnixConnector(path=path, limit=0),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0),
+                auto_decompress=False,
+            )
+            self._siblings[index] = http
+        return http
+
+    async def _pass_on(
+        self, request: web.Request, owner: int, headers: Mapping[str, str]
+    ) -> web.StreamResponse:
+        self._metrics.http_passed_on.inc()
+        forward = {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
+        body = await request.read()
+        try:
+            upstream = await self._sibling(owner).request(
+                request.method, "http://worker/acp", headers=forward, data=body or None
+            )
+        except (OSError, aiohttp.ClientError) as exc:
+            logger.debug("worker %d did not take a request passed on: %s", owner, exc)
+            return web.Response(status=404, text=_NO_CONNECTION)
+        async with upstream:
+            response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+            for name, value in upstream.headers.items():
+                if name.lower() not in _HOP_BY_HOP:
+                    response.headers.add(name, value)
+            await response.prepare(request)
+            with contextlib.suppress(ConnectionError, aiohttp.ClientError):
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+        return response
