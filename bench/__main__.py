@@ -17,14 +17,14 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from bench import envelope, forwarding, hostile, locate, memory, placement, storm
+from bench import envelope, forwarding, hop, hostile, locate, memory, placement, storm
 from bench.fleet import start_fleet
 from bench.observe import raise_open_files
 from bench.ratios import Budget, Result
 from bench.report import table, write_json
 
-BENCHES = ("envelope", "placement", "hostile", "forwarding", "locate", "memory", "storm")
-SCRIPTED = {"locate": max(locate.POOLS), "memory": 1, "storm": storm.BACKENDS}
+BENCHES = ("envelope", "placement", "hostile", "hop", "forwarding", "locate", "memory", "storm")
+SCRIPTED = {"hop": 1, "locate": max(locate.POOLS), "memory": 1, "storm": storm.BACKENDS}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,6 +39,13 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="run each router under pyinstrument and save its profile in DIR"
         " (render one with: pyinstrument --load DIR/router-....pyisession)",
+    )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        metavar="DIR",
+        help="also run the hop and memory benches against the router package in DIR"
+        " (e.g. `git archive COMMIT router | tar -x -C DIR`), in the same rounds",
     )
     return parser
 
@@ -56,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
         notes.append(f"routers ran under pyinstrument (profiles in {args.profile}): slower")
-    wire = _on_the_wire(chosen, budget, notes, args.profile)
+    wire = _on_the_wire(chosen, budget, notes, args.profile, args.before)
     results = _in_process(chosen, budget) + asyncio.run(wire)
     seconds = time.perf_counter() - started
     print(table(results, budget, seconds, notes))
@@ -80,7 +87,7 @@ def _in_process(chosen: set[str], budget: Budget) -> list[Result]:
 
 
 async def _on_the_wire(
-    chosen: set[str], budget: Budget, notes: list[str], profile: Path | None
+    chosen: set[str], budget: Budget, notes: list[str], profile: Path | None, before: Path | None
 ) -> list[Result]:
     results: list[Result] = []
     async with start_fleet(1 if "forwarding" in chosen else 0, profile) as fleet:
@@ -94,6 +101,9 @@ async def _on_the_wire(
         scripted = max((SCRIPTED[name] for name in chosen if name in SCRIPTED), default=0)
         if scripted:
             async with fleet.scripted(scripted) as backends:
+                if "hop" in chosen:
+                    with _progress("hop"):
+                        results += await hop.run(fleet, backends, budget, notes, before)
                 if "locate" in chosen:
                     with _progress("locate"):
                         results += await locate.run(fleet, backends, budget)
@@ -102,7 +112,7 @@ async def _on_the_wire(
                         results += await storm.run(fleet, backends, budget)
                 if "memory" in chosen:
                     with _progress("memory"):
-                        results += await memory.run(fleet, backends, budget, notes)
+                        results += await memory.run(fleet, backends, budget, notes, before)
     return results
 
 
