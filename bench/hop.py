@@ -9,8 +9,8 @@ backend, through the forwarder, through the router, and, with ``--before DIR``,
 through a router run from another checkout (an older commit), in the same rounds.
 Per round, every side in rotating order:
 
-* latency: prompts one at a time on one attached session; a side's p50 minus
-  direct's p50 is what its hop adds;
+* latency: prompts one at a time on one attached session, the sides taking turns
+  prompt by prompt; a side's p50 minus direct's p50 is what its hop adds;
 * CPU per forwarded frame: prompts that each ask the backend to stream
   ``session/update`` notifications as fast as it can, then answer; the hop's CPU
   time (``/proc/<pid>/stat``, user + system) over the frames it forwarded (each
@@ -75,7 +75,7 @@ async def run(
     fleet: Fleet, backends: Scripted, budget: Budget, notes: list[str], before: Path | None
 ) -> list[Result]:
     sizes = Sizes(
-        latency=budget.size(2000, 400),
+        latency=budget.size(3000, 1000),
         prompts=budget.size(100, 40),
         updates=budget.size(500, 250),
     )
@@ -105,7 +105,7 @@ async def run(
 
 
 async def _round(sides: list[Side], sizes: Sizes, index: int) -> Round:
-    latency = await _each(sides, index, lambda side: _latency(side, sizes.latency))
+    latency = await _latencies(rotated(sides, index), sizes.latency)
     hops = [side for side in sides if side.pid is not None]
     cpu = await _each(hops, index, lambda side: _cpu_per_frame(side, sizes))
     return Round({name: percentile(samples, 50) for name, samples in latency.items()}, cpu)
@@ -151,12 +151,19 @@ async def _each(
 
 async def _latency(side: Side, count: int) -> list[float]:
     """Seconds per prompt round trip, one at a time."""
+    return (await _latencies([side], count))[side.name]
+
+
+async def _latencies(sides: list[Side], count: int) -> dict[str, list[float]]:
+    """Seconds per prompt round trip, one at a time, the sides taking turns prompt by
+    prompt: a burst of load from elsewhere on the machine falls on all of them alike."""
     params = prompt_params(SESSION, PROMPT)
-    samples = []
+    samples: dict[str, list[float]] = {side.name: [] for side in sides}
     for _ in range(count):
-        started = time.perf_counter()
-        await side.socket.call("session/prompt", params)
-        samples.append(time.perf_counter() - started)
+        for side in sides:
+            started = time.perf_counter()
+            await side.socket.call("session/prompt", params)
+            samples[side.name].append(time.perf_counter() - started)
     return samples
 
 

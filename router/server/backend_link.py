@@ -5,11 +5,15 @@ A link is opened on first use: it connects, replays the client's ``initialize``
 One deadline (``router.connect_timeout_ms``) covers the TCP connect, the WebSocket
 upgrade and the replayed handshake.
 
-Frames for the backend go into the link's own bounded :class:`Outbox` without
-waiting; the link's writer sends them in order, once the link is open. Whoever
-offers a frame (the client's read loop) therefore never waits on this backend. A
-backend that does not read fast enough fills its outbox, and the link is closed:
-the connection answers exactly the requests routed here, and nothing else.
+A frame for the backend (:meth:`BackendLink.forward`) is written at once when the
+link is open, nothing is queued ahead of it and the socket takes it whole without
+waiting (its send buffer is empty and the frame is well under the buffer's limit);
+otherwise it goes into the link's own bounded :class:`Outbox`, and a writer task,
+started then and ended once the outbox is empty, sends the queued frames in order.
+Either way frames leave in the order they were offered, and whoever offers one (the
+client's read loop) never waits on this backend. A backend that does not read fast
+enough fills its outbox, and the link is closed: the connection answers exactly the
+requests routed here, and nothing else.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import contextlib
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 
@@ -44,6 +48,12 @@ OUTBOX_FRAMES = 4096
 #: How long a link being given up may take to close its socket politely.
 CLOSE_TIMEOUT = 1.0
 
+#: Longest frame (characters) written at once rather than queued: even at 4 bytes a
+#: character it stays under a quarter of asyncio's default write-buffer limit (64 KiB),
+#: so writing it into an empty send buffer can never pause the transport, and so never
+#: makes the writer wait.
+DIRECT_CHARS = 4096
+
 
 def replayed_initialize(client_initialize: Request) -> str:
     """The client's ``initialize`` as it came (``_meta`` and all), for one new link: the
@@ -65,7 +75,9 @@ class Outbox:
         self._chars = 0
         self._max_frames = max_frames
         self._max_chars = max_chars
-        self._ready = asyncio.Event()
+
+    def __bool__(self) -> bool:
+        return bool(self._frames)
 
     def put(self, text: str) -> bool:
         """Queue ``text``; False (and nothing queued) when that would pass a bound."""
@@ -73,14 +85,12 @@ class Outbox:
             return False
         self._frames.append(text)
         self._chars += len(text)
-        self._ready.set()
         return True
 
-    async def get(self) -> str:
-        """The oldest frame, waiting for one."""
-        while not self._frames:
-            self._ready.clear()
-            await self._ready.wait()
+    def take(self) -> str | None:
+        """The oldest frame, or None when there is none."""
+        if not self._frames:
+            return None
         text = self._frames.popleft()
         self._chars -= len(text)
         return text
@@ -114,6 +124,13 @@ class BackendLink:
         #: link cancels it (no task of its own waits for the close: a task is ~1.5 KiB of
         #: every idle connection)
         self._life: asyncio.Task[str] | None = None
+        #: the socket, once the handshake is done (frames may be written to it then)
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        #: its transport, to see that nothing waits in its send buffer (None: unknown,
+        #: every frame goes through the outbox)
+        self._transport: asyncio.WriteTransport | None = None
+        #: the task sending the outbox, while frames wait in it
+        self._writer: asyncio.Task[None] | None = None
 
     def offer(self, text: str) -> bool:
         """Queue one frame for the backend, never waiting; frames leave in offer order.
@@ -126,6 +143,37 @@ class BackendLink:
             return False
         if not self._outbox.put(text):
             self.close("the backend is not reading fast enough (its outbox is full)")
+            return False
+        if self._ws is not None and self._writer is None:
+            self._writer = asyncio.create_task(
+                self._write(self._ws), name=f"link-writer-{self.backend}"
+            )
+        return True
+
+    async def forward(self, text: str) -> bool:
+        """:meth:`offer`, but the frame is written at once when the socket takes it
+        without waiting and nothing is queued ahead of it (no task switch, no copy
+        into the outbox); the same answer as :meth:`offer`.
+
+        It never waits either: the write goes into an empty send buffer and is far below
+        its limit (:data:`DIRECT_CHARS`), so the transport is not paused and aiohttp
+        returns without awaiting a drain.
+        """
+        ws, transport = self._ws, self._transport
+        if (
+            ws is None
+            or transport is None
+            or self._writer is not None
+            or self.ended is not None
+            or len(text) > DIRECT_CHARS
+            or transport.get_write_buffer_size()
+        ):
+            return self.offer(text)
+        try:
+            with backend_faults(self.backend):
+                await ws.send_str(text)
+        except BackendLinkLost as exc:
+            self.close(f"sending failed: {(exc.data or {}).get('reason')}")
             return False
         return True
 
@@ -178,20 +226,29 @@ class BackendLink:
         with backend_faults(self.backend):
             ws, result = await self._open(initialize, authenticate)
             on_open(result)
-            writer = asyncio.create_task(self._write(ws), name=f"link-writer-{self.backend}")
+            self._ws, self._transport = ws, _transport(ws)
+            if self._outbox:  # frames offered while the link opened
+                self._writer = asyncio.create_task(
+                    self._write(ws), name=f"link-writer-{self.backend}"
+                )
             try:
                 async for message in messages(ws, self.backend, self._metrics):
                     await on_message(message)
                 self.ended = self.ended or _how_it_closed(ws)  # ending: no cancel needed
             finally:
-                writer.cancel()
-                await asyncio.wait((writer,))
-                if not writer.cancelled() and writer.exception() is not None:
-                    logger.error(
-                        "backend %s link writer failed", self.backend, exc_info=writer.exception()
-                    )
+                self._ws = self._transport = None
+                await self._stop_writer()
                 await _shut(ws)
         return self.ended or "closed"
+
+    async def _stop_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        writer.cancel()
+        await asyncio.wait((writer,))
+        if not writer.cancelled() and writer.exception() is not None:
+            logger.error("backend %s link writer failed", self.backend, exc_info=writer.exception())
 
     async def _open(
         self, initialize: Request, authenticate: Request | None
@@ -221,15 +278,16 @@ class BackendLink:
             raise
 
     async def _write(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        """The link's one writer: the outbox, in order, until a send fails."""
-        while True:
-            text = await self._outbox.get()
+        """The link's writer while frames wait: the outbox, in order, until it is empty
+        (then the task ends; the next frame queued starts another) or a send fails."""
+        while (text := self._outbox.take()) is not None:
             try:
                 with backend_faults(self.backend):
                     await ws.send_str(text)
             except BackendLinkLost as exc:
                 self.close(f"sending failed: {(exc.data or {}).get('reason')}")
-                return
+                break
+        self._writer = None
 
     async def _handshake(
         self, ws: aiohttp.ClientWebSocketResponse, initialize: Request, authenticate: Request | None
@@ -251,6 +309,21 @@ class BackendLink:
                     raise HandshakeRefused(self.backend, step, message.error)
                 return message.result
         raise BackendLinkLost(None, {"backend": self.backend, "reason": "closed during handshake"})
+
+
+def _transport(ws: aiohttp.ClientWebSocketResponse) -> asyncio.WriteTransport | None:
+    """The transport under ``ws``, or None when aiohttp does not show it where it used
+    to (then every frame is queued: correct, one task switch slower).
+
+    An empty send buffer means the transport is not paused (asyncio resumes a protocol
+    once its buffer drains below the low-water mark), which is what lets
+    :meth:`BackendLink.forward` write without waiting.
+    """
+    connection = getattr(getattr(ws, "_response", None), "connection", None)
+    transport = getattr(connection, "transport", None)
+    if not callable(getattr(transport, "get_write_buffer_size", None)):
+        return None
+    return cast(asyncio.WriteTransport, transport)  # uvloop's: the same methods, no base
 
 
 def _how_it_closed(ws: aiohttp.ClientWebSocketResponse) -> str:

@@ -254,7 +254,7 @@ class ClientConnection:
             logger.debug("dropped a frame for backend %s: its link has ended", backend)
             return
         self.metrics.count_frame(TO_BACKEND, text)
-        if not link.offer(text):
+        if not await link.forward(text):
             await self._lose(link, link.ended or "closed")
 
     async def _fail(self, request_id: RequestId, error: JsonRpcError | ErrorObject) -> None:
