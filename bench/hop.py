@@ -12,26 +12,23 @@ Per round, every side in rotating order:
 * latency: prompts one at a time on one attached session, the sides taking turns
   prompt by prompt; a side's p50 minus direct's p50 is what its hop adds;
 * CPU per forwarded frame: prompts that each ask the backend to stream
-  ``session/update`` notifications as fast as it can, then answer; the hop's CPU
-  time (``/proc/<pid>/stat``, user + system) over the frames it forwarded (each
-  prompt, its updates and its answer). Its inverse is frames per second per core.
+  ``session/update`` notifications as fast as it can, then answer, the hops taking
+  turns prompt by prompt; the hop's CPU time (``/proc/<pid>/task/*/schedstat``,
+  nanoseconds) over the frames it forwarded (each prompt, its updates and its
+  answer). Its inverse is frames per second per core.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 from bench.fleet import Child, Fleet, Scripted
-from bench.observe import cpu_seconds
+from bench.observe import cpu_time
 from bench.ratios import Budget, Result, Target, micro, percentile, rotated, row
 from bench.wire import AcpSocket, BenchError, prompt_params, resume_params
-
-T = TypeVar("T")
 
 BENCH = "hop"
 DIRECT = "direct"
@@ -106,8 +103,8 @@ async def run(
 
 async def _round(sides: list[Side], sizes: Sizes, index: int) -> Round:
     latency = await _latencies(rotated(sides, index), sizes.latency)
-    hops = [side for side in sides if side.pid is not None]
-    cpu = await _each(hops, index, lambda side: _cpu_per_frame(side, sizes))
+    hops = [side for side in rotated(sides, index) if side.pid is not None]
+    cpu = await _cpu_per_frame(hops, sizes)
     return Round({name: percentile(samples, 50) for name, samples in latency.items()}, cpu)
 
 
@@ -139,16 +136,6 @@ def _rows(rounds: list[Round], hops: list[str]) -> list[Result]:
     return rows
 
 
-async def _each(
-    sides: list[Side], index: int, measure: Callable[[Side], Awaitable[T]]
-) -> dict[str, T]:
-    """``measure`` on every side, starting with a different one each round."""
-    results: dict[str, T] = {}
-    for side in rotated(sides, index):
-        results[side.name] = await measure(side)
-    return results
-
-
 async def _latency(side: Side, count: int) -> list[float]:
     """Seconds per prompt round trip, one at a time."""
     return (await _latencies([side], count))[side.name]
@@ -167,12 +154,18 @@ async def _latencies(sides: list[Side], count: int) -> dict[str, list[float]]:
     return samples
 
 
-async def _cpu_per_frame(side: Side, sizes: Sizes) -> float:
-    """The hop's CPU seconds per frame it forwarded while prompts streamed updates."""
-    assert side.pid is not None
-    started = cpu_seconds(side.pid)
-    await _stream(side, sizes)
-    return (cpu_seconds(side.pid) - started) / sizes.frames
+async def _cpu_per_frame(hops: list[Side], sizes: Sizes) -> dict[str, float]:
+    """Each hop's CPU seconds per frame it forwarded while prompts streamed updates, the
+    hops taking turns prompt by prompt."""
+    spent = {side.name: 0.0 for side in hops}
+    one = Sizes(0, 1, sizes.updates)
+    for _ in range(sizes.prompts):
+        for side in hops:
+            assert side.pid is not None
+            started = cpu_time(side.pid)
+            await _stream(side, one)
+            spent[side.name] += cpu_time(side.pid) - started
+    return {name: seconds / sizes.frames for name, seconds in spent.items()}
 
 
 async def _stream(side: Side, sizes: Sizes) -> None:

@@ -78,6 +78,8 @@ class Links:
     def commands(self) -> tuple[LinkCommand, ...]:
         """What to open and close, in order, since the last call; the shell carries these
         out before the action it was given."""
+        if not self._commands:  # nearly every frame: no tuple built
+            return ()
         commands = tuple(self._commands)
         self._commands.clear()
         return commands

@@ -412,10 +412,11 @@ class ClientRoutes:
         """A ``subagent_update`` announcing a child session of a session attached here to
         ``backend``: route the child there too (its cancels and prompts follow)."""
         child = acp.announced_child(note)
+        if child is None:  # nearly every update: nothing more to read
+            return ()
         parent = acp.session_id_of(note)
         if (
-            child is None
-            or parent is None
+            parent is None
             or not self._lives_on(parent, backend)
             or self.sessions.backend(child) is not None
             or len(child) > self.limits.max_session_id_chars

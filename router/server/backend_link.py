@@ -34,7 +34,7 @@ from router.protocol.ids import BackendId
 from router.protocol.jsonrpc import Message, Request, Response, replace_id, replace_param
 from router.server.faults import backend_faults, describe
 from router.server.metrics import Metrics
-from router.server.wire import messages
+from router.server.wire import messages, read
 
 logger = logging.getLogger(__name__)
 
@@ -232,8 +232,11 @@ class BackendLink:
                     self._write(ws), name=f"link-writer-{self.backend}"
                 )
             try:
-                async for message in messages(ws, self.backend, self._metrics):
-                    await on_message(message)
+                backend, metrics = self.backend, self._metrics
+                async for frame in ws:  # wire.messages, without a generator per frame
+                    message = read(frame, backend, metrics)
+                    if message is not None:
+                        await on_message(message)
                 self.ended = self.ended or _how_it_closed(ws)  # ending: no cancel needed
             finally:
                 self._ws = self._transport = None

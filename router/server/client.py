@@ -187,23 +187,23 @@ class ClientConnection:
                 self._open_link(command)
             else:
                 self._close_unused(command)
-        match action:
-            case Reply(text, error):
-                if error is not None:  # every error the core makes passes here, once
-                    self.metrics.client_errors.labels(str(error)).inc()
-                await self._to_client(self.gate.reply(text))
-            case Send(backend, text):
-                await self._send(backend, text)
-            case Broadcast(backends, text):
-                for backend in backends:
-                    await self._send(backend, text)
+        match action:  # the per-frame cases first
             case Deliver(text, settled, changes):
                 if settled is not None:
                     self._record(settled)
                 if changes:
                     self.pool.directory.record(changes)
                 self.metrics.count_frame(TO_CLIENT, text)
-                await self._to_client(text)
+                await self.channel.send(text)
+            case Send(backend, text):
+                await self._send(backend, text)
+            case Reply(text, error):
+                if error is not None:  # every error the core makes passes here, once
+                    self.metrics.client_errors.labels(str(error)).inc()
+                await self._to_client(self.gate.reply(text))
+            case Broadcast(backends, text):
+                for backend in backends:
+                    await self._send(backend, text)
             case Absorbed(settled):
                 self._record(settled)
                 self.metrics.failovers.labels("ok" if settled.resume == "ok" else "failed").inc()
@@ -433,9 +433,12 @@ class ClientConnection:
         await self._lose(link, reason, refused)
 
     def _from_link(self, link: BackendLink) -> Callable[[Message], Awaitable[None]]:
+        backend = link.backend
+
         async def route(message: Message) -> None:
-            if self.links.get(link.backend) is link:  # a link given up says nothing more
-                await self._from_backend(link.backend, message)
+            if self.links.get(backend) is link:  # a link given up says nothing more
+                await self._do(self.routes.receive_backend(backend, self.gate.outbound(message)))
+                await self._release_held()
 
         return route
 
@@ -463,8 +466,4 @@ class ClientConnection:
             await self._to_client(cancel.text)
         for reply in lost.replies:
             await self._do(reply)
-        await self._release_held()
-
-    async def _from_backend(self, backend: BackendId, message: Message) -> None:
-        await self._do(self.routes.receive_backend(backend, self.gate.outbound(message)))
         await self._release_held()
