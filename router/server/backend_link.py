@@ -71,7 +71,8 @@ class Outbox:
     """Frames waiting for a link's writer, bounded in frames and in characters."""
 
     def __init__(self, max_frames: int, max_chars: int) -> None:
-        self._frames: collections.deque[str] = collections.deque()
+        #: made on the first frame queued (an empty deque is ~600 B of every idle link)
+        self._frames: collections.deque[str] | None = None
         self._chars = 0
         self._max_frames = max_frames
         self._max_chars = max_chars
@@ -81,15 +82,19 @@ class Outbox:
 
     def put(self, text: str) -> bool:
         """Queue ``text``; False (and nothing queued) when that would pass a bound."""
-        if len(self._frames) >= self._max_frames or self._chars + len(text) > self._max_chars:
+        frames = self._frames
+        if frames is None:
+            frames = self._frames = collections.deque()
+        if len(frames) >= self._max_frames or self._chars + len(text) > self._max_chars:
             return False
-        self._frames.append(text)
+        frames.append(text)
         self._chars += len(text)
         return True
 
     def take(self) -> str | None:
-        """The oldest frame, or None when there is none."""
+        """The oldest frame, or None when there is none (then the deque is let go)."""
         if not self._frames:
+            self._frames = None
             return None
         text = self._frames.popleft()
         self._chars -= len(text)
@@ -120,10 +125,14 @@ class BackendLink:
         self._outbox = Outbox(OUTBOX_FRAMES, 2 * max_message_bytes)
         #: why the link takes no more frames; None while it does
         self.ended: str | None = None
-        #: the task that opens the link and pumps its frames (:meth:`run`); closing the
-        #: link cancels it (no task of its own waits for the close: a task is ~1.5 KiB of
-        #: every idle connection)
-        self._life: asyncio.Task[str] | None = None
+        #: the task running :meth:`run` (the connection's task for this link); closing the
+        #: link from elsewhere cancels it (no task of the link's own: a task is ~1.5 KiB
+        #: of every idle connection)
+        self._task: asyncio.Task[Any] | None = None
+        #: :meth:`close` was called: the link is lost, not ended by the backend
+        self._closed = False
+        #: :meth:`close` cancelled :attr:`_task` (once)
+        self._cancelled = False
         #: the socket, once the handshake is done (frames may be written to it then)
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         #: its transport, to see that nothing waits in its send buffer (None: unknown,
@@ -178,11 +187,19 @@ class BackendLink:
         return True
 
     def close(self, reason: str) -> None:
-        """Take no more frames and stop the link (:meth:`run` then ends); idempotent."""
+        """Take no more frames and stop the link (:meth:`run` then ends); idempotent.
+
+        From another task, this cancels the task running :meth:`run` (it raises
+        :class:`BackendLinkLost`); from that task itself (a frame it routed led here), the
+        link stops once that frame is handled, with no cancellation left pending.
+        """
         if self.ended is None:
             self.ended = reason
-        if self._life is not None:
-            self._life.cancel()
+        self._closed = True
+        task = self._task
+        if task is not None and not self._cancelled and task is not asyncio.current_task():
+            self._cancelled = True
+            task.cancel()
 
     async def run(
         self,
@@ -193,28 +210,32 @@ class BackendLink:
     ) -> str:
         """Open the link, then pump frames both ways until it ends; why it ended.
         ``on_open`` gets the backend's ``initialize`` result once the handshake is done.
+        It runs in the caller's task: :meth:`close` from elsewhere cancels that task, and
+        a cancellation of the task by anyone else passes through as it is.
 
         Raises :class:`BackendLinkLost` when the link cannot be opened within the
         deadline, breaks, or is closed by :meth:`close`; returns when the backend
         closes it.
         """
-        life = self._life = asyncio.create_task(
-            self._live(initialize, authenticate, on_message, on_open),
-            name=f"link-life-{self.backend}",
-        )
-        if self.ended is not None:  # closed before it started
-            life.cancel()
-        try:
-            await asyncio.wait((life,))
-        finally:
-            if not life.done():
-                self.close("closed")
-            await asyncio.wait((life,))  # it ends promptly: the close is bounded
-            if not life.cancelled():
-                life.exception()  # read here too, in case a cancellation is on its way out
-        if life.cancelled():
-            raise BackendLinkLost(None, {"backend": self.backend, "reason": self.ended})
-        return life.result()
+        task = asyncio.current_task()
+        assert task is not None
+        if not self._closed:
+            self._task = task
+            try:
+                reason = await self._live(initialize, authenticate, on_message, on_open)
+            except asyncio.CancelledError:
+                # close()'s own cancellation becomes the link's loss; anyone else's goes on
+                if self._cancelled and task.uncancel() == 0:
+                    raise self._lost() from None
+                raise
+            finally:
+                self._task = None
+            if not self._closed:
+                return reason
+        raise self._lost()
+
+    def _lost(self) -> BackendLinkLost:
+        return BackendLinkLost(None, {"backend": self.backend, "reason": self.ended})
 
     async def _live(
         self,
@@ -224,8 +245,7 @@ class BackendLink:
         on_open: Callable[[Any], None],
     ) -> str:
         with backend_faults(self.backend):
-            ws, result = await self._open(initialize, authenticate)
-            on_open(result)
+            ws = await self._open(initialize, authenticate, on_open)
             self._ws, self._transport = ws, _transport(ws)
             if self._outbox:  # frames offered while the link opened
                 self._writer = asyncio.create_task(
@@ -237,6 +257,8 @@ class BackendLink:
                     message = read(frame, backend, metrics)
                     if message is not None:
                         await on_message(message)
+                        if self._closed:  # by what the message led to, in this task
+                            break
                 self.ended = self.ended or _how_it_closed(ws)  # ending: no cancel needed
             finally:
                 self._ws = self._transport = None
@@ -254,10 +276,10 @@ class BackendLink:
             logger.error("backend %s link writer failed", self.backend, exc_info=writer.exception())
 
     async def _open(
-        self, initialize: Request, authenticate: Request | None
-    ) -> tuple[aiohttp.ClientWebSocketResponse, Any]:
-        """Connect, upgrade and hand-shake under one deadline; the socket, and the
-        backend's ``initialize`` result."""
+        self, initialize: Request, authenticate: Request | None, on_open: Callable[[Any], None]
+    ) -> aiohttp.ClientWebSocketResponse:
+        """Connect, upgrade and hand-shake under one deadline; the socket. ``on_open``
+        gets the backend's ``initialize`` result (kept by no frame of the link's life)."""
         ws: aiohttp.ClientWebSocketResponse | None = None
         deadline = asyncio.timeout(self._connect_timeout)
         try:
@@ -270,7 +292,8 @@ class BackendLink:
                     autoping=True,
                     heartbeat=30.0,
                 )
-                return ws, await self._handshake(ws, initialize, authenticate)
+                on_open(await self._handshake(ws, initialize, authenticate))
+                return ws
         except BaseException as exc:
             if ws is not None:
                 await _shut(ws)
