@@ -24,6 +24,7 @@ from bench.fleet import Fleet, Scripted
 from bench.locate import PROBE_SETTINGS
 from bench.observe import rss_bytes
 from bench.ratios import Budget, Figure, Result, Target
+from router.server.accepting import FD_REFUSE_FRACTION
 
 BENCH = "memory"
 WARM = 100
@@ -35,8 +36,9 @@ SPARE_FILES = 200
 
 
 def largest(open_files: int) -> int:
-    """10,000, or as many connections as the router's open-file limit allows (two each)."""
-    return min(10_000, (open_files - SPARE_FILES) // 2)
+    """10,000, or as many connections as the router's open-file limit allows: two
+    descriptors each, below the share of the limit where it refuses new clients."""
+    return min(10_000, (int(open_files * FD_REFUSE_FRACTION) - SPARE_FILES) // 2)
 
 
 async def run(
@@ -46,8 +48,9 @@ async def run(
     if most < 10_000 and not budget.quick:
         notes.append(
             f"memory: {most:,} connections, not 10,000: the router holds two sockets per"
-            f" connection and RLIMIT_NOFILE is {resource.getrlimit(resource.RLIMIT_NOFILE)[0]:,}"
-            " here (its hard limit could not be raised: no CAP_SYS_RESOURCE)"
+            f" connection, refuses clients past {FD_REFUSE_FRACTION:.0%} of RLIMIT_NOFILE, and"
+            f" that is {resource.getrlimit(resource.RLIMIT_NOFILE)[0]:,} here (its hard limit"
+            " could not be raised)"
         )
     sizes = (500,) if budget.quick else (1000, most)
     results: list[Result] = []
