@@ -154,8 +154,9 @@ async def _router(
     if fleet.profile is not None:
         session = fleet.profile / f"{name}.pyisession"
         args = ["-m", "pyinstrument", "--interval", "0.0005", "-o", str(session), *args]
-    env = {} if source is None else {"PYTHONPATH": str(source)}
-    async with _child(fleet.folder, name, args, "acp-router listening on ", env) as router:
+    # run from ``source``: ``python -m`` puts the working folder first on sys.path
+    starting = _child(fleet.folder, name, args, "acp-router listening on ", source)
+    async with starting as router:
         await _wait_ready(fleet.http, router, len(backends))
         yield router
 
@@ -263,7 +264,7 @@ async def _until_accepting(port: int, process: asyncio.subprocess.Process, log: 
 
 @contextlib.asynccontextmanager
 async def _child(
-    root: Path, name: str, args: list[str], prefix: str, env: Mapping[str, str] | None = None
+    root: Path, name: str, args: list[str], prefix: str, cwd: Path | None = None
 ) -> AsyncIterator[Child]:
     log = root / f"{name}.log"
     with log.open("wb") as errors:
@@ -273,7 +274,8 @@ async def _child(
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=errors,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            cwd=cwd,
         )
     try:
         line = await _first_line(process)

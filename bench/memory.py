@@ -64,6 +64,7 @@ async def run(
             "compression": compression,
             "max_connections": sizes[-1] + WARM + 100,
             "max_connections_per_address": sizes[-1] + WARM + 100,  # all from 127.0.0.1
+            "locates_per_minute_per_address": 1_000_000,  # every resume is a locate
         }
         pool = backends.backends(1)
         starting = fleet.router(name, pool, source=source, router=options, probe=PROBE_SETTINGS)
