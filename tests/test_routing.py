@@ -732,6 +732,7 @@ def released(client: Client) -> list[Action]:
     actions = []
     while (action := client.routes.release()) is not None:
         actions.append(action)
+    assert not client.routes.any_released()  # the shell's check before it asks
     return actions
 
 
@@ -963,10 +964,13 @@ def test_a_lost_link_reports_the_calls_it_failed() -> None:
 
 def test_the_first_frame_routed_to_a_backend_opens_its_link_with_the_handshake() -> None:
     client = Client()
+    assert not client.routes.links_changed()
     assert client.routes.link_commands() == ()
     client.send(request(1, "session/new", new_params()))
     send = client.routes.forward(1, "a")
+    assert client.routes.links_changed()
     (opened,) = client.routes.link_commands()
+    assert not client.routes.links_changed()
     assert isinstance(opened, OpenLink)
     assert (opened.backend, opened.initialize.method, opened.authenticate, opened.first) == (
         "a",
@@ -1214,6 +1218,8 @@ class Model:
         session = next(
             iter(self.routes.sessions.releasable()), None
         )  # the core's choice, to check it
+        # the shell asks only when this says so: it must agree with what release() does
+        assert self.routes.any_released() == (session is not None)
         action = self.routes.release()
         if action is None:
             assert session is None

@@ -73,6 +73,10 @@ class Links:
         self._linked.discard(backend)
         self._unused.pop(backend, None)
 
+    def changed(self) -> bool:
+        """Whether there are links to open or close (:meth:`commands`)."""
+        return bool(self._commands)
+
     def commands(self) -> tuple[LinkCommand, ...]:
         """What to open and close, in order, since the last call; the shell carries these
         out before the action it was given."""

@@ -138,6 +138,10 @@ class ClientRoutes:
         """Every session attached to this connection, and its backend."""
         return self.sessions.attached()
 
+    def links_changed(self) -> bool:
+        """Whether :meth:`link_commands` has anything to carry out."""
+        return self.links.changed()
+
     def link_commands(self) -> tuple[LinkCommand, ...]:
         """The links to open and close, in order, before the last action is carried out."""
         return self.links.commands()
@@ -197,6 +201,10 @@ class ClientRoutes:
             return None
         session_id = acp.session_id_of(message)
         return session_id if session_id is not None and self.sessions.holding(session_id) else None
+
+    def any_released(self) -> bool:
+        """Whether :meth:`release` has a frame to hand out (a cheap check per frame)."""
+        return self.sessions.any_released()
 
     def release(self) -> Action | None:
         """The next frame that waited behind a settled resume/load/close, routed now as if

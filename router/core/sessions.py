@@ -176,6 +176,10 @@ class SessionTable:
             entry.phase = Phase.ATTACHED if entry.backend is not None else Phase.DETACHED
             self._tidy(session_id)
 
+    def any_released(self) -> bool:
+        """Whether a frame that waited can go now (:meth:`next_released`)."""
+        return bool(self._releasable)
+
     def releasable(self) -> list[SessionId]:
         """Sessions whose waiting frames can go, in the order they will."""
         return list(self._releasable)

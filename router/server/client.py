@@ -435,9 +435,22 @@ class ClientConnection:
     def _from_link(self, link: BackendLink) -> Callable[[Message], Awaitable[None]]:
         backend = link.backend
 
+        routes, metrics, channel = self.routes, self.metrics, self.channel
+
         async def route(message: Message) -> None:
-            if self.links.get(backend) is link:  # a link given up says nothing more
-                await self._do(self.routes.receive_backend(backend, self.gate.outbound(message)))
+            if self.links.get(backend) is not link:  # a link given up says nothing more
+                return
+            action = routes.receive_backend(backend, self.gate.outbound(message))
+            if type(action) is Deliver and action.settled is None and not action.changes:
+                # nearly every frame from a backend (an update): what _do would do, inline
+                if routes.links_changed():
+                    await self._do(action)
+                else:
+                    metrics.count_frame(TO_CLIENT, action.text)
+                    await channel.send(action.text)
+            else:
+                await self._do(action)
+            if routes.any_released():
                 await self._release_held()
 
         return route
