@@ -32,7 +32,7 @@ from router.protocol import acp
 from router.protocol.errors import BackendLinkLost, HandshakeRefused
 from router.protocol.ids import BackendId
 from router.protocol.jsonrpc import Message, Request, Response, replace_id, replace_param
-from router.server.faults import backend_faults, describe
+from router.server.faults import FOREIGN_FAILURES, backend_faults, describe
 from router.server.metrics import Metrics
 from router.server.wire import messages, read
 
@@ -178,11 +178,10 @@ class BackendLink:
             or transport.get_write_buffer_size()
         ):
             return self.offer(text)
-        try:
-            with backend_faults(self.backend):
-                await ws.send_str(text)
-        except BackendLinkLost as exc:
-            self.close(f"sending failed: {(exc.data or {}).get('reason')}")
+        try:  # what backend_faults does, without a context manager per frame
+            await ws.send_str(text)
+        except FOREIGN_FAILURES as exc:
+            self.close(f"sending failed: {describe(exc)}")
             return False
         return True
 

@@ -242,7 +242,8 @@ class ClientConnection:
             self.pool.learn(settled.learned, settled.backend, created=created)
             if created and settled.changes:
                 directory.created(settled.backend)
-        directory.record(settled.changes)
+        if settled.changes:  # most answers change nothing (a prompt's): no pulse then
+            directory.record(settled.changes)
         if settled.released is not None:
             directory.released(settled.released)
 
