@@ -640,6 +640,20 @@ def test_backend_notifications_are_delivered_as_they_came() -> None:
         '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"x","update":{}},"z":1}'
     )
     assert Client().backend("a", text) == Deliver(text)
+    assert Client().routes.relays(parse(text))  # so the shell delivers it without asking
+
+
+def test_a_child_announcement_a_cancel_and_answers_are_not_relayed_as_they_came() -> None:
+    routes = Client().routes
+    child = {"sessionUpdate": "subagent_update", "sessionId": "c"}
+    assert not routes.relays(
+        parse(notification("session/update", {"sessionId": "p", "update": child}))
+    )
+    assert not routes.relays(parse(notification("$/cancel_request", {"requestId": 1})))
+    assert not routes.relays(parse(result(1, {})))
+    assert not routes.relays(parse(request(1, "fs/x", {})))
+    chunk = {"sessionUpdate": "agent_message_chunk"}
+    assert routes.relays(parse(notification("session/update", {"sessionId": "p", "update": chunk})))
 
 
 # -- losing a backend --------------------------------------------------------------------------
@@ -1614,7 +1628,10 @@ def test_no_frame_makes_the_core_raise(steps: list[tuple[str, str]]) -> None:
                 else:
                     routes.forward(request_id, BackendId("a"))
         else:
-            routes.receive_backend(who, message)
+            relayed = routes.relays(message)
+            action = routes.receive_backend(who, message)
+            if relayed:  # the shell delivers such a frame without asking receive_backend
+                assert action == Deliver(message.text), (text, action)
 
 
 def _check_counted(action: object) -> None:

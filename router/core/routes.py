@@ -416,6 +416,18 @@ class ClientRoutes:
             return self._agent_cancel(backend, message)
         return Deliver(message.text, changes=self._adopt_child(backend, message))
 
+    def relays(self, message: Message) -> bool:
+        """Whether ``message`` from a backend goes to the client as it came and changes
+        nothing here: :meth:`receive_backend` would answer a bare ``Deliver`` of its text.
+        True for a notification that is neither ``$/cancel_request`` nor a child session's
+        announcement (nearly every frame an agent sends: its updates). The shell asks this
+        first on the per-frame path, so that nothing is built for such a frame."""
+        return (
+            isinstance(message, Notification)
+            and message.method != acp.CANCEL_REQUEST
+            and acp.announced_child(message) is None
+        )
+
     def _adopt_child(self, backend: BackendId, note: Notification) -> tuple[Change, ...]:
         """A ``subagent_update`` announcing a child session of a session attached here to
         ``backend``: route the child there too (its cancels and prompts follow)."""

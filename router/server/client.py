@@ -441,16 +441,14 @@ class ClientConnection:
         async def route(message: Message) -> None:
             if self.links.get(backend) is not link:  # a link given up says nothing more
                 return
-            action = routes.receive_backend(backend, self.gate.outbound(message))
-            if type(action) is Deliver and action.settled is None and not action.changes:
-                # nearly every frame from a backend (an update): what _do would do, inline
-                if routes.links_changed():
-                    await self._do(action)
-                else:
-                    metrics.count_frame(TO_CLIENT, action.text)
-                    await channel.send(action.text)
+            message = self.gate.outbound(message)
+            if routes.relays(message) and not routes.links_changed():
+                # nearly every frame from a backend (an update): delivered as it came,
+                # what _do would do with receive_backend's Deliver, with nothing built
+                metrics.count_frame(TO_CLIENT, message.text)
+                await channel.send(message.text)
             else:
-                await self._do(action)
+                await self._do(routes.receive_backend(backend, message))
             if routes.any_released():
                 await self._release_held()
 
