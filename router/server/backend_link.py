@@ -243,7 +243,9 @@ class BackendLink:
         on_message: Callable[[Message], Awaitable[None]],
         on_open: Callable[[Any], None],
     ) -> str:
-        with backend_faults(self.backend):
+        # backend_faults, written out: a context manager would be held (with its
+        # generator) for the link's whole life, in every idle connection
+        try:
             ws = await self._open(initialize, authenticate, on_open)
             self._ws, self._transport = ws, _transport(ws)
             if self._outbox:  # frames offered while the link opened
@@ -263,6 +265,8 @@ class BackendLink:
                 self._ws = self._transport = None
                 await self._stop_writer()
                 await _shut(ws)
+        except FOREIGN_FAILURES as exc:
+            raise BackendLinkLost(None, {"backend": self.backend, "reason": describe(exc)}) from exc
         return self.ended or "closed"
 
     async def _stop_writer(self) -> None:
