@@ -43,9 +43,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--before",
         type=Path,
+        action="append",
+        default=[],
         metavar="DIR",
         help="also run the hop and memory benches against the router package in DIR"
-        " (e.g. `git archive COMMIT router | tar -x -C DIR`), in the same rounds",
+        " (e.g. `git archive COMMIT router | tar -x -C DIR`), in the same rounds; repeatable",
     )
     return parser
 
@@ -87,7 +89,11 @@ def _in_process(chosen: set[str], budget: Budget) -> list[Result]:
 
 
 async def _on_the_wire(
-    chosen: set[str], budget: Budget, notes: list[str], profile: Path | None, before: Path | None
+    chosen: set[str],
+    budget: Budget,
+    notes: list[str],
+    profile: Path | None,
+    before: list[Path],
 ) -> list[Result]:
     results: list[Result] = []
     async with start_fleet(1 if "forwarding" in chosen else 0, profile) as fleet:

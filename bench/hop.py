@@ -5,8 +5,9 @@ The backend is one scripted backend (:mod:`bench.scripted`): it answers a
 ``session/prompt`` at once, so a round trip is the client, the hop and the
 backend's read and write, nothing else (with the reference agent, its own turn
 dilutes the hop: see :mod:`bench.forwarding`). Sides: the client straight to the
-backend, through the forwarder, through the router, and, with ``--before DIR``,
-through a router run from another checkout (an older commit), in the same rounds.
+backend, through the forwarder, through the router, and, with ``--before DIR``
+(repeatable), through a router run from another checkout of the package (an older
+commit; named for its folder), in the same rounds.
 Per round, every side in rotating order:
 
 * latency: prompts one at a time on one attached session, the sides taking turns
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +36,6 @@ BENCH = "hop"
 DIRECT = "direct"
 ROUTER = "router"
 FORWARDER = "forwarder"
-BEFORE = "router before"
 SESSION = "b0-hop"
 PROMPT = "Say nothing: the backend answers at once."
 ADDED = Target("hop alone: router's added latency <= 1.2x the bare forwarder's (p50)", 1.2)
@@ -69,7 +70,7 @@ class Round:
 
 
 async def run(
-    fleet: Fleet, backends: Scripted, budget: Budget, notes: list[str], before: Path | None
+    fleet: Fleet, backends: Scripted, budget: Budget, notes: list[str], before: Sequence[Path] = ()
 ) -> list[Result]:
     sizes = Sizes(
         latency=budget.size(3000, 1000),
@@ -83,10 +84,10 @@ async def run(
             ROUTER: await stack.enter_async_context(fleet.router("router-hop", pool)),
             FORWARDER: await stack.enter_async_context(fleet.passthrough(backend_url)),
         }
-        if before is not None:
-            older = fleet.router("router-hop-before", pool, source=before)
-            hops[BEFORE] = await stack.enter_async_context(older)
-            notes.append(f"hop: '{BEFORE}' is the router package in {before}")
+        for source in before:
+            older = fleet.router(f"router-hop-{source.name}", pool, source=source)
+            hops[before_name(source)] = await stack.enter_async_context(older)
+            notes.append(f"hop: '{before_name(source)}' is the router package in {source}")
         urls = {DIRECT: backend_url, **{name: child.url for name, child in hops.items()}}
         sides = []
         for name, url in urls.items():
@@ -98,7 +99,12 @@ async def run(
             await _latency(side, sizes.latency // 4)
             await _stream(side, Sizes(0, sizes.prompts // 4, sizes.updates))
         rounds = [await _round(sides, sizes, index) for index in range(budget.rounds)]
-    return _rows(rounds, list(hops))
+    return _rows(rounds, list(hops), [before_name(source) for source in before])
+
+
+def before_name(source: Path) -> str:
+    """What a router run from the package in ``source`` is called in the rows."""
+    return f"router at {source.name}"
 
 
 async def _round(sides: list[Side], sizes: Sizes, index: int) -> Round:
@@ -108,7 +114,7 @@ async def _round(sides: list[Side], sizes: Sizes, index: int) -> Round:
     return Round({name: percentile(samples, 50) for name, samples in latency.items()}, cpu)
 
 
-def _rows(rounds: list[Round], hops: list[str]) -> list[Result]:
+def _rows(rounds: list[Round], hops: list[str], befores: list[str]) -> list[Result]:
     rows: list[Result] = []
     others = [hop for hop in hops if hop != FORWARDER]
     for hop in others:
@@ -121,14 +127,15 @@ def _rows(rounds: list[Round], hops: list[str]) -> list[Result]:
         target = CPU if hop == ROUTER else None
         measure = f"CPU per forwarded frame, {hop}"
         rows.append(row(BENCH, measure, "the same, forwarder", micro(cpu), "us", target))
-    if BEFORE in hops:
-        added = [(r.p50[ROUTER] - r.p50[DIRECT], r.p50[BEFORE] - r.p50[DIRECT]) for r in rounds]
+    for older in befores:
+        added = [(r.p50[ROUTER] - r.p50[DIRECT], r.p50[older] - r.p50[DIRECT]) for r in rounds]
         rows.append(
-            row(BENCH, "added latency p50, router", f"the same, {BEFORE}", micro(added), "us")
+            row(BENCH, "added latency p50, router", f"the same, {older}", micro(added), "us")
         )
-        cpu = [(r.cpu[ROUTER], r.cpu[BEFORE]) for r in rounds]
+    for older in befores:
+        cpu = [(r.cpu[ROUTER], r.cpu[older]) for r in rounds]
         rows.append(
-            row(BENCH, "CPU per forwarded frame, router", f"the same, {BEFORE}", micro(cpu), "us")
+            row(BENCH, "CPU per forwarded frame, router", f"the same, {older}", micro(cpu), "us")
         )
     for hop in [*others, FORWARDER]:
         p50 = [(r.p50[hop], r.p50[DIRECT]) for r in rounds]

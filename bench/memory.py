@@ -10,17 +10,19 @@ decides whether it is used.
 
 10,000 connections hold about 20,000 sockets in the router (client side and link)
 and 10,000 in this process: the bench raises RLIMIT_NOFILE (children inherit it).
-With ``--before DIR`` a router run from the package in DIR (an older commit) is
-measured the same way, compression off, in the same run.
+With ``--before DIR`` (repeatable) a router run from the package in DIR (an older
+commit) is measured the same way, compression off, in the same run.
 """
 
 from __future__ import annotations
 
 import resource
+from collections.abc import Sequence
 from pathlib import Path
 
 from bench.clients import Crowd
 from bench.fleet import Fleet, Scripted
+from bench.hop import before_name
 from bench.locate import PROBE_SETTINGS
 from bench.observe import rss_bytes
 from bench.ratios import Budget, Figure, Result, Target
@@ -42,7 +44,11 @@ def largest(open_files: int) -> int:
 
 
 async def run(
-    fleet: Fleet, backends: Scripted, budget: Budget, notes: list[str], before: Path | None = None
+    fleet: Fleet,
+    backends: Scripted,
+    budget: Budget,
+    notes: list[str],
+    before: Sequence[Path] = (),
 ) -> list[Result]:
     most = largest(resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     if most < 10_000 and not budget.quick:
@@ -55,11 +61,10 @@ async def run(
     sizes = (500,) if budget.quick else (1000, most)
     results: list[Result] = []
     runs: list[tuple[bool, Path | None]] = [(True, None), (False, None)]
-    if before is not None:
-        runs.append((False, before))
+    runs += [(False, source) for source in before]
     for compression, source in runs:
         name = f"router-memory-{'deflate' if compression else 'plain'}"
-        name += "" if source is None else "-before"
+        name += "" if source is None else f"-{source.name}"
         options: dict[str, bool | int] = {
             "compression": compression,
             "max_connections": sizes[-1] + WARM + 100,
@@ -78,7 +83,7 @@ async def run(
                     per = (rss_bytes(router.pid) - base) / (size - WARM) / 1024
                     label = "compression on" if compression else "compression off (default)"
                     if source is not None:
-                        label += ", router before"
+                        label += f", {before_name(source)}"
                     # not --quick, and not the router before
                     target = TARGET if size > 1000 and not compression and not source else None
                     measure = f"RSS per idle connection, {size:,} connections, {label}"
