@@ -434,9 +434,7 @@ class ClientConnection:
         await self._lose(link, reason, refused)
 
     def _from_link(self, link: BackendLink) -> Callable[[Message], Awaitable[None]]:
-        backend = link.backend
-
-        routes, metrics, channel = self.routes, self.metrics, self.channel
+        backend, routes, metrics, channel = link.backend, self.routes, self.metrics, self.channel
 
         async def route(message: Message) -> None:
             if self.links.get(backend) is not link:  # a link given up says nothing more

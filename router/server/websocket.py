@@ -141,10 +141,10 @@ class WebSocketChannel:
     A burst (a second frame written before the event loop has turned, as when a
     backend streams updates and one read brings several) is corked (Linux
     ``TCP_CORK``) until the loop turns: the kernel then sends the burst's frames in as
-    few segments as fit instead of one each, which on loopback halves the router's CPU
-    time per streamed frame (bench hop). A lone frame (a prompt's answer) is never
-    held; a corked one waits at most for the loop's next turn (the kernel's own bound
-    is 200 ms).
+    few segments as fit instead of one each: on loopback the router's CPU time per
+    streamed frame fell by a seventh (bench hop, 14.4 -> 12.4 us). A lone frame (a
+    prompt's answer) is never held; a corked one waits at most for the loop's next turn
+    (the kernel's own bound is 200 ms).
     """
 
     def __init__(self, ws: web.WebSocketResponse) -> None:
