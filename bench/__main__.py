@@ -21,6 +21,7 @@ from bench import (
     budget as budget_bench,
     envelope,
     forwarding,
+    hop,
     hostile,
     locate,
     memory,
@@ -38,6 +39,7 @@ BENCHES = (
     "envelope",
     "placement",
     "hostile",
+    "hop",
     "forwarding",
     "locate",
     "memory",
@@ -47,6 +49,7 @@ BENCHES = (
     "workers",
 )
 SCRIPTED = {
+    "hop": 1,
     "locate": max(locate.POOLS),
     "memory": 1,
     "storm": storm.BACKENDS,
@@ -69,6 +72,15 @@ def _parser() -> argparse.ArgumentParser:
         help="run each router under pyinstrument and save its profile in DIR"
         " (render one with: pyinstrument --load DIR/router-....pyisession)",
     )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="also run the hop and memory benches against the router package in DIR"
+        " (e.g. `git archive COMMIT router | tar -x -C DIR`), in the same rounds; repeatable",
+    )
     return parser
 
 
@@ -85,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
         notes.append(f"routers ran under pyinstrument (profiles in {args.profile}): slower")
-    wire = _on_the_wire(chosen, budget, notes, args.profile)
+    wire = _on_the_wire(chosen, budget, notes, args.profile, args.before)
     results = _in_process(chosen, budget) + asyncio.run(wire)
     seconds = time.perf_counter() - started
     print(table(results, budget, seconds, notes))
@@ -109,7 +121,11 @@ def _in_process(chosen: set[str], budget: Budget) -> list[Result]:
 
 
 async def _on_the_wire(
-    chosen: set[str], budget: Budget, notes: list[str], profile: Path | None
+    chosen: set[str],
+    budget: Budget,
+    notes: list[str],
+    profile: Path | None,
+    before: list[Path],
 ) -> list[Result]:
     results: list[Result] = []
     async with start_fleet(1 if "forwarding" in chosen else 0, profile) as fleet:
@@ -123,6 +139,9 @@ async def _on_the_wire(
         scripted = max((SCRIPTED[name] for name in chosen if name in SCRIPTED), default=0)
         if scripted:
             async with fleet.scripted(scripted) as backends:
+                if "hop" in chosen:
+                    with _progress("hop"):
+                        results += await hop.run(fleet, backends, budget, notes, before)
                 if "locate" in chosen:
                     with _progress("locate"):
                         results += await locate.run(fleet, backends, budget)
@@ -137,7 +156,7 @@ async def _on_the_wire(
                         results += await restart.run(fleet, backends, budget)
                 if "memory" in chosen:
                     with _progress("memory"):
-                        results += await memory.run(fleet, backends, budget, notes)
+                        results += await memory.run(fleet, backends, budget, notes, before)
                 if "workers" in chosen:
                     with _progress("workers"):
                         results += await workers.run(fleet, backends, budget)

@@ -76,11 +76,14 @@ class Fleet:
         backends: Sequence[Backend],
         *,
         uvloop: bool = False,
+        source: Path | None = None,
         **sections: Mapping[str, RouterOption],
     ) -> contextlib.AbstractAsyncContextManager[Child]:
         """A router in front of ``backends``; ``sections`` add keys to its config's sections
-        (``router={"compression": False}``); ``uvloop`` runs it on uvloop's event loop."""
-        return _router(self, name, backends, sections, uvloop)
+        (``router={"compression": False}``); ``uvloop`` runs it on uvloop's event loop;
+        ``source``: a folder holding another ``router`` package to run instead of this
+        one (``--before``: the same bench against an older commit, in the same run)."""
+        return _router(self, name, backends, sections, uvloop, source)
 
     def scripted(self, count: int) -> contextlib.AbstractAsyncContextManager[Scripted]:
         return _scripted(self, count)
@@ -143,6 +146,7 @@ async def _router(
     backends: Sequence[Backend],
     sections: Mapping[str, Mapping[str, RouterOption]],
     uvloop: bool,
+    source: Path | None,
 ) -> AsyncIterator[Child]:
     config = fleet.folder / f"{name}.toml"
     config.write_text(_config(backends, sections))
@@ -150,7 +154,9 @@ async def _router(
     if fleet.profile is not None:
         session = fleet.profile / f"{name}.pyisession"
         args = ["-m", "pyinstrument", "--interval", "0.0005", "-o", str(session), *args]
-    async with _child(fleet.folder, name, args, "acp-router listening on ") as router:
+    # run from ``source``: ``python -m`` puts the working folder first on sys.path
+    starting = _child(fleet.folder, name, args, "acp-router listening on ", source)
+    async with starting as router:
         await _wait_ready(fleet.http, router, len(backends))
         yield router
 
@@ -257,7 +263,9 @@ async def _until_accepting(port: int, process: asyncio.subprocess.Process, log: 
 
 
 @contextlib.asynccontextmanager
-async def _child(root: Path, name: str, args: list[str], prefix: str) -> AsyncIterator[Child]:
+async def _child(
+    root: Path, name: str, args: list[str], prefix: str, cwd: Path | None = None
+) -> AsyncIterator[Child]:
     log = root / f"{name}.log"
     with log.open("wb") as errors:
         process = await asyncio.create_subprocess_exec(
@@ -267,6 +275,7 @@ async def _child(root: Path, name: str, args: list[str], prefix: str) -> AsyncIt
             stdout=asyncio.subprocess.PIPE,
             stderr=errors,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            cwd=cwd,
         )
     try:
         line = await _first_line(process)

@@ -5,6 +5,7 @@ its ``/metrics``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 from pathlib import Path
@@ -23,6 +24,16 @@ def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     # after the command: state(0) ppid ... utime is field 14 of the line, 11 here
     return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def cpu_time(pid: int) -> float:
+    """Seconds the process's threads have run on a CPU so far, to the nanosecond
+    (``/proc/<pid>/task/*/schedstat``; :func:`cpu_seconds` counts 10 ms ticks)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
 
 
 def rss_bytes(pid: int) -> int:

@@ -7,8 +7,10 @@ locate needs, as cheaply as it can, so the router's cost is what is measured:
 * ``initialize``: protocol 1, ``sessionCapabilities`` with ``status`` and ``resume``;
 * ``session/status``: ``active`` when the session belongs here, else ``-32002``;
 * ``session/resume``: ``{}`` when the session belongs here, else ``-32002``;
-* ``session/prompt``: ``{"stopReason": "end_turn"}`` at once, with no update before it
-  (the workers bench pipelines prompts through a router: a backend as fast as can be);
+* ``session/prompt``: ``{"stopReason": "end_turn"}`` at once (the hop bench's
+  zero-work backend; the workers bench pipelines prompts through a router), after
+  ``params._meta.updates`` ``session/update`` notifications when the prompt asks for
+  them, written as fast as the socket takes them;
 * anything else with an id: ``-32601``.
 
 A session belongs to the backend its id names: ``b7-anything`` lives on ``b7``, so
@@ -39,6 +41,8 @@ INITIALIZE_RESULT = {
     "authMethods": [],
 }
 PORT = web.AppKey("port_to_backend", dict[int, str])
+#: what a prompt's streamed ``session/update`` notifications say (each one ~250 B)
+CHUNK = "A line of an agent's answer, streamed back to the client one chunk at a time."
 
 
 def backend_id(index: int) -> str:
@@ -60,15 +64,15 @@ def answer(backend: str, message: dict[str, Any]) -> str | None:
     error: dict[str, Any] | None = None
     if method == "initialize":
         result = INITIALIZE_RESULT
-    elif method in ("session/status", "session/resume", "session/prompt"):
+    elif method == "session/prompt":
+        result = {"stopReason": "end_turn"}
+    elif method in ("session/status", "session/resume"):
         session_id = params.get("sessionId", "")
         if owner(session_id) != backend:
             data = {"sessionId": session_id}
             error = {"code": NOT_FOUND, "message": "unknown session", "data": data}
         elif method == "session/status":
             result = {"status": "active"}
-        elif method == "session/prompt":
-            result = {"stopReason": "end_turn"}
         else:
             result = {}
     else:
@@ -88,10 +92,37 @@ async def _serve(request: web.Request) -> web.WebSocketResponse:
     await ws.prepare(request)
     async for frame in ws:
         if frame.type is aiohttp.WSMsgType.TEXT:
-            reply = answer(backend, orjson.loads(frame.data))
+            message = orjson.loads(frame.data)
+            await _stream(ws, message)
+            reply = answer(backend, message)
             if reply is not None:
                 await ws.send_str(reply)
     return ws
+
+
+def updates_asked(message: dict[str, Any]) -> int:
+    """How many ``session/update`` notifications a prompt asks to be streamed first."""
+    if message.get("method") != "session/prompt":
+        return 0
+    meta = (message.get("params") or {}).get("_meta") or {}
+    count = meta.get("updates", 0)
+    return count if isinstance(count, int) else 0
+
+
+def update(session_id: str) -> str:
+    """One ``session/update`` notification (an agent message chunk) of ``session_id``."""
+    content = {"type": "text", "text": CHUNK}
+    chunk = {"sessionUpdate": "agent_message_chunk", "content": content}
+    params = {"sessionId": session_id, "update": chunk}
+    return orjson.dumps({"jsonrpc": "2.0", "method": "session/update", "params": params}).decode()
+
+
+async def _stream(ws: web.WebSocketResponse, message: dict[str, Any]) -> None:
+    count = updates_asked(message)
+    if count:
+        text = update(message["params"].get("sessionId", ""))
+        for _ in range(count):
+            await ws.send_str(text)
 
 
 async def serve(count: int, urls: Path) -> None:

@@ -219,6 +219,29 @@ async def test_frames_to_one_backend_leave_in_the_order_the_client_sent_them() -
         assert backend.link_frames[1:] == sent
 
 
+async def test_frames_written_at_once_and_frames_queued_keep_one_order() -> None:
+    """Small frames go straight to the link's socket while nothing waits; a large one (or
+    one behind a full send buffer) is queued, and every frame after it queues behind it
+    until the writer has drained them: one order either way."""
+    async with (
+        start_hostile("only") as backend,
+        start_router([("only", backend.url)]) as router,
+        AcpClient.connect(router.url) as client,
+    ):
+        await client.initialize()
+        sent = [json.dumps({"jsonrpc": "2.0", "id": "new", "method": "session/new", "params": NEW})]
+        for n in range(300):
+            pad = "x" * (256 * 1024 if n % 25 == 0 else 8)  # some far above the direct limit
+            sent.append(
+                json.dumps({"jsonrpc": "2.0", "method": "_vendor/note", "params": [n, pad]})
+            )
+        for text in sent:
+            await client.ws.send(text)
+        async with asyncio.timeout(WAIT):
+            await backend.wait_for(lambda: len(backend.link_frames) > len(sent))
+        assert backend.link_frames[1:] == sent
+
+
 async def test_the_client_connection_closes_only_for_its_own_faults() -> None:
     async with (
         start_hostile("only") as backend,

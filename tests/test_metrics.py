@@ -57,6 +57,28 @@ def test_bytes_are_counted_in_utf8() -> None:
     assert sent == {TO_BACKEND: 2.0, TO_CLIENT: 8.0}
 
 
+def test_frames_counted_between_readings_are_all_in_the_next_reading() -> None:
+    metrics = Metrics()
+
+    def frames() -> dict[str, float]:
+        text = metrics.exposition().decode()
+        families = {f.name: f.samples for f in text_string_to_metric_families(text)}
+        return {
+            s.labels["direction"]: s.value
+            for s in families["acp_router_messages"]
+            if s.name.endswith("_total")
+        }
+
+    assert frames() == {TO_BACKEND: 0.0, TO_CLIENT: 0.0}  # both series from the start
+    for _ in range(3):
+        metrics.count_frame(TO_CLIENT, "{}")
+    assert frames() == {TO_BACKEND: 0.0, TO_CLIENT: 3.0}
+    assert frames() == {TO_BACKEND: 0.0, TO_CLIENT: 3.0}  # a reading adds nothing twice
+    metrics.count_frame(TO_BACKEND, "{}")
+    metrics.count_frame(TO_CLIENT, "{}")
+    assert frames() == {TO_BACKEND: 1.0, TO_CLIENT: 4.0}
+
+
 def test_backends_are_declared_up_front() -> None:
     families = {name: samples for name, _, samples in exposed()}
     up = {s[1]["backend"]: s[2] for s in families["acp_router_backend_up"]}

@@ -640,6 +640,20 @@ def test_backend_notifications_are_delivered_as_they_came() -> None:
         '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"x","update":{}},"z":1}'
     )
     assert Client().backend("a", text) == Deliver(text)
+    assert Client().routes.relays(parse(text))  # so the shell delivers it without asking
+
+
+def test_a_child_announcement_a_cancel_and_answers_are_not_relayed_as_they_came() -> None:
+    routes = Client().routes
+    child = {"sessionUpdate": "subagent_update", "sessionId": "c"}
+    assert not routes.relays(
+        parse(notification("session/update", {"sessionId": "p", "update": child}))
+    )
+    assert not routes.relays(parse(notification("$/cancel_request", {"requestId": 1})))
+    assert not routes.relays(parse(result(1, {})))
+    assert not routes.relays(parse(request(1, "fs/x", {})))
+    chunk = {"sessionUpdate": "agent_message_chunk"}
+    assert routes.relays(parse(notification("session/update", {"sessionId": "p", "update": chunk})))
 
 
 # -- losing a backend --------------------------------------------------------------------------
@@ -732,6 +746,7 @@ def released(client: Client) -> list[Action]:
     actions = []
     while (action := client.routes.release()) is not None:
         actions.append(action)
+    assert not client.routes.any_released()  # the shell's check before it asks
     return actions
 
 
@@ -963,10 +978,13 @@ def test_a_lost_link_reports_the_calls_it_failed() -> None:
 
 def test_the_first_frame_routed_to_a_backend_opens_its_link_with_the_handshake() -> None:
     client = Client()
+    assert not client.routes.links_changed()
     assert client.routes.link_commands() == ()
     client.send(request(1, "session/new", new_params()))
     send = client.routes.forward(1, "a")
+    assert client.routes.links_changed()
     (opened,) = client.routes.link_commands()
+    assert not client.routes.links_changed()
     assert isinstance(opened, OpenLink)
     assert (opened.backend, opened.initialize.method, opened.authenticate, opened.first) == (
         "a",
@@ -1225,6 +1243,8 @@ class Model:
         session = next(
             iter(self.routes.sessions.releasable()), None
         )  # the core's choice, to check it
+        # the shell asks only when this says so: it must agree with what release() does
+        assert self.routes.any_released() == (session is not None)
         action = self.routes.release()
         if action is None:
             assert session is None
@@ -1686,7 +1706,10 @@ def test_no_frame_makes_the_core_raise(steps: list[tuple[str, str]]) -> None:
                 else:
                     routes.forward(request_id, BackendId("a"))
         else:
-            routes.receive_backend(who, message)
+            relayed = routes.relays(message)
+            action = routes.receive_backend(who, message)
+            if relayed:  # the shell delivers such a frame without asking receive_backend
+                assert action == Deliver(message.text), (text, action)
 
 
 def _check_counted(action: object) -> None:

@@ -11,8 +11,6 @@ since nothing is owed on it.
 
 from __future__ import annotations
 
-from collections import deque
-
 from router.core.actions import CloseLink, LinkCommand, OpenLink
 from router.protocol.ids import BackendId
 from router.protocol.jsonrpc import Request, RequestId
@@ -24,7 +22,7 @@ class Links:
         #: links opened ahead that nothing was routed on yet, and the call each was for
         #: (None: no call in particular, a pool of one)
         self._unused: dict[BackendId, RequestId | None] = {}
-        self._commands: deque[LinkCommand] = deque()
+        self._commands: list[LinkCommand] = []
 
     def __contains__(self, backend: object) -> bool:
         return backend in self._linked
@@ -75,9 +73,15 @@ class Links:
         self._linked.discard(backend)
         self._unused.pop(backend, None)
 
+    def changed(self) -> bool:
+        """Whether there are links to open or close (:meth:`commands`)."""
+        return bool(self._commands)
+
     def commands(self) -> tuple[LinkCommand, ...]:
         """What to open and close, in order, since the last call; the shell carries these
         out before the action it was given."""
+        if not self._commands:  # nearly every frame: no tuple built
+            return ()
         commands = tuple(self._commands)
         self._commands.clear()
         return commands

@@ -138,6 +138,10 @@ class ClientRoutes:
         """Every session attached to this connection, and its backend."""
         return self.sessions.attached()
 
+    def links_changed(self) -> bool:
+        """Whether :meth:`link_commands` has anything to carry out."""
+        return self.links.changed()
+
     def link_commands(self) -> tuple[LinkCommand, ...]:
         """The links to open and close, in order, before the last action is carried out."""
         return self.links.commands()
@@ -197,6 +201,10 @@ class ClientRoutes:
             return None
         session_id = acp.session_id_of(message)
         return session_id if session_id is not None and self.sessions.holding(session_id) else None
+
+    def any_released(self) -> bool:
+        """Whether :meth:`release` has a frame to hand out (a cheap check per frame)."""
+        return self.sessions.any_released()
 
     def release(self) -> Action | None:
         """The next frame that waited behind a settled resume/load/close, routed now as if
@@ -408,14 +416,27 @@ class ClientRoutes:
             return self._agent_cancel(backend, message)
         return Deliver(message.text, changes=self._adopt_child(backend, message))
 
+    def relays(self, message: Message) -> bool:
+        """Whether ``message`` from a backend goes to the client as it came and changes
+        nothing here: :meth:`receive_backend` would answer a bare ``Deliver`` of its text.
+        True for a notification that is neither ``$/cancel_request`` nor a child session's
+        announcement (nearly every frame an agent sends: its updates). The shell asks this
+        first on the per-frame path, so that nothing is built for such a frame."""
+        return (
+            isinstance(message, Notification)
+            and message.method != acp.CANCEL_REQUEST
+            and acp.announced_child(message) is None
+        )
+
     def _adopt_child(self, backend: BackendId, note: Notification) -> tuple[Change, ...]:
         """A ``subagent_update`` announcing a child session of a session attached here to
         ``backend``: route the child there too (its cancels and prompts follow)."""
         child = acp.announced_child(note)
+        if child is None:  # nearly every update: nothing more to read
+            return ()
         parent = acp.session_id_of(note)
         if (
-            child is None
-            or parent is None
+            parent is None
             or not self._lives_on(parent, backend)
             or self.sessions.backend(child) is not None
             or len(child) > self.limits.max_session_id_chars

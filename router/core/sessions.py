@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from router.core.actions import Attach, Change, Detach
 from router.protocol.ids import BackendId, SessionId
@@ -34,7 +34,8 @@ class _Session:
     backend: BackendId | None = None
     #: the call later frames wait behind
     holder: RequestId | None = None
-    waiting: deque[Request | Notification] = field(default_factory=deque)
+    #: made on the first frame that waits (an empty deque is ~600 B of every session)
+    waiting: deque[Request | Notification] | None = None
     #: the client's request that attached it (session/new, resume or load; None for a
     #: child session a backend announced): a failover resumes it with these params
     attached_by: Request | None = None
@@ -134,7 +135,10 @@ class SessionTable:
         return entry is not None and entry.holder == holder
 
     def wait(self, session_id: SessionId, frame: Request | Notification) -> None:
-        self._table[session_id].waiting.append(frame)
+        entry = self._table[session_id]
+        if entry.waiting is None:
+            entry.waiting = deque()
+        entry.waiting.append(frame)
 
     def settled(self, session_id: SessionId, request_id: RequestId) -> None:
         """``request_id`` is answered: if it held ``session_id``, its frames may go."""
@@ -154,6 +158,7 @@ class SessionTable:
         if session_id is None:
             return None
         entry = self._table[session_id]
+        assert entry.waiting  # only sessions with waiting frames are releasable
         frame = entry.waiting.popleft()
         if not entry.waiting:
             del self._releasable[session_id]
@@ -166,10 +171,14 @@ class SessionTable:
         self._releasable.clear()
         for session_id in list(self._table):
             entry = self._table[session_id]
-            entry.waiting.clear()
+            entry.waiting = None
             entry.holder = None
             entry.phase = Phase.ATTACHED if entry.backend is not None else Phase.DETACHED
             self._tidy(session_id)
+
+    def any_released(self) -> bool:
+        """Whether a frame that waited can go now (:meth:`next_released`)."""
+        return bool(self._releasable)
 
     def releasable(self) -> list[SessionId]:
         """Sessions whose waiting frames can go, in the order they will."""

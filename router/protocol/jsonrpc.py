@@ -478,6 +478,11 @@ def parse(frame: str | bytes) -> Message:
         result if isinstance(result, _Result) else None,
         error.data if isinstance(error, _TypedError) else _UNSET,
     )
+    method = envelope.method
+    if envelope.id is _UNSET and type(method) is str and envelope.jsonrpc == "2.0":
+        # a notification (what _classify would make of it): most frames an agent sends
+        unread = None if params is None or params is _UNSET else _UNREAD
+        return Notification(method, unread, text, frame=frame_read)
     code: Any = None
     message: Any = None
     if isinstance(error, _TypedError):

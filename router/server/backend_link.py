@@ -5,11 +5,15 @@ A link is opened on first use: it connects, replays the client's ``initialize``
 One deadline (``router.connect_timeout_ms``) covers the TCP connect, the WebSocket
 upgrade and the replayed handshake.
 
-Frames for the backend go into the link's own bounded :class:`Outbox` without
-waiting; the link's writer sends them in order, once the link is open. Whoever
-offers a frame (the client's read loop) therefore never waits on this backend. A
-backend that does not read fast enough fills its outbox, and the link is closed:
-the connection answers exactly the requests routed here, and nothing else.
+A frame for the backend (:meth:`BackendLink.forward`) is written at once when the
+link is open, nothing is queued ahead of it and the socket takes it whole without
+waiting (its send buffer is empty and the frame is well under the buffer's limit);
+otherwise it goes into the link's own bounded :class:`Outbox`, and a writer task,
+started then and ended once the outbox is empty, sends the queued frames in order.
+Either way frames leave in the order they were offered, and whoever offers one (the
+client's read loop) never waits on this backend. A backend that does not read fast
+enough fills its outbox, and the link is closed: the connection answers exactly the
+requests routed here, and nothing else.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import contextlib
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 
@@ -28,9 +32,9 @@ from router.protocol import acp
 from router.protocol.errors import BackendLinkLost, HandshakeRefused
 from router.protocol.ids import BackendId
 from router.protocol.jsonrpc import Message, Request, Response, replace_id, replace_param
-from router.server.faults import backend_faults, describe
+from router.server.faults import FOREIGN_FAILURES, backend_faults, describe
 from router.server.metrics import Metrics
-from router.server.wire import messages
+from router.server.wire import messages, read
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +47,12 @@ OUTBOX_FRAMES = 4096
 
 #: How long a link being given up may take to close its socket politely.
 CLOSE_TIMEOUT = 1.0
+
+#: Longest frame (characters) written at once rather than queued: even at 4 bytes a
+#: character it stays under a quarter of asyncio's default write-buffer limit (64 KiB),
+#: so writing it into an empty send buffer can never pause the transport, and so never
+#: makes the writer wait.
+DIRECT_CHARS = 4096
 
 
 def replayed_initialize(client_initialize: Request) -> str:
@@ -61,26 +71,31 @@ class Outbox:
     """Frames waiting for a link's writer, bounded in frames and in characters."""
 
     def __init__(self, max_frames: int, max_chars: int) -> None:
-        self._frames: collections.deque[str] = collections.deque()
+        #: made on the first frame queued (an empty deque is ~600 B of every idle link)
+        self._frames: collections.deque[str] | None = None
         self._chars = 0
         self._max_frames = max_frames
         self._max_chars = max_chars
-        self._ready = asyncio.Event()
+
+    def __bool__(self) -> bool:
+        return bool(self._frames)
 
     def put(self, text: str) -> bool:
         """Queue ``text``; False (and nothing queued) when that would pass a bound."""
-        if len(self._frames) >= self._max_frames or self._chars + len(text) > self._max_chars:
+        frames = self._frames
+        if frames is None:
+            frames = self._frames = collections.deque()
+        if len(frames) >= self._max_frames or self._chars + len(text) > self._max_chars:
             return False
-        self._frames.append(text)
+        frames.append(text)
         self._chars += len(text)
-        self._ready.set()
         return True
 
-    async def get(self) -> str:
-        """The oldest frame, waiting for one."""
-        while not self._frames:
-            self._ready.clear()
-            await self._ready.wait()
+    def take(self) -> str | None:
+        """The oldest frame, or None when there is none (then the deque is let go)."""
+        if not self._frames:
+            self._frames = None
+            return None
         text = self._frames.popleft()
         self._chars -= len(text)
         return text
@@ -110,10 +125,21 @@ class BackendLink:
         self._outbox = Outbox(OUTBOX_FRAMES, 2 * max_message_bytes)
         #: why the link takes no more frames; None while it does
         self.ended: str | None = None
-        #: the task that opens the link and pumps its frames (:meth:`run`); closing the
-        #: link cancels it (no task of its own waits for the close: a task is ~1.5 KiB of
-        #: every idle connection)
-        self._life: asyncio.Task[str] | None = None
+        #: the task running :meth:`run` (the connection's task for this link); closing the
+        #: link from elsewhere cancels it (no task of the link's own: a task is ~1.5 KiB
+        #: of every idle connection)
+        self._task: asyncio.Task[Any] | None = None
+        #: :meth:`close` was called: the link is lost, not ended by the backend
+        self._closed = False
+        #: :meth:`close` cancelled :attr:`_task` (once)
+        self._cancelled = False
+        #: the socket, once the handshake is done (frames may be written to it then)
+        self._ws: aiohttp.ClientWebSocketResponse | None = None
+        #: its transport, to see that nothing waits in its send buffer (None: unknown,
+        #: every frame goes through the outbox)
+        self._transport: asyncio.WriteTransport | None = None
+        #: the task sending the outbox, while frames wait in it
+        self._writer: asyncio.Task[None] | None = None
 
     def offer(self, text: str) -> bool:
         """Queue one frame for the backend, never waiting; frames leave in offer order.
@@ -127,14 +153,52 @@ class BackendLink:
         if not self._outbox.put(text):
             self.close("the backend is not reading fast enough (its outbox is full)")
             return False
+        if self._ws is not None and self._writer is None:
+            self._writer = asyncio.create_task(
+                self._write(self._ws), name=f"link-writer-{self.backend}"
+            )
+        return True
+
+    async def forward(self, text: str) -> bool:
+        """:meth:`offer`, but the frame is written at once when the socket takes it
+        without waiting and nothing is queued ahead of it (no task switch, no copy
+        into the outbox); the same answer as :meth:`offer`.
+
+        It never waits either: the write goes into an empty send buffer and is far below
+        its limit (:data:`DIRECT_CHARS`), so the transport is not paused and aiohttp
+        returns without awaiting a drain.
+        """
+        ws, transport = self._ws, self._transport
+        if (
+            ws is None
+            or transport is None
+            or self._writer is not None
+            or self.ended is not None
+            or len(text) > DIRECT_CHARS
+            or transport.get_write_buffer_size()
+        ):
+            return self.offer(text)
+        try:  # what backend_faults does, without a context manager per frame
+            await ws.send_str(text)
+        except FOREIGN_FAILURES as exc:
+            self.close(f"sending failed: {describe(exc)}")
+            return False
         return True
 
     def close(self, reason: str) -> None:
-        """Take no more frames and stop the link (:meth:`run` then ends); idempotent."""
+        """Take no more frames and stop the link (:meth:`run` then ends); idempotent.
+
+        From another task, this cancels the task running :meth:`run` (it raises
+        :class:`BackendLinkLost`); from that task itself (a frame it routed led here), the
+        link stops once that frame is handled, with no cancellation left pending.
+        """
         if self.ended is None:
             self.ended = reason
-        if self._life is not None:
-            self._life.cancel()
+        self._closed = True
+        task = self._task
+        if task is not None and not self._cancelled and task is not asyncio.current_task():
+            self._cancelled = True
+            task.cancel()
 
     async def run(
         self,
@@ -145,28 +209,32 @@ class BackendLink:
     ) -> str:
         """Open the link, then pump frames both ways until it ends; why it ended.
         ``on_open`` gets the backend's ``initialize`` result once the handshake is done.
+        It runs in the caller's task: :meth:`close` from elsewhere cancels that task, and
+        a cancellation of the task by anyone else passes through as it is.
 
         Raises :class:`BackendLinkLost` when the link cannot be opened within the
         deadline, breaks, or is closed by :meth:`close`; returns when the backend
         closes it.
         """
-        life = self._life = asyncio.create_task(
-            self._live(initialize, authenticate, on_message, on_open),
-            name=f"link-life-{self.backend}",
-        )
-        if self.ended is not None:  # closed before it started
-            life.cancel()
-        try:
-            await asyncio.wait((life,))
-        finally:
-            if not life.done():
-                self.close("closed")
-            await asyncio.wait((life,))  # it ends promptly: the close is bounded
-            if not life.cancelled():
-                life.exception()  # read here too, in case a cancellation is on its way out
-        if life.cancelled():
-            raise BackendLinkLost(None, {"backend": self.backend, "reason": self.ended})
-        return life.result()
+        task = asyncio.current_task()
+        assert task is not None
+        if not self._closed:
+            self._task = task
+            try:
+                reason = await self._live(initialize, authenticate, on_message, on_open)
+            except asyncio.CancelledError:
+                # close()'s own cancellation becomes the link's loss; anyone else's goes on
+                if self._cancelled and task.uncancel() == 0:
+                    raise self._lost() from None
+                raise
+            finally:
+                self._task = None
+            if not self._closed:
+                return reason
+        raise self._lost()
+
+    def _lost(self) -> BackendLinkLost:
+        return BackendLinkLost(None, {"backend": self.backend, "reason": self.ended})
 
     async def _live(
         self,
@@ -175,29 +243,46 @@ class BackendLink:
         on_message: Callable[[Message], Awaitable[None]],
         on_open: Callable[[Any], None],
     ) -> str:
-        with backend_faults(self.backend):
-            ws, result = await self._open(initialize, authenticate)
-            on_open(result)
-            writer = asyncio.create_task(self._write(ws), name=f"link-writer-{self.backend}")
+        # backend_faults, written out: a context manager would be held (with its
+        # generator) for the link's whole life, in every idle connection
+        try:
+            ws = await self._open(initialize, authenticate, on_open)
+            self._ws, self._transport = ws, _transport(ws)
+            if self._outbox:  # frames offered while the link opened
+                self._writer = asyncio.create_task(
+                    self._write(ws), name=f"link-writer-{self.backend}"
+                )
             try:
-                async for message in messages(ws, self.backend, self._metrics):
-                    await on_message(message)
+                backend, metrics = self.backend, self._metrics
+                async for frame in ws:  # wire.messages, without a generator per frame
+                    message = read(frame, backend, metrics)
+                    if message is not None:
+                        await on_message(message)
+                        if self._closed:  # by what the message led to, in this task
+                            break
                 self.ended = self.ended or _how_it_closed(ws)  # ending: no cancel needed
             finally:
-                writer.cancel()
-                await asyncio.wait((writer,))
-                if not writer.cancelled() and writer.exception() is not None:
-                    logger.error(
-                        "backend %s link writer failed", self.backend, exc_info=writer.exception()
-                    )
+                self._ws = self._transport = None
+                await self._stop_writer()
                 await _shut(ws)
+        except FOREIGN_FAILURES as exc:
+            raise BackendLinkLost(None, {"backend": self.backend, "reason": describe(exc)}) from exc
         return self.ended or "closed"
 
+    async def _stop_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        writer.cancel()
+        await asyncio.wait((writer,))
+        if not writer.cancelled() and writer.exception() is not None:
+            logger.error("backend %s link writer failed", self.backend, exc_info=writer.exception())
+
     async def _open(
-        self, initialize: Request, authenticate: Request | None
-    ) -> tuple[aiohttp.ClientWebSocketResponse, Any]:
-        """Connect, upgrade and hand-shake under one deadline; the socket, and the
-        backend's ``initialize`` result."""
+        self, initialize: Request, authenticate: Request | None, on_open: Callable[[Any], None]
+    ) -> aiohttp.ClientWebSocketResponse:
+        """Connect, upgrade and hand-shake under one deadline; the socket. ``on_open``
+        gets the backend's ``initialize`` result (kept by no frame of the link's life)."""
         ws: aiohttp.ClientWebSocketResponse | None = None
         deadline = asyncio.timeout(self._connect_timeout)
         try:
@@ -210,7 +295,8 @@ class BackendLink:
                     autoping=True,
                     heartbeat=30.0,
                 )
-                return ws, await self._handshake(ws, initialize, authenticate)
+                on_open(await self._handshake(ws, initialize, authenticate))
+                return ws
         except BaseException as exc:
             if ws is not None:
                 await _shut(ws)
@@ -221,15 +307,16 @@ class BackendLink:
             raise
 
     async def _write(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        """The link's one writer: the outbox, in order, until a send fails."""
-        while True:
-            text = await self._outbox.get()
+        """The link's writer while frames wait: the outbox, in order, until it is empty
+        (then the task ends; the next frame queued starts another) or a send fails."""
+        while (text := self._outbox.take()) is not None:
             try:
                 with backend_faults(self.backend):
                     await ws.send_str(text)
             except BackendLinkLost as exc:
                 self.close(f"sending failed: {(exc.data or {}).get('reason')}")
-                return
+                break
+        self._writer = None
 
     async def _handshake(
         self, ws: aiohttp.ClientWebSocketResponse, initialize: Request, authenticate: Request | None
@@ -251,6 +338,21 @@ class BackendLink:
                     raise HandshakeRefused(self.backend, step, message.error)
                 return message.result
         raise BackendLinkLost(None, {"backend": self.backend, "reason": "closed during handshake"})
+
+
+def _transport(ws: aiohttp.ClientWebSocketResponse) -> asyncio.WriteTransport | None:
+    """The transport under ``ws``, or None when aiohttp does not show it where it used
+    to (then every frame is queued: correct, one task switch slower).
+
+    An empty send buffer means the transport is not paused (asyncio resumes a protocol
+    once its buffer drains below the low-water mark), which is what lets
+    :meth:`BackendLink.forward` write without waiting.
+    """
+    connection = getattr(getattr(ws, "_response", None), "connection", None)
+    transport = getattr(connection, "transport", None)
+    if not callable(getattr(transport, "get_write_buffer_size", None)):
+        return None
+    return cast(asyncio.WriteTransport, transport)  # uvloop's: the same methods, no base
 
 
 def _how_it_closed(ws: aiohttp.ClientWebSocketResponse) -> str:

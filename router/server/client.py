@@ -187,23 +187,23 @@ class ClientConnection:
                 self._open_link(command)
             else:
                 self._close_unused(command)
-        match action:
-            case Reply(text, error):
-                if error is not None:  # every error the core makes passes here, once
-                    self.metrics.client_errors.labels(str(error)).inc()
-                await self._to_client(self.gate.reply(text))
-            case Send(backend, text):
-                await self._send(backend, text)
-            case Broadcast(backends, text):
-                for backend in backends:
-                    await self._send(backend, text)
+        match action:  # the per-frame cases first
             case Deliver(text, settled, changes):
                 if settled is not None:
                     self._record(settled)
                 if changes:
                     self.pool.directory.record(changes)
                 self.metrics.count_frame(TO_CLIENT, text)
-                await self._to_client(text)
+                await self.channel.send(text)
+            case Send(backend, text):
+                await self._send(backend, text)
+            case Reply(text, error):
+                if error is not None:  # every error the core makes passes here, once
+                    self.metrics.client_errors.labels(str(error)).inc()
+                await self._to_client(self.gate.reply(text))
+            case Broadcast(backends, text):
+                for backend in backends:
+                    await self._send(backend, text)
             case Absorbed(settled):
                 self._record(settled)
                 self.metrics.failovers.labels("ok" if settled.resume == "ok" else "failed").inc()
@@ -242,7 +242,8 @@ class ClientConnection:
             self.pool.learn(settled.learned, settled.backend, created=created)
             if created and settled.changes:
                 directory.created(settled.backend)
-        directory.record(settled.changes)
+        if settled.changes:  # most answers change nothing (a prompt's): no pulse then
+            directory.record(settled.changes)
         if settled.released is not None:
             directory.released(settled.released)
 
@@ -254,7 +255,7 @@ class ClientConnection:
             logger.debug("dropped a frame for backend %s: its link has ended", backend)
             return
         self.metrics.count_frame(TO_BACKEND, text)
-        if not link.offer(text):
+        if not await link.forward(text):
             await self._lose(link, link.ended or "closed")
 
     async def _fail(self, request_id: RequestId, error: JsonRpcError | ErrorObject) -> None:
@@ -433,9 +434,21 @@ class ClientConnection:
         await self._lose(link, reason, refused)
 
     def _from_link(self, link: BackendLink) -> Callable[[Message], Awaitable[None]]:
+        backend, routes, metrics, channel = link.backend, self.routes, self.metrics, self.channel
+
         async def route(message: Message) -> None:
-            if self.links.get(link.backend) is link:  # a link given up says nothing more
-                await self._from_backend(link.backend, message)
+            if self.links.get(backend) is not link:  # a link given up says nothing more
+                return
+            message = self.gate.outbound(message, backend)
+            if routes.relays(message) and not routes.links_changed():
+                # nearly every frame from a backend (an update): delivered as it came,
+                # what _do would do with receive_backend's Deliver, with nothing built
+                metrics.count_frame(TO_CLIENT, message.text)
+                await channel.send(message.text)
+            else:
+                await self._do(routes.receive_backend(backend, message))
+            if routes.any_released():
+                await self._release_held()
 
         return route
 
@@ -463,9 +476,4 @@ class ClientConnection:
             await self._to_client(cancel.text)
         for reply in lost.replies:
             await self._do(reply)
-        await self._release_held()
-
-    async def _from_backend(self, backend: BackendId, message: Message) -> None:
-        seen = self.gate.outbound(message, backend)
-        await self._do(self.routes.receive_backend(backend, seen))
         await self._release_held()

@@ -10,9 +10,10 @@ counted, as ACP's transport RFD says ("Binary frames are ignored").
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
+import socket
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 from aiohttp import web
@@ -136,17 +137,64 @@ class WebSocketChannel:
     frames under its own lock), so frames leave in call order, and a full transport
     makes callers wait in ``drain``: ordering and backpressure without a writer task,
     which measured ~5 % faster at p50 than a queue and a writer (bench forwarding).
+
+    A burst (a second frame written before the event loop has turned, as when a
+    backend streams updates and one read brings several) is corked (Linux
+    ``TCP_CORK``) until the loop turns: the kernel then sends the burst's frames in as
+    few segments as fit instead of one each: on loopback the router's CPU time per
+    streamed frame fell by a seventh (bench hop, 14.4 -> 12.4 us). A lone frame (a
+    prompt's answer) is never held; a corked one waits at most for the loop's next turn
+    (the kernel's own bound is 200 ms).
     """
 
     def __init__(self, ws: web.WebSocketResponse) -> None:
         self.ws = ws
+        self._socket = _corkable(ws)
+        #: None: no frame written since the loop last turned; False: one; True: corked
+        self._burst: bool | None = None
 
     async def send(self, text: str) -> None:
-        with contextlib.suppress(ConnectionResetError):  # the client is gone; its loop ends
+        if self._burst is None:
+            self._burst = False
+            asyncio.get_running_loop().call_soon(self._end_burst)
+        elif self._burst is False and self._socket is not None:
+            self._burst = _cork(self._socket, True)
+        try:  # noqa: SIM105 (suppress() costs an object and two calls per frame)
             await self.ws.send_str(text)
+        except ConnectionResetError:  # the client is gone; its loop ends
+            pass
+
+    def _end_burst(self) -> None:
+        if self._burst and self._socket is not None:
+            _cork(self._socket, False)
+        self._burst = None
 
     async def close(self, code: int, reason: str) -> None:
+        self._end_burst()
         await self.ws.close(code=code, message=reason.encode())
+
+
+def _corkable(ws: web.WebSocketResponse) -> socket.socket | None:
+    """The TCP socket under ``ws`` when the platform can cork it (Linux), else None."""
+    if _TCP_CORK is None:
+        return None
+    extra = getattr(ws, "get_extra_info", None)  # aiohttp >= 3.11
+    sock = extra("socket") if extra is not None else None
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return None
+    return cast(socket.socket, sock)
+
+
+def _cork(sock: socket.socket, on: bool) -> bool:
+    """Cork or uncork ``sock``; whether it is corked now (a socket already closed is not)."""
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, cast(int, _TCP_CORK), 1 if on else 0)
+    except OSError:
+        return False
+    return on
+
+
+_TCP_CORK: int | None = getattr(socket, "TCP_CORK", None)
 
 
 async def pump(ws: web.WebSocketResponse, connection: ClientConnection, metrics: Metrics) -> None:

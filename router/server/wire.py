@@ -39,22 +39,29 @@ async def messages(
 ) -> AsyncIterator[Message]:
     """Every JSON-RPC message ``backend`` sends on ``ws``, until it closes."""
     async for frame in ws:
-        if frame.type is not aiohttp.WSMsgType.TEXT:
-            if frame.type is aiohttp.WSMsgType.BINARY:
-                metrics.drop_frame(backend, "binary")
-            elif frame.type is aiohttp.WSMsgType.ERROR and _too_big(frame.data):
-                metrics.drop_frame(backend, "too_big")
-                reason = (
-                    "the router refused a frame from the backend larger than"
-                    f" router.max_message_bytes ({frame.data}); link closed with 1009"
-                )
-                raise BackendLinkLost(None, {"backend": backend, "reason": reason})
-            continue
-        try:
-            yield parse(frame.data)
-        except ProtocolError as exc:
-            reason = _REASONS.get(type(exc), "not_jsonrpc")
-            metrics.drop_frame(backend, reason)
-            logger.warning(
-                "backend %s sent a frame that is not JSON-RPC (%s); dropped", backend, exc
+        message = read(frame, backend, metrics)
+        if message is not None:
+            yield message
+
+
+def read(frame: aiohttp.WSMessage, backend: str, metrics: Metrics) -> Message | None:
+    """The JSON-RPC message in one frame ``backend`` sent, or None (dropped, counted);
+    :class:`BackendLinkLost` for a frame larger than the router reads."""
+    if frame.type is not aiohttp.WSMsgType.TEXT:
+        if frame.type is aiohttp.WSMsgType.BINARY:
+            metrics.drop_frame(backend, "binary")
+        elif frame.type is aiohttp.WSMsgType.ERROR and _too_big(frame.data):
+            metrics.drop_frame(backend, "too_big")
+            reason = (
+                "the router refused a frame from the backend larger than"
+                f" router.max_message_bytes ({frame.data}); link closed with 1009"
             )
+            raise BackendLinkLost(None, {"backend": backend, "reason": reason})
+        return None
+    try:
+        return parse(frame.data)
+    except ProtocolError as exc:
+        reason = _REASONS.get(type(exc), "not_jsonrpc")
+        metrics.drop_frame(backend, reason)
+        logger.warning("backend %s sent a frame that is not JSON-RPC (%s); dropped", backend, exc)
+        return None

@@ -1,0 +1,188 @@
+"""The hop alone: what the router adds to a frame's way, against the bare aiohttp
+forwarder (:mod:`bench.passthrough`), with a backend that does no work.
+
+The backend is one scripted backend (:mod:`bench.scripted`): it answers a
+``session/prompt`` at once, so a round trip is the client, the hop and the
+backend's read and write, nothing else (with the reference agent, its own turn
+dilutes the hop: see :mod:`bench.forwarding`). Sides: the client straight to the
+backend, through the forwarder, through the router, and, with ``--before DIR``
+(repeatable), through a router run from another checkout of the package (an older
+commit; named for its folder), in the same rounds.
+Per round, every side in rotating order:
+
+* latency: prompts one at a time on one attached session, the sides taking turns
+  prompt by prompt; a side's p50 minus direct's p50 is what its hop adds;
+* CPU per forwarded frame: prompts that each ask the backend to stream
+  ``session/update`` notifications as fast as it can, then answer, the hops taking
+  turns prompt by prompt; the hop's CPU time (``/proc/<pid>/task/*/schedstat``,
+  nanoseconds) over the frames it forwarded (each prompt, its updates and its
+  answer). Its inverse is frames per second per core.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.fleet import Child, Fleet, Scripted
+from bench.observe import cpu_time
+from bench.ratios import Budget, Result, Target, micro, percentile, rotated, row
+from bench.wire import AcpSocket, BenchError, prompt_params, resume_params
+
+BENCH = "hop"
+DIRECT = "direct"
+ROUTER = "router"
+FORWARDER = "forwarder"
+SESSION = "b0-hop"
+PROMPT = "Say nothing: the backend answers at once."
+ADDED = Target("hop alone: router's added latency <= 1.2x the bare forwarder's (p50)", 1.2)
+CPU = Target("hop alone: router's CPU per forwarded frame <= 1.2x the forwarder's", 1.2)
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    name: str
+    socket: AcpSocket
+    #: the hop's process (None: direct, no hop)
+    pid: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    latency: int
+    prompts: int
+    updates: int
+
+    @property
+    def frames(self) -> int:
+        """Frames a hop forwards per streaming batch: each prompt, its updates, its answer."""
+        return self.prompts * (self.updates + 2)
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    p50: dict[str, float]
+    #: CPU seconds per forwarded frame, per hop
+    cpu: dict[str, float]
+
+
+async def run(
+    fleet: Fleet, backends: Scripted, budget: Budget, notes: list[str], before: Sequence[Path] = ()
+) -> list[Result]:
+    sizes = Sizes(
+        latency=budget.size(3000, 1000),
+        prompts=budget.size(100, 40),
+        updates=budget.size(500, 250),
+    )
+    pool = backends.backends(1)
+    backend_url = pool[0][1]
+    async with contextlib.AsyncExitStack() as stack:
+        hops: dict[str, Child] = {
+            ROUTER: await stack.enter_async_context(fleet.router("router-hop", pool)),
+            FORWARDER: await stack.enter_async_context(fleet.passthrough(backend_url)),
+        }
+        for source in before:
+            older = fleet.router(f"router-hop-{source.name}", pool, source=source)
+            hops[before_name(source)] = await stack.enter_async_context(older)
+            notes.append(f"hop: '{before_name(source)}' is the router package in {source}")
+        urls = {DIRECT: backend_url, **{name: child.url for name, child in hops.items()}}
+        sides = []
+        for name, url in urls.items():
+            socket = await stack.enter_async_context(AcpSocket.connect(fleet.http, url))
+            await socket.call("session/resume", resume_params(SESSION))
+            pid = hops[name].pid if name in hops else None
+            sides.append(Side(name, socket, pid))
+        for side in sides:  # warm up: code paths hot
+            await _latency(side, sizes.latency // 4)
+            await _stream(side, Sizes(0, sizes.prompts // 4, sizes.updates))
+        rounds = [await _round(sides, sizes, index) for index in range(budget.rounds)]
+    return _rows(rounds, list(hops), [before_name(source) for source in before])
+
+
+def before_name(source: Path) -> str:
+    """What a router run from the package in ``source`` is called in the rows."""
+    return f"router at {source.name}"
+
+
+async def _round(sides: list[Side], sizes: Sizes, index: int) -> Round:
+    latency = await _latencies(rotated(sides, index), sizes.latency)
+    hops = [side for side in rotated(sides, index) if side.pid is not None]
+    cpu = await _cpu_per_frame(hops, sizes)
+    return Round({name: percentile(samples, 50) for name, samples in latency.items()}, cpu)
+
+
+def _rows(rounds: list[Round], hops: list[str], befores: list[str]) -> list[Result]:
+    rows: list[Result] = []
+    others = [hop for hop in hops if hop != FORWARDER]
+    for hop in others:
+        added = [(r.p50[hop] - r.p50[DIRECT], r.p50[FORWARDER] - r.p50[DIRECT]) for r in rounds]
+        measure = f"added latency p50, {hop}"
+        target = ADDED if hop == ROUTER else None
+        rows.append(row(BENCH, measure, "the same, forwarder", micro(added), "us", target))
+    for hop in others:
+        cpu = [(r.cpu[hop], r.cpu[FORWARDER]) for r in rounds]
+        target = CPU if hop == ROUTER else None
+        measure = f"CPU per forwarded frame, {hop}"
+        rows.append(row(BENCH, measure, "the same, forwarder", micro(cpu), "us", target))
+    for older in befores:
+        added = [(r.p50[ROUTER] - r.p50[DIRECT], r.p50[older] - r.p50[DIRECT]) for r in rounds]
+        rows.append(
+            row(BENCH, "added latency p50, router", f"the same, {older}", micro(added), "us")
+        )
+    for older in befores:
+        cpu = [(r.cpu[ROUTER], r.cpu[older]) for r in rounds]
+        rows.append(
+            row(BENCH, "CPU per forwarded frame, router", f"the same, {older}", micro(cpu), "us")
+        )
+    for hop in [*others, FORWARDER]:
+        p50 = [(r.p50[hop], r.p50[DIRECT]) for r in rounds]
+        rows.append(row(BENCH, f"prompt round trip p50, {hop}", DIRECT, micro(p50), "us"))
+    return rows
+
+
+async def _latency(side: Side, count: int) -> list[float]:
+    """Seconds per prompt round trip, one at a time."""
+    return (await _latencies([side], count))[side.name]
+
+
+async def _latencies(sides: list[Side], count: int) -> dict[str, list[float]]:
+    """Seconds per prompt round trip, one at a time, the sides taking turns prompt by
+    prompt: a burst of load from elsewhere on the machine falls on all of them alike."""
+    params = prompt_params(SESSION, PROMPT)
+    samples: dict[str, list[float]] = {side.name: [] for side in sides}
+    for _ in range(count):
+        for side in sides:
+            started = time.perf_counter()
+            await side.socket.call("session/prompt", params)
+            samples[side.name].append(time.perf_counter() - started)
+    return samples
+
+
+async def _cpu_per_frame(hops: list[Side], sizes: Sizes) -> dict[str, float]:
+    """Each hop's CPU seconds per frame it forwarded while prompts streamed updates, the
+    hops taking turns prompt by prompt."""
+    spent = {side.name: 0.0 for side in hops}
+    one = Sizes(0, 1, sizes.updates)
+    for _ in range(sizes.prompts):
+        for side in hops:
+            assert side.pid is not None
+            started = cpu_time(side.pid)
+            await _stream(side, one)
+            spent[side.name] += cpu_time(side.pid) - started
+    return {name: seconds / sizes.frames for name, seconds in spent.items()}
+
+
+async def _stream(side: Side, sizes: Sizes) -> None:
+    """``sizes.prompts`` prompts, one at a time, each answered after ``sizes.updates``
+    streamed notifications, every one of which is read."""
+    params = {**prompt_params(SESSION, PROMPT), "_meta": {"updates": sizes.updates}}
+    for _ in range(sizes.prompts):
+        await side.socket.send("session/prompt", params)
+        seen = 0
+        while "method" in (message := await side.socket.receive()):
+            seen += 1
+        if "error" in message or seen != sizes.updates:
+            raise BenchError(f"{side.name}: {seen} updates, then {message}")

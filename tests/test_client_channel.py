@@ -1,0 +1,116 @@
+"""The client WebSocket's writer (:class:`router.server.websocket.WebSocketChannel`), on a
+real aiohttp server and client over loopback: a burst of frames written before the event
+loop turns is corked until it turns, a lone frame never is, and every frame arrives whole
+and in order either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from router.server.websocket import WebSocketChannel
+from tests.support import WAIT
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(socket, "TCP_CORK"), reason="TCP_CORK is Linux's: elsewhere nothing is corked"
+)
+
+Writer = Callable[[WebSocketChannel, socket.socket], Awaitable[None]]
+
+
+def corked(sock: socket.socket) -> bool:
+    return bool(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK))
+
+
+@asynccontextmanager
+async def channel_to_client(write: Writer) -> AsyncIterator[aiohttp.ClientWebSocketResponse]:
+    """A server whose one WebSocket runs ``write`` with its channel and TCP socket; the
+    client's end of that WebSocket."""
+    done = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        sock = ws.get_extra_info("socket")
+        await write(WebSocketChannel(ws), sock)
+        await done.wait()
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.ws_connect(f"ws://127.0.0.1:{port}/") as ws:
+                yield ws
+                done.set()
+    finally:
+        await runner.cleanup()
+
+
+async def received(ws: aiohttp.ClientWebSocketResponse, count: int) -> list[str]:
+    frames = []
+    async with asyncio.timeout(WAIT):
+        for _ in range(count):
+            frames.append(await ws.receive_str())
+    return frames
+
+
+async def test_a_burst_is_corked_until_the_loop_turns_and_arrives_in_order() -> None:
+    seen: list[bool] = []
+
+    async def burst(channel: WebSocketChannel, sock: socket.socket) -> None:
+        for n in range(50):
+            await channel.send(f'{{"n":{n}}}')  # no wait in between: one turn of the loop
+            seen.append(corked(sock))
+        await asyncio.sleep(0)  # the loop turns: the burst is let go
+        await asyncio.sleep(0)
+        seen.append(corked(sock))
+
+    async with channel_to_client(burst) as ws:
+        assert await received(ws, 50) == [f'{{"n":{n}}}' for n in range(50)]
+    assert seen[0] is False  # the first frame of a turn is never held
+    assert all(seen[1:50])  # the rest of the burst is corked
+    assert seen[50] is False  # and uncorked once the loop has turned
+
+
+async def test_lone_frames_are_never_corked() -> None:
+    seen: list[bool] = []
+
+    async def lone(channel: WebSocketChannel, sock: socket.socket) -> None:
+        for n in range(5):
+            await channel.send(f'{{"n":{n}}}')
+            seen.append(corked(sock))
+            await asyncio.sleep(0)  # the loop turns between frames
+            await asyncio.sleep(0)
+
+    async with channel_to_client(lone) as ws:
+        assert await received(ws, 5) == [f'{{"n":{n}}}' for n in range(5)]
+    assert seen == [False] * 5
+
+
+async def test_closing_lets_a_corked_burst_go_first() -> None:
+    async def burst_then_close(channel: WebSocketChannel, sock: socket.socket) -> None:
+        for n in range(3):
+            await channel.send(f'{{"n":{n}}}')
+        assert corked(sock)
+        await channel.close(1012, "stopping")
+        assert not corked(sock)
+
+    async with channel_to_client(burst_then_close) as ws:
+        assert await received(ws, 3) == ['{"n":0}', '{"n":1}', '{"n":2}']
+        async with asyncio.timeout(WAIT):
+            closing = await ws.receive()
+        assert closing.type is aiohttp.WSMsgType.CLOSE
+        assert closing.data == 1012
