@@ -204,7 +204,7 @@ class HostileBackend:
             await ws.send(ok)
             await ws.send(ok)
         elif behaviour == "odd_json":
-            await ws.send(_odd(message["id"], self._ok(message)["result"]))
+            await ws.send(_odd(self._ok(message)))
         elif behaviour == "agent_request":
             asked = {"sessionId": "sess_anything", "options": []}
             for agent_id in (1, "a-1", 1):
@@ -237,21 +237,22 @@ class HostileBackend:
             ws.transport.abort()
 
 
-def _odd(request_id: Any, result: Any) -> str:
-    """A legal JSON-RPC response written the odd ways JSON allows."""
-    nested: Any = result
+def _odd(answer: JsonObject) -> str:
+    """A legal JSON-RPC response (a result or an error) written the odd ways JSON allows."""
+    outcome = "result" if "result" in answer else "error"
+    nested: Any = answer[outcome]
     for _ in range(50):
         nested = [nested]
     extra = '{"a":"\\u00e9\\ud83d\\ude00\\/","n":[1E+2,-0,0.5e-3,123456789012345678901234567890]}'
     return (
-        '\n { "result" :\t'
-        + json.dumps(result)
+        f'\n {{ "{outcome}" :\t'
+        + json.dumps(answer[outcome])
         + ' , "_meta": '
         + extra
         + ', "deep": '
         + json.dumps(nested)
         + ', "id" : '
-        + json.dumps(request_id)
+        + json.dumps(answer["id"])
         + ' ,"jsonrpc":"2.0" } \r\n'
     )
 
