@@ -10,11 +10,12 @@ characters it is closed with 1008 ("too slow") and handled like a client that le
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 
 from aiohttp import WSCloseCode, web
+
+from router.outbox import Outbox
 
 logger = logging.getLogger(__name__)
 
@@ -26,24 +27,19 @@ CLOSE_SECONDS = 2.0
 TOO_SLOW = (WSCloseCode.POLICY_VIOLATION, "too slow: the client's outbox is full")
 
 
-class Outbox:
-    """Frames waiting for a client's writer, bounded in frames and in characters; once
-    finished, :meth:`get` hands out what is left, then None."""
+class WaitingOutbox:
+    """A client's :class:`~router.outbox.Outbox` its writer waits on; once finished,
+    :meth:`get` hands out what is left, then None."""
 
     def __init__(self, max_frames: int, max_chars: int) -> None:
-        self._frames: collections.deque[str] = collections.deque()
-        self._chars = 0
-        self._max_frames = max_frames
-        self._max_chars = max_chars
+        self._frames = Outbox(max_frames, max_chars)
         self._ready = asyncio.Event()
         self._finished = False
 
     def put(self, text: str) -> bool:
         """Queue ``text``; False (and nothing queued) when that would pass a bound."""
-        if len(self._frames) >= self._max_frames or self._chars + len(text) > self._max_chars:
+        if not self._frames.put(text):
             return False
-        self._frames.append(text)
-        self._chars += len(text)
         self._ready.set()
         return True
 
@@ -54,13 +50,11 @@ class Outbox:
 
     async def get(self) -> str | None:
         """The oldest frame, waiting for one; None once finished and empty."""
-        while not self._frames:
+        while (text := self._frames.take()) is None:
             if self._finished:
                 return None
             self._ready.clear()
             await self._ready.wait()
-        text = self._frames.popleft()
-        self._chars -= len(text)
         return text
 
 
@@ -69,7 +63,7 @@ class ClientLink:
 
     def __init__(self, ws: web.WebSocketResponse, *, max_message_bytes: int) -> None:
         self.ws = ws
-        self._outbox = Outbox(OUTBOX_FRAMES, 2 * max_message_bytes)
+        self._outbox = WaitingOutbox(OUTBOX_FRAMES, 2 * max_message_bytes)
         self._closing: tuple[int, str] | None = None
         #: set when the outbox overflowed: the writer is stopped, the client is dropped
         self.too_slow = False

@@ -8,7 +8,7 @@ upgrade and the replayed handshake.
 A frame for the backend (:meth:`BackendLink.forward`) is written at once when the
 link is open, nothing is queued ahead of it and the socket takes it whole without
 waiting (its send buffer is empty and the frame is well under the buffer's limit);
-otherwise it goes into the link's own bounded :class:`Outbox`, and a writer task,
+otherwise it goes into the link's own bounded :class:`~router.outbox.Outbox`, and a writer task,
 started then and ended once the outbox is empty, sends the queued frames in order.
 Either way frames leave in the order they were offered, and whoever offers one (the
 client's read loop) never waits on this backend. A backend that does not read fast
@@ -19,7 +19,6 @@ requests routed here, and nothing else.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import ssl
@@ -28,6 +27,7 @@ from typing import Any, cast
 
 import aiohttp
 
+from router.outbox import Outbox
 from router.protocol import acp
 from router.protocol.errors import BackendLinkLost, HandshakeRefused
 from router.protocol.ids import BackendId
@@ -65,40 +65,6 @@ def replayed_initialize(client_initialize: Request) -> str:
 def replayed_authenticate(client_authenticate: Request) -> str:
     """The ``authenticate`` the backends accepted, as the client sent it, for one new link."""
     return replace_id(client_authenticate.text, HANDSHAKE_AUTHENTICATE)
-
-
-class Outbox:
-    """Frames waiting for a link's writer, bounded in frames and in characters."""
-
-    def __init__(self, max_frames: int, max_chars: int) -> None:
-        #: made on the first frame queued (an empty deque is ~600 B of every idle link)
-        self._frames: collections.deque[str] | None = None
-        self._chars = 0
-        self._max_frames = max_frames
-        self._max_chars = max_chars
-
-    def __bool__(self) -> bool:
-        return bool(self._frames)
-
-    def put(self, text: str) -> bool:
-        """Queue ``text``; False (and nothing queued) when that would pass a bound."""
-        frames = self._frames
-        if frames is None:
-            frames = self._frames = collections.deque()
-        if len(frames) >= self._max_frames or self._chars + len(text) > self._max_chars:
-            return False
-        frames.append(text)
-        self._chars += len(text)
-        return True
-
-    def take(self) -> str | None:
-        """The oldest frame, or None when there is none (then the deque is let go)."""
-        if not self._frames:
-            self._frames = None
-            return None
-        text = self._frames.popleft()
-        self._chars -= len(text)
-        return text
 
 
 class BackendLink:
