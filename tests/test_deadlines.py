@@ -75,25 +75,24 @@ async def test_silent_and_half_sent_requests_are_closed_at_the_deadline() -> Non
 
 
 async def test_a_trickling_client_is_closed_at_the_deadline_too() -> None:
-    async def trickle(writer: asyncio.StreamWriter) -> None:
-        request = b"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 100_000
-        for byte in request:  # a byte at a time, never done in time
-            writer.write(bytes([byte]))
-            await asyncio.sleep(0.005)  # the hostile client's pace, not a wait for the router
+    request = b"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 100_000
+    pace = 0.005  # the hostile client's: a byte each time the router has not answered in this
 
     async with (
         start_scripted("a", any_status) as backend,
         start_router([("a", backend.url)], router={"handshake_timeout_ms": HANDSHAKE_MS}) as router,
         raw(_port(router)) as (reader, writer),
     ):
-        sending = asyncio.create_task(trickle(writer))
+        answering = asyncio.create_task(answer_then_close(reader))
+        for byte in request:  # a byte at a time, never done in time: stops once answered
+            writer.write(bytes([byte]))
+            done, _ = await asyncio.wait({answering}, timeout=pace)
+            if done:
+                break
         try:
-            answer = await answer_then_close(reader)
+            answer = await answering
         except ConnectionResetError:  # closed while its bytes kept coming: the 408 may be lost
             answer = b"HTTP/1.1 408 (reset)"
-        finally:
-            sending.cancel()
-            await asyncio.gather(sending, return_exceptions=True)
         assert answer.startswith(b"HTTP/1.1 408"), answer
         assert router.metric("acp_router_connections_total", result="handshake_timeout") == 1
 
