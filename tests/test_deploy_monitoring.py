@@ -5,11 +5,9 @@ topology, evaluates the rules and fires an alert on a real fault."""
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -17,12 +15,20 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from router.server.config import load_settings
-from tests.prometheus_server import INTERVAL, PROMETHEUS, PROMTOOL, receive_alerts, run_prometheus
+from tests.monitoring import (
+    PROMETHEUS_DIR,
+    check_one_backend_down,
+    dashboard,
+    is_backend_down,
+    panel_answers,
+    panel_expressions,
+    prometheus_config,
+    rules,
+)
+from tests.prometheus_server import PROMETHEUS, PROMTOOL, receive_alerts, run_prometheus
 from tests.support import WAIT
 from tests.topology import REPO, Topology, router_config_file, run_compose_topology
 
-PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
-DASHBOARD = REPO / "deploy" / "grafana" / "acp-router.json"
 #: series Prometheus makes itself for every target
 SYNTHETIC = {"up"}
 
@@ -54,23 +60,6 @@ def metric_names(expression: str) -> set[str]:
         if not is_function and match.group().lower() not in _PROMQL_WORDS:
             names.add(match.group())
     return names
-
-
-def rules() -> list[dict[str, Any]]:
-    groups = yaml.safe_load((PROMETHEUS_DIR / "alerts.yml").read_text())["groups"]
-    return [rule for group in groups for rule in group["rules"]]
-
-
-def dashboard() -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(DASHBOARD.read_text())
-    return data
-
-
-def panel_expressions() -> Iterator[tuple[str, str]]:
-    """(panel title, PromQL) of every panel target."""
-    for panel in dashboard()["panels"]:
-        for target in panel.get("targets", []):
-            yield panel["title"], target["expr"]
 
 
 def variable_expressions() -> Iterator[tuple[str, str]]:
@@ -188,72 +177,25 @@ async def test_every_metric_of_the_rules_and_dashboard_is_exported(tmp_path: Pat
 # -- a real Prometheus --------------------------------------------------------------------------
 
 
-def _test_prometheus_config(topology: Topology, alertmanager: str, workdir: Path) -> dict[str, Any]:
-    """deploy/prometheus/prometheus.yml for the local topology: the router's address, a
-    1 s interval, the rules from alerts.yml with their ``for`` holds removed (promtool's
-    unit tests cover those; here the question is whether the expressions work on the
-    series a real router exports), and the alerts pushed to ``alertmanager``."""
-    config: dict[str, Any] = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
-    config["global"] = {"scrape_interval": INTERVAL, "evaluation_interval": INTERVAL}
-    alerts = yaml.safe_load((PROMETHEUS_DIR / "alerts.yml").read_text())
-    for group in alerts["groups"]:
-        for rule in group["rules"]:
-            rule.pop("for", None)
-    rule_file = workdir / "alerts.yml"
-    rule_file.write_text(yaml.safe_dump(alerts))
-    config["rule_files"] = [str(rule_file)]
-    [job] = config["scrape_configs"]
-    job["static_configs"] = [{"targets": [topology.address]}]
-    config["alerting"] = {
-        "alertmanagers": [{"api_version": "v2", "static_configs": [{"targets": [alertmanager]}]}]
-    }
-    return config
-
-
-def _grafana_to_promql(expression: str) -> str:
-    """A panel expression with Grafana's variables replaced as Grafana would."""
-    for variable, value in {"$__rate_interval": "5s", "$__range": "1m"}.items():
-        expression = expression.replace(variable, value)
-    return re.sub(r"\$\w+", ".*", expression)
-
-
 @needs_prometheus
 @pytest.mark.timeout(120)  # four processes and Prometheus on a shared 2-core machine
 async def test_prometheus_scrapes_the_router_and_fires_an_alert(tmp_path: Path) -> None:
     async with run_compose_topology(tmp_path) as topology, receive_alerts() as alertmanager:
-        config = _test_prometheus_config(topology, alertmanager.url, tmp_path)
+        config = prometheus_config(topology, alertmanager.url, tmp_path)
         async with run_prometheus(config, tmp_path) as prometheus:
             stopped = topology.agents[-1]
             assert await stopped.stop() == 0  # a real fault: one agent goes away
-
-            def backend_down(alert: dict[str, Any]) -> bool:
-                return bool(alert["labels"]["alertname"] == "AcpRouterBackendDown")
-
             # Prometheus re-sends a firing alert after each evaluation of its group (resend
             # delay 1 s): the second notice comes after a whole evaluation of every rule.
-            down = await alertmanager.wait_for(backend_down, count=2)
+            down = await alertmanager.wait_for(is_backend_down, count=2)
             [up] = (await prometheus.api("query", query='up{job="acp-router"}'))["result"]
             groups = (await prometheus.api("rules"))["groups"]
-            answers = {
-                title: await prometheus.api("query", query=_grafana_to_promql(expression))
-                for title, expression in panel_expressions()
-            }
+            answers = await panel_answers(prometheus)
     assert up["metric"]["instance"] == topology.address
     assert up["value"][1] == "1"
     assert {alert["labels"]["backend"] for alert in down} == {stopped.agent_id}
     assert down[0]["labels"]["instance"] == topology.address
     assert down[0]["labels"]["severity"] == "warning"
-    # backends that stayed up never fired, nor did anything that needs every backend down
-    fired = {(a["labels"]["alertname"], a["labels"].get("backend")) for a in alertmanager.received}
-    assert fired == {("AcpRouterBackendDown", stopped.agent_id)}
-    [group] = groups
-    assert {rule["name"] for rule in group["rules"]} == {rule["alert"] for rule in rules()}
-    for rule in group["rules"]:
-        assert rule["health"] == "ok", rule
-    # every panel's query runs on the real series; the backend panel shows all three
-    assert all(answer["resultType"] == "vector" for answer in answers.values())
-    backend_up = {
-        sample["metric"]["backend"]: sample["value"][1]
-        for sample in answers["Backend up"]["result"]
-    }
+    # the backend panel shows all three
+    backend_up = check_one_backend_down(stopped.agent_id, alertmanager.received, groups, answers)
     assert backend_up == {"agent-1": "1", "agent-2": "1", "agent-3": "0"}

@@ -8,18 +8,17 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.monitoring import (
+    check_one_backend_down,
+    is_backend_down,
+    panel_answers,
+    prometheus_config,
+)
 from tests.prometheus_server import PROMETHEUS, receive_alerts, run_prometheus
 from tests.support import run_cli
-from tests.test_deploy_monitoring import (
-    _grafana_to_promql,
-    _test_prometheus_config,
-    panel_expressions,
-    rules,
-)
 from tests.topology import (
     Topology,
     agent_services,
@@ -62,22 +61,15 @@ async def test_dashboard_and_alerts_work_on_a_router_with_workers(tmp_path: Path
         compose_topology_with_workers(tmp_path) as topology,
         receive_alerts() as alertmanager,
     ):
-        config = _test_prometheus_config(topology, alertmanager.url, tmp_path)
+        config = prometheus_config(topology, alertmanager.url, tmp_path)
         async with run_prometheus(config, tmp_path) as prometheus:
             stopped = topology.agents[-1]
             assert await stopped.stop() == 0
-
-            def backend_down(alert: dict[str, Any]) -> bool:
-                return bool(alert["labels"]["alertname"] == "AcpRouterBackendDown")
-
             # both workers' links to the stopped agent are down: one alert each, sent twice
-            down = await alertmanager.wait_for(backend_down, count=4)
+            down = await alertmanager.wait_for(is_backend_down, count=4)
             workers = await prometheus.api("query", query="acp_router_worker_up")
             groups = (await prometheus.api("rules"))["groups"]
-            answers = {
-                title: await prometheus.api("query", query=_grafana_to_promql(expression))
-                for title, expression in panel_expressions()
-            }
+            answers = await panel_answers(prometheus)
         assert await topology.router.stop() == 0
     assert {sample["metric"]["worker"]: sample["value"][1] for sample in workers["result"]} == {
         "0": "1",
@@ -85,18 +77,8 @@ async def test_dashboard_and_alerts_work_on_a_router_with_workers(tmp_path: Path
     }
     assert {alert["labels"]["backend"] for alert in down} == {stopped.agent_id}
     assert {alert["labels"]["worker"] for alert in down} == {"0", "1"}
-    fired = {(a["labels"]["alertname"], a["labels"].get("backend")) for a in alertmanager.received}
-    assert fired == {("AcpRouterBackendDown", stopped.agent_id)}
-    [group] = groups
-    assert {rule["name"] for rule in group["rules"]} == {rule["alert"] for rule in rules()}
-    for rule in group["rules"]:
-        assert rule["health"] == "ok", rule
-    assert all(answer["resultType"] == "vector" for answer in answers.values())
     # summed over the workers, as over replicas: one line per backend, one replica
-    backend_up = {
-        sample["metric"]["backend"]: sample["value"][1]
-        for sample in answers["Backend up"]["result"]
-    }
+    backend_up = check_one_backend_down(stopped.agent_id, alertmanager.received, groups, answers)
     assert backend_up == {"agent-1": "1", "agent-2": "1", "agent-3": "0"}
     [replicas] = answers["Router replicas up"]["result"]
     assert replicas["value"][1] == "1"
