@@ -50,7 +50,7 @@ from router.commands.bearer import auth_headers, refusal_hint
 from router.commands.reattach import EditorState, Reattach, ReplayRefused
 from router.protocol.errors import AcpRouterError, ProtocolError
 from router.protocol.jsonrpc import Message, Response, parse
-from router.tasks import cancel_and_wait
+from router.tasks import cancel_all_and_wait, cancel_and_wait
 
 logger = logging.getLogger(__name__)
 
@@ -275,7 +275,7 @@ class Bridge:
                 await self._let_answers_through(downstream)
             else:  # a send failed: the connection is closing
                 await downstream
-        finally:
+        finally:  # a send that failed as the connection closed ended its task: not news
             for task in (upstream, downstream):
                 task.cancel()
             await asyncio.gather(upstream, downstream, return_exceptions=True)
@@ -349,6 +349,7 @@ class Bridge:
         deadline = loop.time() + self._reconnect_for
         last = why
         holding = asyncio.create_task(self._hold_stdin(), name="stdin-held")
+        attempt: asyncio.Task[ClientConnection] | None = None
         try:
             while (remaining := deadline - loop.time()) > 0:
                 pause = min(random.uniform(self._delay / 2, self._delay), remaining)
@@ -356,11 +357,12 @@ class Bridge:
                 self._delay = min(self._delay * 2, BACKOFF_MAX_SECONDS)
                 if holding.done():
                     return False
-                attempt = asyncio.create_task(self._attempt(max(deadline - loop.time(), 0.1)))
+                attempt = asyncio.create_task(
+                    self._attempt(max(deadline - loop.time(), 0.1)), name="reconnect"
+                )
                 await asyncio.wait({attempt, holding}, return_when=asyncio.FIRST_COMPLETED)
                 if not attempt.done():
-                    await cancel_and_wait(attempt)
-                    return False
+                    return False  # stdin ended first: the attempt is stopped below
                 try:
                     self._ws = attempt.result()
                 except RouterUnreachable as exc:
@@ -368,8 +370,9 @@ class Bridge:
                     continue
                 logger.info("reconnected to %s", self._url)
                 return True
-        finally:
-            await cancel_and_wait(holding)
+        finally:  # cancelled while waiting, too: nothing of this attempt runs on
+            running = [attempt] if attempt is not None and not attempt.done() else []
+            await cancel_all_and_wait(holding, *running)
         raise RouterRefused(
             f"cannot reconnect to {self._url} within {self._reconnect_for:g} s: {last}"
         )

@@ -41,19 +41,17 @@ from router.host.multiplex import (
     ToAgent,
     ToClient,
 )
-from router.host.process import EXIT_GRACE_SECONDS, KILL_WAIT_SECONDS, AgentProcess
+from router.host.process import KILL_WAIT_SECONDS, AgentProcess
 from router.protocol.acp import DEFAULT_STATUS_ALIASES, ProbeResult
 from router.protocol.errors import AcpRouterError, InternalError, ProtocolError
 from router.protocol.jsonrpc import Response, encode_protocol_error, parse
-from router.tasks import cancel_and_wait
+from router.tasks import cancel_all_and_wait, cancel_and_wait
 
 logger = logging.getLogger(__name__)
 
 PATH = "/acp"
 HEARTBEAT_SECONDS = 20.0
 SHUTDOWN_TIMEOUT = 5.0
-#: how long the host takes to stop at most (the agent's SIGTERM grace, then SIGKILL)
-STOP_SECONDS = EXIT_GRACE_SECONDS + KILL_WAIT_SECONDS
 #: restart backoff after the agent process exits
 RESTART_INITIAL_SECONDS = 0.1
 RESTART_MAX_SECONDS = 5.0
@@ -161,9 +159,7 @@ class Host:
         except TimeoutError:
             logger.warning("agent process %d: its stdout stayed open", agent.pid)
         finally:
-            for task in (reading, exited):
-                task.cancel()
-            await asyncio.gather(reading, exited, return_exceptions=True)
+            await cancel_all_and_wait(reading, exited)
         return status
 
     async def _from_agent(self, agent: AgentProcess) -> None:
@@ -181,7 +177,8 @@ class Host:
 
     async def stop(self) -> None:
         """Close every client (1001, after what is queued for it) while the agent and its
-        process group are stopped: done within :data:`STOP_SECONDS`, whatever the agent
+        process group are stopped: done within the agent's SIGTERM grace and the SIGKILL
+        wait (:data:`~router.host.process.EXIT_GRACE_SECONDS` + ``KILL_WAIT_SECONDS``), whatever the agent
         or a client that stopped reading does."""
         self.ready.clear()
         if self.agent is None:
@@ -226,9 +223,7 @@ class Host:
         finally:
             del self.clients[client]
             await self._do(self.mux.client_left(client))
-            for task in (reader, link.writer):
-                task.cancel()
-            await asyncio.gather(reader, link.writer, return_exceptions=True)
+            await cancel_all_and_wait(reader, link.writer)
 
     async def _read_client(self, client: ClientId, ws: web.WebSocketResponse) -> None:
         async for frame in ws:
