@@ -150,7 +150,7 @@ class Agent:
             },
             "agentInfo": {"name": AGENT_NAME, "title": AGENT_TITLE, "version": __version__},
             "authMethods": self._auth_methods(),
-            "_meta": {"instanceId": self.instance_id},
+            "_meta": {acp.INSTANCE_META_KEY: self.instance_id},
         }
 
     def _auth_methods(self) -> list[dict[str, Any]]:

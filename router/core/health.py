@@ -27,9 +27,7 @@ import enum
 from dataclasses import dataclass, replace
 from typing import Any
 
-#: where a backend that reports a per-process nonce puts it: ``_meta`` of its
-#: ``initialize`` result (the reference agent and ``acp-router host`` do)
-INSTANCE_META_KEY = "instanceId"
+from router.protocol import acp
 
 
 class Health(enum.Enum):
@@ -57,7 +55,7 @@ class Instance:
             else ()
         )
         meta = result.get("_meta")
-        nonce = meta.get(INSTANCE_META_KEY) if isinstance(meta, dict) else None
+        nonce = meta.get(acp.INSTANCE_META_KEY) if isinstance(meta, dict) else None
         return cls(fields, nonce if isinstance(nonce, str) else None)
 
     def same_process(self, other: Instance) -> bool:

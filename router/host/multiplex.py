@@ -68,9 +68,6 @@ from router.protocol.jsonrpc import (
 #: the id of the host's own ``initialize`` to the agent
 HANDSHAKE_ID: Final = "acp-router-host:initialize"
 HOST_INFO: Final = {"name": "acp-router-host", "title": "acp-router host", "version": __version__}
-#: where the host names the agent process in its ``initialize`` result (``_meta``), as
-#: routers read it (router.core.health.INSTANCE_META_KEY)
-INSTANCE_META_KEY: Final = "instanceId"
 #: where an error the host passes on carries the agent's last stderr lines
 STDERR_DATA_KEY: Final = "agentStderr"
 #: requests whose failure the agent explains on stderr, if anywhere
@@ -483,7 +480,7 @@ class Multiplexer:
         assert self.agent_result is not None, "clients are served only once the agent is up"
         result = acp.with_status_capability(self.agent_result)
         meta = _object(result.get("_meta"))
-        return {**result, "_meta": {**meta, INSTANCE_META_KEY: self.instance_id}}
+        return {**result, "_meta": {**meta, acp.INSTANCE_META_KEY: self.instance_id}}
 
 
 def _object(value: Any) -> dict[str, Any]:

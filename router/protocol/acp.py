@@ -19,6 +19,11 @@ from router.protocol.jsonrpc import Notification, Request, Response
 
 PROTOCOL_VERSION: Final = 1
 
+#: where a backend that reports a per-process nonce puts it: ``_meta`` of its
+#: ``initialize`` result (the reference agent and ``acp-router host`` do; the router's
+#: health reads it to see a restarted process)
+INSTANCE_META_KEY: Final = "instanceId"
+
 #: The transport RFD's headers: the connection (on initialize's 200 and a WebSocket's
 #: 101, then on every HTTP request of the connection), and the session a POST or an
 #: event stream is about.
