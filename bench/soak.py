@@ -36,7 +36,8 @@ import aiohttp
 from bench.fleet import Child, Fleet, start_fleet
 from bench.observe import raise_open_files
 from bench.wire import AcpSocket, BenchError, prompt_params, resume_params
-from tests.relay import Relay
+from router.tasks import cancel_all_and_wait
+from tests.relay import Relay, start_relay
 
 GRACE_MS = 2000
 #: what the reference agent says to a holder whose session another instance took
@@ -82,22 +83,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _soak(args: argparse.Namespace) -> Tally:
     rng = random.Random(args.seed)
     tally = Tally()
-    async with start_fleet(3) as fleet:
-        relay = Relay(int(fleet.agents[0].url.rsplit(":", 1)[1].split("/")[0]))
-        await relay.listen()
-        try:
-            backends = [("agent-1", relay.url), *(a.backend for a in fleet.agents[1:])]
-            async with _replicas(fleet, backends) as replicas:
-                sessions = await _sessions(fleet, replicas[0], args.sessions)
-                async with _weather(fleet.http, relay, replicas, sessions, rng, args, tally):
-                    for n in range(args.rounds):
-                        await _round(fleet.http, replicas, rng.choice(sessions), tally)
-                        # clients arrive over time, across the weather: time is the point
-                        await asyncio.sleep(rng.uniform(0.0, 0.1))
-                        if (n + 1) % 100 == 0:
-                            print(f"  {n + 1} rounds, {tally.splits} split", flush=True)
-        finally:
-            await relay.close()
+    async with start_fleet(3) as fleet, start_relay(fleet.agents[0].url) as relay:
+        backends = [("agent-1", relay.url), *(a.backend for a in fleet.agents[1:])]
+        async with _replicas(fleet, backends) as replicas:
+            sessions = await _sessions(fleet, replicas[0], args.sessions)
+            async with _weather(fleet.http, relay, replicas, sessions, rng, args, tally):
+                for n in range(args.rounds):
+                    await _round(fleet.http, replicas, rng.choice(sessions), tally)
+                    # clients arrive over time, across the weather: time is the point
+                    await asyncio.sleep(rng.uniform(0.0, 0.1))
+                    if (n + 1) % 100 == 0:
+                        print(f"  {n + 1} rounds, {tally.splits} split", flush=True)
     return tally
 
 
@@ -138,11 +134,7 @@ async def _weather(
     try:
         yield
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_all_and_wait(*tasks)
 
 
 async def _flap(relay: Relay, rng: random.Random, longest: float, tally: Tally) -> None:
