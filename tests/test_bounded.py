@@ -18,10 +18,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from router.core.health import Health
 from router.protocol.ids import BackendId
+from router.server import control
 from tests.fleet import (
     RouterUnderTest,
     backends_of,
@@ -201,3 +203,55 @@ async def test_a_frozen_backend_gets_no_new_sessions_and_list_answers_without_it
         finally:
             frozen.cli.process.send_signal(signal.SIGCONT)
         await router.wait_health("agent-1", Health.UP)  # it answers again
+
+
+async def test_watching_a_silent_backend_whose_link_takes_no_probe_does_not_spin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probe = {"timeout_ms": 300}
+    async with (
+        start_fleet(tmp_path, 2) as agents,
+        start_router(backends_of(agents), probe=probe) as router,
+    ):
+        frozen, thawed = agents
+        frozen.cli.process.send_signal(signal.SIGSTOP)
+        try:
+            async with AcpClient.connect(router.url) as client:
+                await client.initialize()
+                await client.request("session/list", {})  # its probe times out: silent
+                assert router.pool.health(BackendId("agent-1")) is Health.UNKNOWN
+                # its link, still up, takes no more requests (as when its table of
+                # unanswered ones is full): each retry of the watch is refused at once
+                # its link, still up, takes no more requests (as when its table of
+                # unanswered ones is full): each retry of the watch is refused at once
+                monkeypatch.setattr(control, "MAX_PENDING", 0)
+
+                def refused() -> float:
+                    return router.metric(
+                        "acp_router_probes_total", backend="agent-1", result="unknown"
+                    )
+
+                asked = refused()
+                loop = asyncio.get_running_loop()
+                started = loop.time()
+                # the event loop still serves everyone else once the watch's probe in
+                # flight has timed out (on the old main the watch then retried without
+                # yielding, forever: no answer came after that)
+                async with asyncio.timeout(WAIT):
+                    while refused() == asked:
+                        # every control link refuses now: no backend could be asked
+                        listed = await client.request("session/list", {})
+                        assert listed["error"]["code"] == -32012, listed
+                for _ in range(3):
+                    session_id = await client.new_session()
+                    assert await answered_by(client, session_id) == thawed.agent_id
+                elapsed = loop.time() - started
+                retried = refused() - asked
+                assert 1 <= retried <= elapsed / 0.3 + 2, (
+                    retried,
+                    elapsed,
+                )  # at the timeout's pace
+                monkeypatch.undo()
+        finally:
+            frozen.cli.process.send_signal(signal.SIGCONT)
+        await router.wait_health("agent-1", Health.UP)  # the watch hears it again

@@ -565,12 +565,18 @@ class Pool:
             task.add_done_callback(lambda _: self._watches.pop(backend, None))
 
     async def _watch(self, backend: BackendId) -> None:
+        pace = self.settings.probe.timeout_ms / 1000
         while (state := self.states.get(backend)) is not None and state.silent:
             link = self.links.get(backend)
             if link is None or not link.up:
                 return  # its link's own reconnects take over
-            if await self.alive(backend):  # each try lasts up to the probe timeout
+            if not self._can_ask(backend, "status"):
+                return  # nothing to ask it with: only its link can tell
+            round_ = await self._round([backend], LIVENESS)  # up to the probe timeout
+            if backend in round_.heard:
                 return
+            if backend not in round_.silent:  # its link took no probe (full, or closing):
+                await asyncio.sleep(pace)  # try again at the pace of a probe that timed out
 
     async def probe_many(
         self, backends: Iterable[BackendId], session_id: SessionId
