@@ -210,7 +210,7 @@ class Pool:
         self._retired.pop(backend, None)
         self.states[backend] = BackendState.starting(self._clock())
         self.metrics.declare_backends([backend])
-        self.metrics.attached_sessions.labels(backend).set(self.directory.attached.get(backend, 0))
+        self.directory.joined(backend)
         self.metrics.backend_weight.labels(backend).set(spec.weight)
         self.metrics.watch_health([backend], self.health)
         self._start(link)
