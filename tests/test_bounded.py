@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
+from websockets.asyncio.server import ServerConnection, serve
 
 from router.core.health import Health
 from router.protocol.ids import BackendId
@@ -255,3 +257,38 @@ async def test_watching_a_silent_backend_whose_link_takes_no_probe_does_not_spin
         finally:
             frozen.cli.process.send_signal(signal.SIGCONT)
         await router.wait_health("agent-1", Health.UP)  # the watch hears it again
+
+
+# -- a backend that sends requests on the control link and never reads ------------------------
+
+
+async def test_a_backend_that_floods_its_control_link_and_never_reads_loses_it() -> None:
+    flooded = asyncio.Event()
+
+    async def flood(ws: ServerConnection) -> None:
+        async for frame in ws:
+            message = json.loads(frame)
+            if message.get("method") != "initialize":
+                continue
+            result = {"protocolVersion": 1, "agentCapabilities": {}}
+            await ws.send(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}))
+            # each request the router must refuse: an answer of ~60 KB it queues for us
+            for n in range(200):
+                method = "_x/" + "m" * 60_000
+                await ws.send(json.dumps({"jsonrpc": "2.0", "id": n, "method": method}))
+            flooded.set()
+            await ws.wait_closed()  # reads nothing more (max_queue=1: the socket backs up)
+            return
+
+    async with serve(flood, "127.0.0.1", 0, max_queue=1, max_size=None) as server:
+        port = server.sockets[0].getsockname()[1]
+        async with start_router(
+            [("flood", f"ws://127.0.0.1:{port}/acp")],
+            wait_for=0,
+            router={"max_message_bytes": 1024 * 1024},
+        ) as router:
+            async with asyncio.timeout(WAIT):
+                await flooded.wait()
+            # the router's answers pass its bound (2 MiB of frames, with the sockets'
+            # buffers): it drops the link rather than queue them without end
+            await router.wait_health("flood", Health.UNKNOWN)

@@ -213,7 +213,7 @@ class BackendLink:
         # generator) for the link's whole life, in every idle connection
         try:
             ws = await self._open(initialize, authenticate, on_open)
-            self._ws, self._transport = ws, _transport(ws)
+            self._ws, self._transport = ws, link_transport(ws)
             if self._outbox:  # frames offered while the link opened
                 self._writer = asyncio.create_task(
                     self._write(ws), name=f"link-writer-{self.backend}"
@@ -306,7 +306,7 @@ class BackendLink:
         raise BackendLinkLost(None, {"backend": self.backend, "reason": "closed during handshake"})
 
 
-def _transport(ws: aiohttp.ClientWebSocketResponse) -> asyncio.WriteTransport | None:
+def link_transport(ws: aiohttp.ClientWebSocketResponse) -> asyncio.WriteTransport | None:
     """The transport under ``ws``, or None when aiohttp does not show it where it used
     to (then every frame is queued: correct, one task switch slower).
 

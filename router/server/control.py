@@ -22,7 +22,6 @@ registered with.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
 import random
@@ -33,6 +32,7 @@ import aiohttp
 
 from router import __version__
 from router.core.health import CameUp, Event, Instance, LinkDown
+from router.outbox import Outbox
 from router.protocol import acp
 from router.protocol.errors import BackendLinkLost, InvalidRequest, MethodNotFound, ProtocolError
 from router.protocol.ids import BackendId
@@ -45,6 +45,7 @@ from router.protocol.jsonrpc import (
     encode_error,
 )
 from router.server import log_context
+from router.server.backend_link import link_transport
 from router.server.config import BackendSection, ControlSection
 from router.server.faults import backend_faults, describe, refused
 from router.server.metrics import Metrics
@@ -59,6 +60,9 @@ _DOWN = LinkDown()
 #: requests one control link may have unanswered; past it a probe is refused at once (it
 #: counts as unknown): a backend that stopped answering cannot grow the router's tables
 MAX_PENDING = 8192
+#: frames the control link's outbox holds beyond its own requests (answers to requests a
+#: backend sends it); a backend that leaves more unread loses the link
+OUTBOX_SLACK = 1024
 
 #: what a request's answer is handed to: the response, or None when the link went down
 #: (or the request could not be sent) before it came
@@ -95,7 +99,9 @@ class ControlLink:
         self._connect_timeout = connect_timeout
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         self._pending: dict[int, Answer] = {}
-        self._outbox: collections.deque[str] = collections.deque()
+        self._outbox = Outbox(MAX_PENDING + OUTBOX_SLACK, 2 * max_message_bytes)
+        #: a frame did not fit the outbox: the backend does not read, the link is closed
+        self._overflowed = False
         self._wake = asyncio.Event()
         self._next_id = 0
         self.capabilities: dict[str, Any] | None = None  # the last initialize result seen
@@ -192,16 +198,32 @@ class ControlLink:
                 pass  # updates for sessions nobody attached here; nothing to do
 
     async def _write(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        """The link's one writer: the outbox, in order, until a send fails."""
-        while True:
-            while self._outbox:
-                await ws.send_str(self._outbox.popleft())
+        """The link's one writer: the outbox, in order, until a send fails or the outbox
+        overflowed."""
+        while not self._overflowed:
+            while (text := self._outbox.take()) is not None:
+                await ws.send_str(text)
             self._wake.clear()
             await self._wake.wait()
+        reason = "the backend does not read: the control link's outbox is full"
+        raise BackendLinkLost(None, {"backend": self.id, "reason": reason})
 
-    def _post(self, text: str) -> None:
-        self._outbox.append(text)
+    def _post(self, text: str) -> bool:
+        """Queue ``text`` for the writer; False (and the link is dropped) when the outbox
+        would overflow."""
+        if self._overflowed:
+            return False
+        if not self._outbox.put(text):
+            self._overflowed = True
+            logger.warning(
+                "backend %s does not read its control link (its outbox is full): dropping it",
+                self.id,
+            )
+            transport = link_transport(self._ws) if self._ws is not None else None
+            if transport is not None:  # the writer may be waiting on the full socket
+                transport.abort()
         self._wake.set()
+        return not self._overflowed
 
     def send(self, encode: Callable[[int], str], answer: Answer) -> int | None:
         """Queue one request (``encode`` makes its frame from the id) without waiting;
@@ -213,8 +235,9 @@ class ControlLink:
             return None
         request_id = self._next_id
         self._next_id += 1
+        if not self._post(encode(request_id)):
+            return None
         self._pending[request_id] = answer
-        self._post(encode(request_id))
         return request_id
 
     def withdraw(self, request_id: int) -> None:
@@ -285,7 +308,8 @@ class ControlLink:
         """The link is down, or a reconnect failed: every failed attempt is reported, so
         the pool hears a refusal, and sees the grace run out, while the backend is down."""
         pending, self._pending = self._pending, {}
-        self._outbox.clear()
+        self._outbox = Outbox(MAX_PENDING + OUTBOX_SLACK, 2 * self._max_message_bytes)
+        self._overflowed = False
         for answer in pending.values():
             answer(None)
         was_up, self.up = self.up, False
