@@ -187,3 +187,17 @@ async def test_near_the_open_file_limit_new_connections_get_503(tmp_path: Path) 
             async with asyncio.timeout(WAIT):
                 _, stderr = await process.communicate()
         assert b"refused a connection" in stderr
+
+
+async def test_a_post_whose_body_never_arrives_is_answered_408_at_the_deadline() -> None:
+    async with (
+        start_scripted("a", any_status) as backend,
+        start_router([("a", backend.url)], router={"handshake_timeout_ms": HANDSHAKE_MS}) as router,
+        raw(_port(router)) as (reader, writer),
+    ):
+        head = b"POST /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        writer.write(head + b"Content-Length: 1000\r\n\r\n" + b'{"jsonrpc":')  # and no more
+        await writer.drain()
+        answer = await answer_then_close(reader)
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        assert f"the body did not arrive within {HANDSHAKE_MS} ms".encode() in answer

@@ -451,3 +451,47 @@ def test_accept_must_include_event_streams(accept: str | None, accepted: bool) -
 def test_a_frame_with_line_breaks_is_one_event_of_several_data_lines() -> None:
     assert event('{"a":1}') == b'data: {"a":1}\n\n'
     assert event('{\n  "a": 1\r\n}') == b'data: {\ndata:   "a": 1\ndata: }\n\n'
+
+
+async def test_an_event_stream_the_client_does_not_read_is_dropped_at_its_deadline(
+    tmp_path: Path,
+) -> None:
+    keepalive = 0.1  # a write may wait twice this on a client that does not read
+    async with (
+        one_agent(tmp_path, http_keepalive_seconds=keepalive) as router,
+        aiohttp.ClientSession() as http,
+    ):
+        client = HttpClient(http, http_url(router))
+        await client.initialize()
+        connection = connection_of(router, client)
+        assert await client.post(rpc(1, "session/new", {"cwd": CWD, "mcpServers": []})) == 202
+        async with client.stream() as events:
+            session_id = (await events.message())["result"]["sessionId"]
+            # the session's stream on a socket that reads its headers and then nothing
+            before = set(connection.writers.values())
+            port = int(router.base.rsplit(":", 1)[1])
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                writer.write(
+                    "GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n"
+                    f"Acp-Connection-Id: {client.connection_id}\r\n"
+                    f"Acp-Session-Id: {session_id}\r\n\r\n".encode()
+                )
+                async with asyncio.timeout(WAIT):
+                    assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+                (stream,) = set(connection.writers.values()) - before
+                # echoes of 1 MB prompts: far more than the sockets' buffers take
+                text = [{"type": "text", "text": "x" * 1_000_000}]
+                for n in range(2, 30):
+                    prompt = rpc(n, "session/prompt", {"sessionId": session_id, "prompt": text})
+                    assert await client.post(prompt, session_id) == 202
+                    if stream.ended.is_set():
+                        break
+                async with asyncio.timeout(WAIT):
+                    await stream.ended.wait()  # dropped, not waited on for ever
+                # the connection goes on: its own stream still answers
+                assert await client.post(rpc(99, "session/list")) == 202
+                while (await events.message()).get("id") != 99:
+                    pass
+            finally:
+                writer.close()

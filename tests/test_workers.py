@@ -569,7 +569,7 @@ async def front_door_of_worker(tmp_path: Path, index: int) -> AsyncIterator[str]
         return web.Response(text=asked or "", headers={"Acp-Connection-Id": asked or "fresh"})
 
     role = WorkerRole(index, 2, tmp_path, (0,), 0)
-    async with Affinity(role, Metrics()) as affinity:
+    async with Affinity(role, Metrics(), handshake_seconds=5.0) as affinity:
         app = web.Application(middlewares=[affinity.middleware])
         app.router.add_route("*", "/acp", handler)
         runner = web.AppRunner(app, handle_signals=False, access_log=None)
@@ -594,6 +594,21 @@ async def test_affinity_tags_new_connections_and_strips_its_own_tag(tmp_path: Pa
         async with http.post(url, headers={"Acp-Connection-Id": "1.abc"}) as gone:
             assert gone.status == 404
             assert await gone.text() == "no such connection\n"
+
+
+async def test_affinity_reads_only_ascii_digits_as_a_worker(tmp_path: Path) -> None:
+    async with front_door_of_worker(tmp_path, 0) as url:
+        host, port = url.removeprefix("http://").removesuffix("/acp").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
+            # "\u00b2" (superscript two) is a digit to str.isdigit, and not to int()
+            request = "POST /acp HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+            writer.write(request.encode() + "Acp-Connection-Id: \u00b2.abc\r\n\r\n".encode())
+            async with asyncio.timeout(WAIT):
+                status = await reader.readline()
+            assert status.startswith(b"HTTP/1.1 200"), status  # not a worker's: passed through
+        finally:
+            writer.close()
 
 
 def _accepts(listening: list[socket.socket]) -> list[int]:

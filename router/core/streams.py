@@ -188,7 +188,7 @@ class EventStreams:
             return None
         if isinstance(message, Response):
             session = self._awaited.pop(message.id, None) if message.id is not None else None
-            created = message.result.get("sessionId") if isinstance(message.result, dict) else None
+            created = message.member("result", "sessionId")
             if isinstance(created, str):
                 self._known(SessionId(created))
         else:

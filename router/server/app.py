@@ -92,7 +92,6 @@ DRAINING = web.AppKey("draining", Draining)
 DOOR = web.AppKey("door", DoorPolicy)
 #: the client tokens, re-readable
 TOKENS = web.AppKey("tokens", TokenSource)
-PER_ADDRESS = web.AppKey("per_address", ConnectionCounts)
 GATEKEEPER = web.AppKey("gatekeeper", Gatekeeper)
 #: the one way to reload the configuration: SIGHUP and POST /admin/reload call it
 RELOADER = web.AppKey("reloader", Reloader)
@@ -138,7 +137,6 @@ def create_app(
     app[DRAINING] = Draining()
     app[DOOR] = DoorPolicy.of(settings.router.allowed_origins)
     app[TOKENS] = TokenSource(settings.auth)
-    app[PER_ADDRESS] = per_address
     app[GUARD] = guard
     secret = session_secret(settings.auth) if settings.auth is not None else None
     app[GATEKEEPER] = Gatekeeper(
@@ -502,7 +500,8 @@ def _as_worker(app: web.Application, worker: WorkerRole) -> Affinity:
         worker.sockets, own=(worker.index, app[METRICS])
     )
     app[EXPOSITION] = every_worker
-    affinity = Affinity(worker, app[METRICS])
+    handshake_seconds = app[SETTINGS].router.handshake_timeout_ms / 1000
+    affinity = Affinity(worker, app[METRICS], handshake_seconds=handshake_seconds)
     app.middlewares.append(affinity.middleware)
     return affinity
 

@@ -95,22 +95,40 @@ def event(text: str) -> bytes:
 
 
 class EventStream:
-    """One open ``GET``: a server-sent event stream to the client."""
+    """One open ``GET``: a server-sent event stream to the client.
 
-    def __init__(self, response: web.StreamResponse) -> None:
+    A write that the client does not take within ``write_timeout`` seconds (it keeps the
+    connection open and reads nothing) ends the stream and drops its connection, as a
+    WebSocket client that stops answering pings is dropped: the frames for it never
+    wait longer than that.
+    """
+
+    def __init__(
+        self, request: web.Request, response: web.StreamResponse, write_timeout: float
+    ) -> None:
         self.response = response
+        self._transport = request.transport
+        self._write_timeout = write_timeout
         #: set when the stream ends: displaced, its connection ended, or a write failed
         self.ended = asyncio.Event()
         self._written_at = asyncio.get_running_loop().time()
 
     async def write(self, data: bytes) -> bool:
-        """Write ``data``; False (and the stream ends) when the client is gone."""
+        """Write ``data``; False (and the stream ends) when the client is gone, or does
+        not read."""
         if self.ended.is_set():
             return False
         try:
-            await self.response.write(data)
+            async with asyncio.timeout(self._write_timeout):
+                await self.response.write(data)
         except ConnectionError:  # aiohttp's ClientConnectionResetError is one
             self.ended.set()
+            return False
+        except TimeoutError:
+            logger.warning("Streamable HTTP event stream dropped: the client does not read it")
+            self.ended.set()
+            if self._transport is not None:
+                self._transport.abort()
             return False
         self._written_at = asyncio.get_running_loop().time()
         return True
@@ -168,11 +186,22 @@ class HttpConnection:
     def touch(self) -> None:
         self.active_at = asyncio.get_running_loop().time()
 
-    async def receive(self, text: str) -> None:
-        """Hand one POSTed frame to the client connection."""
+    async def receive(self, text: str) -> bool:
+        """Hand one POSTed frame to the client connection; False when the connection
+        ended first (its client connection takes nothing more)."""
         assert self.client is not None
         async with self._receiving:
+            if self.ending.is_set():
+                return False
             await self.client.receive(text)
+            return True
+
+    async def end_client(self) -> None:
+        """End the client connection, once no POST is handing it a frame (one that
+        comes later finds the connection ended: :meth:`receive`)."""
+        assert self.client is not None
+        async with self._receiving:
+            await self.client.ended()
 
     async def initialize(self, request: Request) -> str:
         """Hand ``initialize`` to the client connection; its answer, which the client
@@ -180,7 +209,8 @@ class HttpConnection:
         answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._initialize = (request.id, answer)
         try:
-            await self.receive(request.text)
+            if not await self.receive(request.text):
+                raise ConnectionError("the connection ended before its initialize")
             return await answer
         finally:
             self._initialize = None
@@ -261,12 +291,42 @@ def _refusal(status: int, text: str) -> web.Response:
     return web.Response(status=status, text=text + "\n")
 
 
+def _failed(connection: HttpConnection) -> web.Response:
+    """What the one boundary catch of a connection answers, once it logged the failure:
+    the connection ends."""
+    connection.end("error")
+    return _refusal(500, "the router failed; the connection has ended")
+
+
+async def read_body(request: web.Request, timeout: float) -> bytes | web.Response:
+    """A request's body, read within ``timeout`` seconds (a client that trickles it is
+    answered 408, as one that trickles its headers), else the refusal."""
+    try:
+        async with asyncio.timeout(timeout):
+            return await request.read()
+    except TimeoutError:
+        refusal = _refusal(408, f"the body did not arrive within {round(timeout * 1000)} ms")
+        refusal.force_close()
+        # sent now, and the connection closed after it: aiohttp would otherwise linger,
+        # reading what is left of the body, for seconds more
+        await refusal.prepare(request)
+        await refusal.write_eof()
+        if request.transport is not None:
+            request.transport.close()
+        return refusal
+    except web.HTTPRequestEntityTooLarge:
+        return _refusal(413, "the body is larger than router.max_message_bytes")
+
+
 class HttpFront:
     """The Streamable HTTP connections of the front door, by ``Acp-Connection-Id``
     (bounded with the WebSocket ones by ``router.max_connections``: :class:`Door`)."""
 
     def __init__(self, settings: RouterSection, metrics: Metrics, door: Door) -> None:
         self.settings = settings
+        #: how long an event stream may keep a frame waiting on a client that does not
+        #: read (a WebSocket client is dropped after about as long without a pong)
+        self._write_timeout = 2 * settings.http_keepalive_seconds
         self.metrics = metrics
         self.door = door
         self.connections: dict[ConnectionId, HttpConnection] = {}
@@ -306,7 +366,7 @@ class HttpFront:
                 "X-Accel-Buffering": "no",  # nginx: pass events on as they come
             }
         )
-        stream = EventStream(response)
+        stream = EventStream(request, response, write_timeout=self._write_timeout)
         connection.opened(attached, stream)
         try:
             await response.prepare(request)
@@ -331,12 +391,13 @@ class HttpFront:
             return admission
         if request.content_type != "application/json":
             return _refusal(415, "POST a JSON-RPC message as application/json")
+        raw = await read_body(request, self.settings.handshake_timeout_ms / 1000)
+        if isinstance(raw, web.Response):
+            return raw
         try:
-            body = (await request.read()).decode()
+            body = raw.decode()
         except UnicodeDecodeError:
             return _refusal(400, "the body is not UTF-8")
-        except web.HTTPRequestEntityTooLarge:
-            return _refusal(413, "the body is larger than router.max_message_bytes")
         shape = body.lstrip()[:1]
         if shape == "[":
             return _refusal(501, "batches are not supported: POST one JSON-RPC message")
@@ -362,11 +423,12 @@ class HttpFront:
         connection.touch()
         log_context.connection.set(connection.number)
         try:
-            await connection.receive(body)
+            received = await connection.receive(body)
         except Exception:  # the one boundary catch of a connection: log it, end it
             logger.exception("client connection failed")
-            connection.end("error")
-            return _refusal(500, "the router failed; the connection has ended")
+            return _failed(connection)
+        if not received:
+            return _refusal(404, "no such connection")
         return web.Response(status=202)
 
     async def _start(
@@ -389,6 +451,9 @@ class HttpFront:
         except TimeoutError:
             connection.end("closed")
             return _refusal(504, "initialize was not answered in time")
+        except Exception:  # the one boundary catch of a connection: log it, end it
+            logger.exception("client connection failed")
+            return _failed(connection)
         return web.Response(
             text=answer,
             content_type="application/json",
@@ -405,7 +470,7 @@ class HttpFront:
                 writer.ended.set()
             assert connection.client is not None
             try:
-                await connection.client.ended()
+                await connection.end_client()
             finally:
                 self.door.finish(connection.client, connection.entry)
                 self.metrics.http_ended.labels(connection.reason or "closed").inc()

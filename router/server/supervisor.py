@@ -46,7 +46,7 @@ from router.server.workers import (
     reuse_port_balances,
     sibling_socket,
 )
-from router.tasks import cancel_and_wait
+from router.tasks import cancel_all_and_wait
 
 logger = logging.getLogger(__name__)
 
@@ -124,8 +124,7 @@ class Supervisor:
             statuses = await asyncio.gather(*slots)
         finally:
             self._stop()
-            for task in slots + relays:
-                await cancel_and_wait(task)
+            await cancel_all_and_wait(*slots, *relays)
         if self._failed:
             return 1
         return 0 if all(status == 0 for status in statuses) else 1

@@ -49,6 +49,7 @@ from aiohttp import hdrs, web
 
 from router.protocol import acp
 from router.server.metrics import Metrics
+from router.server.streamable_http import read_body
 from router.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
@@ -283,9 +284,11 @@ class Affinity:
     WebSocket upgrades and other paths pass untouched.
     """
 
-    def __init__(self, role: WorkerRole, metrics: Metrics) -> None:
+    def __init__(self, role: WorkerRole, metrics: Metrics, *, handshake_seconds: float) -> None:
         self._role = role
         self._metrics = metrics
+        #: how long a body may take to arrive (``router.handshake_timeout_ms``)
+        self._handshake_seconds = handshake_seconds
         self._siblings: dict[int, aiohttp.ClientSession] = {}
 
     async def __aenter__(self) -> Affinity:
@@ -306,7 +309,7 @@ class Affinity:
         if tagged is None:
             return self._tag(await handler(request))
         owner, dot, bare = tagged.partition(".")
-        if not (dot and owner.isdigit() and int(owner) < self._role.count):
+        if not (dot and owner.isascii() and owner.isdigit() and int(owner) < self._role.count):
             return await handler(request)  # not a worker's id: no such connection
         headers = request.headers.copy()
         headers[acp.CONNECTION_ID_HEADER] = bare
@@ -338,7 +341,9 @@ class Affinity:
     ) -> web.StreamResponse:
         self._metrics.http_passed_on.inc()
         forward = {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
-        body = await request.read()
+        body = await read_body(request, self._handshake_seconds)
+        if isinstance(body, web.Response):
+            return body
         try:
             upstream = await self._sibling(owner).request(
                 request.method, "http://worker/acp", headers=forward, data=body or None
