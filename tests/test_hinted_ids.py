@@ -3,6 +3,7 @@ and a fresh replica that finds a session with one probe instead of a fan-out."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import orjson
@@ -10,8 +11,9 @@ import pytest
 from hypothesis import given, strategies as st
 
 from router.core.hinted_ids import HintedSessions, hinted, read
+from router.protocol.errors import SessionNotFound
 from router.protocol.ids import BackendId
-from router.protocol.jsonrpc import Request, parse
+from router.protocol.jsonrpc import Request, encode_error, parse
 from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
 from tests.support import AcpClient
 from tests.test_router import answered_by, direct_statuses, resume
@@ -43,6 +45,23 @@ def test_other_ids_are_not_hinted(client_id: str) -> None:
 def test_ids_with_the_separators_in_them_are_read_from_the_right() -> None:
     client_id = hinted("a@b.c@d", "127.0.0.4")
     assert read(client_id) == ("a@b.c@d", "127.0.0.4")
+
+
+def test_ids_holding_lone_surrogates_are_read_not_raised() -> None:
+    assert read("a\ud83d@YQ.abcdef") is None  # shaped like a hinted id: a forged check
+    assert read(hinted("cut\ud83d", "agent-1")) == ("cut\ud83d", "agent-1")
+
+
+def test_a_reply_naming_a_session_with_a_lone_surrogate_is_spliced() -> None:
+    sessions = HintedSessions(limit=8)
+    created = parse('{"jsonrpc":"2.0","id":1,"result":{"sessionId":"s\\ud83d"}}')
+    sessions.learn(created, BackendId("agent-2"))
+    client_id = hinted("s\ud83d", "agent-2")
+    error = encode_error(3, SessionNotFound("s\ud83d"))
+    assert json.loads(sessions.reply(error))["error"]["data"]["sessionId"] == client_id
+    assert sessions.reply(encode_error(4, SessionNotFound("other"))) == encode_error(
+        4, SessionNotFound("other")
+    )
 
 
 def _frame(obj: dict[str, object]) -> str:

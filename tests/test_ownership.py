@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
@@ -145,6 +146,11 @@ def test_the_routers_own_replies_are_sealed() -> None:
     assert error["data"] == {"sessionId": sealed, "retryable": False}
     plain = '{"jsonrpc":"2.0","id":5,"result":{"status":"active"}}'
     assert AS_ALICE.reply(plain) == plain
+    # a session id with a lone surrogate (an agent cut one mid-emoji) is sealed too
+    cut = json.loads(AS_ALICE.reply(encode_error(6, SessionNotAttached("sess_\ud83d"))))
+    assert cut["error"]["data"]["sessionId"] == AS_ALICE.seal.seal(
+        AS_ALICE.principal, "sess_\ud83d"
+    )
 
 
 def _prompt(request_id: int, session_id: str) -> dict[str, object]:
@@ -154,3 +160,9 @@ def _prompt(request_id: int, session_id: str) -> dict[str, object]:
         "method": "session/prompt",
         "params": {"sessionId": session_id, "prompt": []},
     }
+
+
+def test_a_made_up_id_with_a_lone_surrogate_is_refused_as_not_found() -> None:
+    prompt = parse(json.dumps(_prompt(7, "sess_\ud83d.AAAAAAAAAAAAAAAAAAAAAA")))
+    with pytest.raises(SessionNotFound):
+        AS_ALICE.inbound(prompt)

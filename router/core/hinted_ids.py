@@ -24,10 +24,14 @@ import hashlib
 from collections import OrderedDict
 from typing import Any
 
-import orjson
-
 from router.protocol.ids import BackendId, SessionId
-from router.protocol.jsonrpc import Message, Notification, Request, replace_parsed_member
+from router.protocol.jsonrpc import (
+    Message,
+    Notification,
+    Request,
+    parse,
+    replace_parsed_member,
+)
 
 HOME = "@"
 CHECK = "."
@@ -39,7 +43,8 @@ _ERROR_ID = ("error", "data", "sessionId")
 
 
 def _check(session_id: str, home: str) -> str:
-    digest = hashlib.blake2b(f"{session_id}{HOME}{home}".encode(), digest_size=6).digest()
+    text = f"{session_id}{HOME}{home}".encode(errors="surrogatepass")  # ids may hold any
+    digest = hashlib.blake2b(text, digest_size=6).digest()
     return base64.urlsafe_b64encode(digest).decode()[:CHECK_CHARS]
 
 
@@ -129,14 +134,6 @@ class HintedSessions:
 
     def reply(self, text: str) -> str:
         """A reply the router made, with an error's ``data.sessionId`` as the client
-        knows it."""
-        obj = orjson.loads(text)
-        error = obj.get("error")
-        data = error.get("data") if isinstance(error, dict) else None
-        if not isinstance(data, dict) or not isinstance(data.get("sessionId"), str):
-            return text
-        client_id = self.client_id(data["sessionId"])
-        if client_id == data["sessionId"]:
-            return text
-        data["sessionId"] = client_id
-        return orjson.dumps(obj).decode()
+        knows it (read and spliced in place, as :meth:`outbound` does)."""
+        message = parse(text)
+        return self._known_as(message, _ERROR_ID, message.member(*_ERROR_ID)).text

@@ -33,8 +33,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from router.core.frontdoor import Principal
 from router.protocol import acp
 from router.protocol.errors import MethodNotFound, SessionNotFound
@@ -44,6 +42,7 @@ from router.protocol.jsonrpc import (
     Notification,
     Request,
     Response,
+    parse,
     replace_parsed_member,
 )
 
@@ -65,7 +64,8 @@ _ERROR_ID = ("error", "data", "sessionId")
 
 
 def _mac(secret: bytes, principal: Principal, session_id: str) -> str:
-    message = principal.encode() + b"\x00" + session_id.encode()
+    # ids may hold lone surrogates (an agent's cut mid-emoji, or a client's): any text seals
+    message = principal.encode() + b"\x00" + session_id.encode(errors="surrogatepass")
     digest = hmac.new(secret, message, hashlib.sha256).digest()[:MAC_BYTES]
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
@@ -144,14 +144,13 @@ class Ownership:
         return message.with_text(replace_parsed_member(message.text, path, sealed))
 
     def reply(self, text: str, rename: Rename = _same) -> str:
-        """A reply the router made itself, with an error's ``data.sessionId`` sealed."""
-        obj = orjson.loads(text)
-        error = obj.get("error")
-        data = error.get("data") if isinstance(error, dict) else None
-        if not isinstance(data, dict) or not isinstance(data.get("sessionId"), str):
+        """A reply the router made itself, with an error's ``data.sessionId`` sealed
+        (read and spliced in place: the rest of the text as it was)."""
+        session_id = parse(text).member(*_ERROR_ID)
+        if not isinstance(session_id, str):
             return text
-        data["sessionId"] = self.seal.seal(self.principal, rename(data["sessionId"]))
-        return orjson.dumps(obj).decode()
+        sealed = self.seal.seal(self.principal, rename(session_id))
+        return replace_parsed_member(text, _ERROR_ID, sealed)
 
     @staticmethod
     def capabilities(capabilities: dict[str, Any]) -> dict[str, Any]:
