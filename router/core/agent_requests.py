@@ -50,6 +50,3 @@ class AgentRequests:
         for router_id in withdrawn:
             self._by_origin.pop(self._by_router_id.pop(router_id), None)
         return withdrawn
-
-    def pending(self) -> dict[RoutedId, tuple[BackendId, RequestId]]:
-        return dict(self._by_router_id)

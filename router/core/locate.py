@@ -184,8 +184,8 @@ class LocateRound:
         self.answers: dict[BackendId, ProbeResult] = dict.fromkeys(
             (c.id for c in snapshot.candidates if c.id in snapshot.absent), ProbeResult.NOT_FOUND
         )
-        #: backends asked in this round
-        self.asked = 0
+        #: backends asked in this round so far
+        self.probes = 0
         #: whether it asked more than the hinted backend (a fan-out)
         self.fanned_out = False
         self._hinted: Hint | None = None
@@ -193,11 +193,6 @@ class LocateRound:
         #: when a fan-out last confirmed the result (for the hint to remember); None:
         #: nothing confirmed it
         self.checked: float | None = None
-
-    @property
-    def probes(self) -> int:
-        """Backends asked so far."""
-        return self.asked
 
     def start(self) -> Ask | Located:
         hint = self.snapshot.hint
@@ -214,7 +209,7 @@ class LocateRound:
         return self._ask_the_rest()
 
     def _ask(self, backends: tuple[BackendId, ...]) -> Ask:
-        self.asked += len(backends)
+        self.probes += len(backends)
         return Ask(backends)
 
     def hear(self, answers: Mapping[BackendId, ProbeResult]) -> Ask | Located:

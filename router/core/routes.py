@@ -511,8 +511,11 @@ class ClientRoutes:
         # reference agent says so when another instance took it): stop routing it there,
         # so the client's next resume is located instead of sent back to it.
         session_id = call.session_id
-        moved = response.error is not None and response.error.code == SessionNotAttached.code
-        if not moved or session_id is None or self.sessions.backend(session_id) != backend:
+        if (
+            not _moved(response)
+            or session_id is None
+            or self.sessions.backend(session_id) != backend
+        ):
             return Settled(call, backend)
         return Settled(call, backend, changes=self._detach(session_id))
 

@@ -35,9 +35,6 @@ import orjson
 
 T = TypeVar("T")
 
-#: What a read member is: its text, untouched (None where the member is absent).
-Raw = msgspec.Raw
-
 
 class TooDeep(ValueError):
     """The text nests deeper than the parsers read."""

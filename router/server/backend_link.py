@@ -120,10 +120,12 @@ class BackendLink:
             self.close("the backend is not reading fast enough (its outbox is full)")
             return False
         if self._ws is not None and self._writer is None:
-            self._writer = asyncio.create_task(
-                self._write(self._ws), name=f"link-writer-{self.backend}"
-            )
+            self._start_writer(self._ws)
         return True
+
+    def _start_writer(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+        """The task that sends the outbox, while frames wait in it."""
+        self._writer = asyncio.create_task(self._write(ws), name=f"link-writer-{self.backend}")
 
     async def forward(self, text: str) -> bool:
         """:meth:`offer`, but the frame is written at once when the socket takes it
@@ -215,9 +217,7 @@ class BackendLink:
             ws = await self._open(initialize, authenticate, on_open)
             self._ws, self._transport = ws, link_transport(ws)
             if self._outbox:  # frames offered while the link opened
-                self._writer = asyncio.create_task(
-                    self._write(ws), name=f"link-writer-{self.backend}"
-                )
+                self._start_writer(ws)
             try:
                 backend, metrics = self.backend, self._metrics
                 async for frame in ws:  # wire.messages, without a generator per frame

@@ -139,11 +139,6 @@ class ClientConnection:
         await asyncio.gather(*self.tasks, return_exceptions=True)
         self.pool.directory.record(self.routes.close())
 
-    async def _to_client(self, text: str) -> None:
-        """Write one frame to the client, from whichever task has it (the channel keeps
-        call order and applies the client's backpressure)."""
-        await self.channel.send(text)
-
     def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(work, name=name)
         self.tasks.add(task)
@@ -178,7 +173,7 @@ class ClientConnection:
             logger.debug("dropped a notification the gate refused (%d)", refusal.code)
             return
         self.metrics.client_errors.labels(str(refusal.code)).inc()
-        await self._to_client(refusal.text)  # as it is: never through gate.reply
+        await self.channel.send(refusal.text)  # as it is: never through gate.reply
 
     async def _do(self, action: Action) -> None:
         """Carry out one action of the core, after the links it needs opened or closed."""
@@ -200,7 +195,7 @@ class ClientConnection:
             case Reply(text, error):
                 if error is not None:  # every error the core makes passes here, once
                     self.metrics.client_errors.labels(str(error)).inc()
-                await self._to_client(self.gate.reply(text))
+                await self.channel.send(self.gate.reply(text))
             case Broadcast(backends, text):
                 for backend in backends:
                     await self._send(backend, text)
@@ -473,7 +468,7 @@ class ClientConnection:
         if lost.orphaned:
             self._spawn(self._fail_over(link.backend, lost.orphaned), "failover")
         for cancel in lost.withdrawn:
-            await self._to_client(cancel.text)
+            await self.channel.send(cancel.text)
         for reply in lost.replies:
             await self._do(reply)
         await self._release_held()

@@ -503,11 +503,6 @@ class Pool:
 
     # -- probes ----------------------------------------------------------------------------------
 
-    async def probe(self, backend: BackendId, session_id: SessionId) -> acp.StatusAnswer:
-        """Ask one backend (it must be in the pool)."""
-        answers = await self.probe_answers([backend], session_id)
-        return answers.get(backend, acp.StatusAnswer(ProbeResult.UNKNOWN))
-
     async def probe_answers(
         self, backends: Iterable[BackendId], session_id: SessionId
     ) -> dict[BackendId, acp.StatusAnswer]:
