@@ -166,6 +166,26 @@ async def test_locates_are_bounded_per_connection_and_per_address() -> None:
         assert router.metric("acp_router_limited_total", limit="locates_per_address") == 1
 
 
+async def test_requests_for_sessions_attached_here_cost_no_locate(tmp_path: Path) -> None:
+    limits = {"locates_per_minute_per_connection": 2}
+    async with (
+        start_fleet(tmp_path, 2) as agents,
+        start_router(backends_of(agents), router=limits) as router,
+        AcpClient.connect(router.url) as client,
+    ):
+        await client.initialize()
+        sessions = [await client.new_session() for _ in range(3)]
+        for session_id in sessions:  # attached here: routed, not located
+            assert "result" in await resume(client, session_id)
+            closed = await client.request("session/close", {"sessionId": session_id})
+            assert "result" in closed, closed  # on the old main: -32014 from the third on
+        for n in range(2):  # now the budget is spent on what is located
+            assert (await resume(client, f"sess_nobody_{n}"))["error"]["code"] == -32002
+        limited = await resume(client, "sess_nobody_2")
+        assert limited["error"]["code"] == -32014, limited
+        assert router.metric("acp_router_limited_total", limit="locates_per_connection") == 1
+
+
 async def client_status(client: AcpClient, session_id: str) -> JsonObject:
     return await client.request("session/status", {"sessionId": session_id})
 

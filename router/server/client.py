@@ -56,6 +56,7 @@ from router.protocol.errors import (
     JsonRpcError,
     ProtocolError,
     RouterStopping,
+    TooManyLocates,
 )
 from router.protocol.ids import BackendId, SessionId
 from router.protocol.jsonrpc import ErrorObject, Message, Request, RequestId, parse
@@ -66,6 +67,9 @@ from router.server.metrics import TO_BACKEND, TO_CLIENT, Metrics
 from router.server.pool import Pool
 
 logger = logging.getLogger(__name__)
+
+#: the duties that may ask every backend: each costs the client one locate of its budget
+_LOCATING = frozenset({Duty.LOCATE, Duty.LOCATE_DETACHED, Duty.STATUS})
 
 
 class ClientChannel(Protocol):
@@ -290,6 +294,8 @@ class ClientConnection:
                 await self._do(self.routes.forward(request.id, backend))
             else:  # no link yet: the one backend the authenticate goes to
                 await self._do(self.routes.authenticate_on(request.id, backend))
+        elif duty in _LOCATING and (over := self._over_locate_budget(request)) is not None:
+            await self._fail(request.id, over)
         elif duty is Duty.STATUS:
             assert session_id is not None
             status = self.pool.queries.status(session_id)
@@ -303,6 +309,18 @@ class ClientConnection:
             assert session_id is not None
             self._open_ahead(request, session_id)
             self._spawn(self._locate(request, session_id), "locate")
+
+    def _over_locate_budget(self, request: Request) -> TooManyLocates | None:
+        """Why a request the core sends to be located (or to the pool's status) may not
+        be, if the client is over its budget; a failover's resume is the router's own."""
+        call = self.routes.calls.get(request.id)
+        if call is not None and call.internal:
+            return None
+        try:
+            self.gate.count_locate()
+        except TooManyLocates as exc:
+            return exc
+        return None
 
     async def _answer(self, request_id: RequestId, work: Coroutine[Any, Any, Any]) -> None:
         try:

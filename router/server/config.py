@@ -138,8 +138,9 @@ class RouterSection(_Section):
     #: hand clients session ids that say where the session lives (``<id>@<home>.<check>``):
     #: any replica, a fresh one too, then asks that backend first (README: Hinted ids)
     hinted_ids: bool = False
-    #: session/resume, load, status and closes of sessions not attached here (each may
-    #: ask every backend) per minute, per client connection and per address (-32014)
+    #: session/resume, load and close of sessions not attached on the connection, and
+    #: session/status (each may ask every backend) per minute, per client connection and
+    #: per address (-32014); what goes to where a session is attached costs nothing
     locates_per_minute_per_connection: Annotated[int, Field(gt=0)] = 600
     locates_per_minute_per_address: Annotated[int, Field(gt=0)] = 6000
     #: Streamable HTTP: an event stream with nothing to say this long gets ": keepalive"

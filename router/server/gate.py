@@ -35,9 +35,6 @@ _LIMIT_LABELS = {"address": "sessions_per_address", "process": "sessions"}
 #: and of each locate limit
 _LOCATE_LABELS = {"connection": "locates_per_connection", "address": "locates_per_address"}
 
-#: requests that may ask every backend (a locate or the pool's status)
-LOCATING = acp.ATTACHING | acp.RELEASING | {acp.SESSION_STATUS}
-
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
@@ -105,8 +102,6 @@ class Gate:
         try:
             if isinstance(message, Request) and message.method in acp.CREATING:
                 self._count_new_session()
-            elif isinstance(message, Request) and message.method in LOCATING:
-                self._count_locate()
             if self._ownership is not None:
                 message = self._ownership.inbound(message)
             if self._hinted is not None:
@@ -126,7 +121,14 @@ class Gate:
             self._keeper.metrics.limited.labels(_LIMIT_LABELS[scope]).inc()
             raise TooManyNewSessions(scope, math.ceil(wait * 1000))
 
-    def _count_locate(self) -> None:
+    def count_locate(self) -> None:
+        """A client's request the routing core sends to be located or to the pool's status
+        (it may ask every backend): within this connection's and address's budget.
+
+        Raises:
+            TooManyLocates: over it (a request routed to where its session is attached
+                costs no locate, and is never counted).
+        """
         keeper = self._keeper
         refused = keeper.locates.admit(self._address, self._locates, keeper.clock())
         if refused is not None:
