@@ -44,7 +44,8 @@ def update(session: str) -> Message:
 
 
 def streams(**bounds: int) -> EventStreams:
-    return EventStreams(**{"max_held": 8, "max_sessions": 8, "max_awaited": 8, **bounds})
+    defaults = {"max_held": 8, "max_held_chars": 1000, "max_sessions": 8, "max_awaited": 8}
+    return EventStreams(**{**defaults, **bounds})
 
 
 def send(table: EventStreams, frame: Message) -> Delivery:
@@ -171,6 +172,19 @@ def test_a_stream_that_is_never_opened_overflows() -> None:
     assert send(table, update("x")) == Overflow(None)
 
 
+def test_the_characters_held_over_a_connection_are_bounded_too() -> None:
+    frame = update("x")
+    table = streams(max_held=100, max_held_chars=2 * len(frame.text))
+    assert send(table, frame) == Held(None)
+    assert send(table, frame) == Held(None)
+    assert send(table, frame) == Overflow(None)  # a third would pass the characters' bound
+    attached = table.attach(None)
+    assert isinstance(attached, Attached)
+    assert table.take(None, attached.holder) == frame.text  # taking one makes room for one
+    assert table.held_chars == len(frame.text)
+    assert send(table, frame) == Held(None)
+
+
 def test_a_second_get_displaces_the_first() -> None:
     table = streams()
     first, _ = open_stream(table, None)
@@ -225,7 +239,7 @@ def test_answers_awaited_are_bounded() -> None:
 def test_a_streams_frames_arrive_once_and_in_order(steps: list[str]) -> None:
     """Any interleaving of frames and GETs opening and closing: every frame reaches the
     client once, in order (written at once, or taken by the next GET)."""
-    table = streams(max_held=1000)
+    table = streams(max_held=1000, max_held_chars=10**9)
     sent: list[str] = []
     received: list[str] = []
     holder: int | None = None

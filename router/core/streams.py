@@ -26,8 +26,8 @@ module keeps:
    ``session/set_config_option`` and ``session/close`` are POSTed with
    ``Acp-Session-Id`` (400 without it) for a session the connection knows (404
    otherwise); a header that disagrees with ``params.sessionId`` is a 400.
-5. Every table is bounded: held frames per stream (past the bound the connection
-   ends: the client is not reading), sessions per connection (the least recently
+5. Every table is bounded: held frames per stream, and their characters over the
+   connection (past either bound the connection ends: the client is not reading), sessions per connection (the least recently
    used one with nothing open or held makes room; a stream past the bound is a 429),
    answers awaited (past the bound an answer goes on the connection stream).
 
@@ -122,8 +122,13 @@ class _Stream:
 class EventStreams:
     """One Streamable HTTP connection's streams: where frames go, what waits."""
 
-    def __init__(self, *, max_held: int, max_sessions: int, max_awaited: int) -> None:
+    def __init__(
+        self, *, max_held: int, max_held_chars: int, max_sessions: int, max_awaited: int
+    ) -> None:
         self.max_held = max_held
+        #: characters held over all the connection's streams at most
+        self.max_held_chars = max_held_chars
+        self.held_chars = 0
         self.max_sessions = max_sessions
         self.max_awaited = max_awaited
         self._connection = _Stream()
@@ -178,9 +183,10 @@ class EventStreams:
         if stream.flowing:
             assert stream.holder is not None
             return Write(key, stream.holder)
-        if len(stream.held) >= self.max_held:
+        if len(stream.held) >= self.max_held or self.held_chars + len(text) > self.max_held_chars:
             return Overflow(key)
         stream.held.append(text)
+        self.held_chars += len(text)
         return Held(key)
 
     def _key(self, message: Message | None) -> StreamKey:
@@ -225,7 +231,9 @@ class EventStreams:
         if stream is None:
             return None
         if stream.held:
-            return stream.held.popleft()
+            text = stream.held.popleft()
+            self.held_chars -= len(text)
+            return text
         stream.flowing = True
         return None
 

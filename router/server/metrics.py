@@ -378,8 +378,8 @@ class Metrics:
             "acp_router_http_connections_ended_total",
             "Streamable HTTP connections ended, by reason: deleted (DELETE), idle (no stream"
             " and no POST for router.http_idle_seconds), overflow (frames held for a stream"
-            " past router.http_held_frames), closed (by the router: shutdown), error (a"
-            " router bug)",
+            " past router.http_held_frames or 2 x router.max_message_bytes), closed (by the"
+            " router: shutdown), error (a router bug)",
             ["reason"],
             registry=registry,
         )

@@ -157,6 +157,8 @@ class HttpConnection:
         self.metrics = metrics
         self.streams = EventStreams(
             max_held=settings.http_held_frames,
+            # any one frame fits, as in a link's outbox
+            max_held_chars=2 * settings.max_message_bytes,
             # room for sessions known but closed, beside the ones attached
             max_sessions=2 * settings.max_sessions_per_connection,
             max_awaited=settings.max_in_flight_per_connection,
@@ -233,10 +235,12 @@ class HttpConnection:
                 pass
             case Overflow(key):
                 logger.warning(
-                    "Streamable HTTP client connection ended: the %s stream held %d frames"
-                    " and the client had not opened it",
+                    "Streamable HTTP client connection ended: the %s stream held its most"
+                    " (%d frames, %d characters over the connection) and the client had"
+                    " not opened it",
                     "connection" if key is None else "session",
                     self.streams.max_held,
+                    self.streams.max_held_chars,
                 )
                 self.end("overflow")
 
