@@ -62,10 +62,9 @@ SESSION_POSTS: Final = frozenset(
     }
 )
 
-#: Requests answered on the connection stream even when their POST names a session (rule 1).
-ANSWERED_ON_CONNECTION: Final = frozenset(
-    {acp.SESSION_NEW, acp.SESSION_LOAD, acp.SESSION_RESUME, acp.SESSION_FORK}
-)
+#: Requests answered on the connection stream even when their POST names a session (rule 1):
+#: those that make a session or attach one.
+ANSWERED_ON_CONNECTION: Final = acp.CREATING | acp.ATTACHING
 
 
 @dataclass(frozen=True, slots=True)

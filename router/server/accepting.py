@@ -142,14 +142,7 @@ class ConnectionGuard:
             metrics.connections.labels("fd_limit").inc()
             logger.warning("refused a connection: %d descriptors open or more", fd)
             return 503, "the router is near its open-file limit: try another replica\n"
-        if len(self._open) >= self._max:
-            metrics.connections.labels("rejected").inc()
-            return 503, "too many connections\n"
-        if not self._per_address.open(address):
-            metrics.connections.labels("address_limit").inc()
-            metrics.limited.labels("connections_per_address").inc()
-            return 429, "too many connections from your address\n"
-        return None
+        return admit(metrics, self._per_address, address, open_now=len(self._open), most=self._max)
 
     def _expire(self, handler: RequestHandler) -> None:
         accepted = self._open.get(handler)
@@ -175,6 +168,23 @@ class ConnectionGuard:
 
 
 _REASONS = {408: "Request Timeout", 429: "Too Many Requests", 503: "Service Unavailable"}
+
+
+def admit(
+    metrics: Metrics, per_address: ConnectionCounts, address: str, *, open_now: int, most: int
+) -> tuple[int, str] | None:
+    """Count one more connection from ``address`` (given back with
+    ``per_address.close``), or why it is refused (HTTP status and text), counted: too
+    many in all (503), or from there (429). Both the accept and the client connections
+    (WebSocket and Streamable HTTP alike) are bounded by these."""
+    if open_now >= most:
+        metrics.connections.labels("rejected").inc()
+        return 503, "too many connections\n"
+    if not per_address.open(address):
+        metrics.connections.labels("address_limit").inc()
+        metrics.limited.labels("connections_per_address").inc()
+        return 429, "too many connections from your address\n"
+    return None
 
 
 def _answer(transport: asyncio.BaseTransport, status: int, text: str) -> None:

@@ -42,7 +42,7 @@ from router.core.quotas import ConnectionCounts
 from router.protocol import acp
 from router.protocol.ids import new_connection_id
 from router.server import log_context, websocket
-from router.server.accepting import ConnectionGuard, listen
+from router.server.accepting import ConnectionGuard, admit, listen
 from router.server.admin import Admin
 from router.server.auth import TokenSource, session_secret
 from router.server.client import ClientChannel, ClientConnection
@@ -249,16 +249,14 @@ def _take_place(app: web.Application, address: str) -> web.Response | None:
     """Count a new client connection from ``address`` (given back with
     ``CLIENTS_PER_ADDRESS.close``), or refuse it: too many from there (429), or in all
     (503)."""
-    metrics = app[METRICS]
-    if not app[CLIENTS_PER_ADDRESS].open(address):
-        metrics.connections.labels("address_limit").inc()
-        metrics.limited.labels("connections_per_address").inc()
-        return web.Response(status=429, text="too many connections from your address\n")
-    if len(app[CLIENTS]) >= app[SETTINGS].router.max_connections:
-        app[CLIENTS_PER_ADDRESS].close(address)
-        metrics.connections.labels("rejected").inc()
-        return web.Response(status=503, text="too many connections\n")
-    return None
+    refused = admit(
+        app[METRICS],
+        app[CLIENTS_PER_ADDRESS],
+        address,
+        open_now=len(app[CLIENTS]),
+        most=app[SETTINGS].router.max_connections,
+    )
+    return None if refused is None else web.Response(status=refused[0], text=refused[1])
 
 
 def _draining(app: web.Application) -> web.Response | None:
