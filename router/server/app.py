@@ -474,7 +474,7 @@ async def serve(
             else:
                 await listen(runner, app[GUARD], host, port, tls)
                 if settings.router.metrics_address is not None:
-                    await _serve_metrics(stack, app[EXPOSITION], *settings.router.metrics_address)
+                    await serve_metrics(stack, app[EXPOSITION], *settings.router.metrics_address)
             if settings.auth is None and (worker is None or worker.index == 0):
                 logger.warning(
                     "no [auth] section: any client that reaches %s may use the agents", host
@@ -550,17 +550,21 @@ def app_runner(app: web.Application, **kwargs: Any) -> web.AppRunner:
     return web.AppRunner(app, handle_signals=False, keepalive_timeout=keepalive, **kwargs)
 
 
-async def _serve_metrics(
+async def serve_metrics(
     stack: contextlib.AsyncExitStack,
     exposition: Callable[[], Awaitable[bytes]],
     host: str,
     port: int,
+    *,
+    what: str = "metrics",
 ) -> None:
+    """Serve ``/metrics`` alone on ``host:port`` (``router.metrics_address``) until
+    ``stack`` closes; the log says where, as ``what``."""
     runner = web.AppRunner(create_metrics_app(exposition), handle_signals=False, access_log=None)
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
     await web.TCPSite(runner, host, port).start()
-    logger.info("metrics on http://%s:%d/metrics", host, runner.addresses[0][1])
+    logger.info("%s on http://%s:%d/metrics", what, host, runner.addresses[0][1])
 
 
 async def drain(app: web.Application, seconds: float, hurry: asyncio.Event | None = None) -> None:

@@ -32,9 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from aiohttp import web
-
-from router.server.app import create_app, create_metrics_app
+from router.server.app import create_app, serve_metrics
 from router.server.config import Settings
 from router.server.metrics import WorkersExposition
 from router.server.shutdown import StopSignals, wait_unless
@@ -285,19 +283,11 @@ async def serve_workers(
         sockets = [sibling_socket(Path(folder), index) for index in range(count)]
         async with contextlib.AsyncExitStack() as stack:
             if settings.router.metrics_address is not None:
-                runner = web.AppRunner(
-                    create_metrics_app(WorkersExposition(sockets)),
-                    handle_signals=False,
-                    access_log=None,
-                )
-                await runner.setup()
-                stack.push_async_callback(runner.cleanup)
-                metrics_host, metrics_port = settings.router.metrics_address
-                await web.TCPSite(runner, metrics_host, metrics_port).start()
-                logger.info(
-                    "metrics of every worker on http://%s:%d/metrics",
-                    metrics_host,
-                    runner.addresses[0][1],
+                await serve_metrics(
+                    stack,
+                    WorkersExposition(sockets),
+                    *settings.router.metrics_address,
+                    what="metrics of every worker",
                 )
             loop.add_signal_handler(signal.SIGHUP, supervisor.reload)
             stack.callback(loop.remove_signal_handler, signal.SIGHUP)
