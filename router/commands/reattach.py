@@ -121,29 +121,23 @@ class EditorState:
         self.sessions.pop(session_id, None)
 
     def _settle(self, request: Request, response: Response) -> None:
-        method, session_id = request.method, acp.session_id_of(request)
+        method = request.method
         if method == acp.INITIALIZE and response.ok:
             self.initialize = request
         elif method == acp.AUTHENTICATE and response.ok:
             self.authenticate = request
-        elif method in acp.CREATING and isinstance(response.result, dict):
-            created = response.result.get("sessionId")
-            if isinstance(created, str):
-                self._attach(SessionId(created), Attach.RESUME, request, created)
-        elif session_id is None:
-            return
-        elif method in acp.ATTACHING and response.ok:
-            self._attach(session_id, Attach(method), request, session_id)
-        elif method in acp.RELEASING and (
-            response.ok
-            or (response.error is not None and response.error.code == acp.RESOURCE_NOT_FOUND)
-        ):
-            self.forget(session_id)
+        elif (outcome := acp.session_outcome(request, response)) is not None:
+            change, session_id = outcome
+            if change is acp.SessionOutcome.RELEASED:
+                self.forget(session_id)
+            else:  # a session made here comes back by a resume
+                how = Attach(method) if method in acp.ATTACHING else Attach.RESUME
+                self._attach(session_id, how, request)
 
-    def _attach(self, session_id: SessionId, how: Attach, request: Request, sid: str) -> None:
+    def _attach(self, session_id: SessionId, how: Attach, request: Request) -> None:
         params = request.params if isinstance(request.params, dict) else {}
         self.sessions.pop(session_id, None)
-        self.sessions[session_id] = Attached(how, {**params, "sessionId": sid})
+        self.sessions[session_id] = Attached(how, {**params, "sessionId": session_id})
         while len(self.sessions) > MAX_SESSIONS:
             self.sessions.popitem(last=False)
 

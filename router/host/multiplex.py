@@ -379,21 +379,15 @@ class Multiplexer:
         return encode_error(call.request.id, ErrorObject(error.code, error.message, data))
 
     def _settle(self, call: _Call, response: Response) -> None:
-        method, session_id = call.request.method, call.session_id
-        owner = call.client if call.client in self.clients else None
-        if method in acp.CREATING and isinstance(response.result, dict):
-            new_id = response.result.get("sessionId")
-            if isinstance(new_id, str):
-                self._hold(SessionId(new_id), owner)
-        elif session_id is None:
+        outcome = acp.session_outcome(call.request, response)
+        if outcome is None:
             return
-        elif method in acp.ATTACHING and response.ok:
-            self._hold(session_id, owner)
-        elif method in acp.RELEASING and (
-            response.ok
-            or (response.error is not None and response.error.code == acp.RESOURCE_NOT_FOUND)
-        ):
-            self._release(session_id, remember=response.ok and method != acp.SESSION_DELETE)
+        change, session_id = outcome
+        if change is acp.SessionOutcome.HELD:
+            self._hold(session_id, call.client if call.client in self.clients else None)
+        else:
+            remember = response.ok and call.request.method != acp.SESSION_DELETE
+            self._release(session_id, remember=remember)
 
     def _hold(self, session_id: SessionId, owner: ClientId | None) -> None:
         self._remembered.pop(session_id, None)

@@ -94,6 +94,34 @@ def session_id_of(message: Request | Notification) -> SessionId | None:
     return SessionId(value) if isinstance(value, str) else None
 
 
+class SessionOutcome(enum.Enum):
+    """What an answered request did to the session it names."""
+
+    HELD = "held"  # made (new, fork) or attached (load, resume): the caller has it now
+    RELEASED = "released"  # closed, archived or deleted (or the agent knew it no more)
+
+
+def session_outcome(
+    request: Request, response: Response
+) -> tuple[SessionOutcome, SessionId] | None:
+    """What ``response`` to ``request`` did to a session, as ACP's methods say, or None:
+    a session made or attached is held; one closed, archived or deleted is released, as
+    it is when the agent answers ``-32002`` (it has no such session)."""
+    method = request.method
+    if method in CREATING:
+        created = response.member("result", "sessionId") if response.ok else None
+        return (SessionOutcome.HELD, SessionId(created)) if isinstance(created, str) else None
+    session_id = session_id_of(request)
+    if session_id is None:
+        return None
+    if method in ATTACHING and response.ok:
+        return SessionOutcome.HELD, session_id
+    gone = response.error is not None and response.error.code == RESOURCE_NOT_FOUND
+    if method in RELEASING and (response.ok or gone):
+        return SessionOutcome.RELEASED, session_id
+    return None
+
+
 def announced_child(note: Notification) -> SessionId | None:
     """The child session a ``session/update`` carrying a ``subagent_update`` names.
 
