@@ -14,19 +14,11 @@ one process serving many ports):
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
-
 from bench.fleet import Fleet, Scripted
+from bench.in_process import in_process_router, up
 from bench.ratios import Budget, Figure, Result, Target
 from bench.wire import AcpSocket, resume_params
-from router.server.accepting import listen
-from router.server.app import GUARD, POOL, app_runner, create_app
-from router.server.config import settings_from
 from router.server.metrics import Metrics
-from router.server.pool import Pool
 
 BENCH = "budget"
 SWAPS = 200
@@ -41,44 +33,15 @@ async def run(fleet: Fleet, backends: Scripted, budget: Budget) -> list[Result]:
     return [*await _swaps(fleet, backends), *await _repeats(fleet, backends)]
 
 
-@contextlib.asynccontextmanager
-async def _router(
-    pool: list[tuple[str, str]], **sections: Any
-) -> AsyncIterator[tuple[str, Pool, Metrics]]:
-    settings = settings_from(
-        {
-            "router": {"listen": "127.0.0.1:0"},
-            "backends": [{"id": b, "url": u} for b, u in pool],
-            **sections,
-        }
-    )
-    metrics = Metrics()
-    app = create_app(settings, metrics)
-    runner = app_runner(app, access_log=None)
-    await runner.setup()
-    try:
-        await listen(runner, app[GUARD], "127.0.0.1", 0)
-        router_pool = app[POOL]
-        await _up(router_pool, len(pool))
-        yield f"ws://127.0.0.1:{runner.addresses[0][1]}/acp", router_pool, metrics
-    finally:
-        await runner.cleanup()
-
-
-async def _up(pool: Pool, count: int) -> None:
-    async with asyncio.timeout(60):
-        while len(pool.ready()) != count:
-            await pool.ready_changed.wait()
-
-
 def _series(metrics: Metrics) -> int:
     return sum(len(family.samples) for family in metrics.registry.collect())
 
 
 async def _swaps(fleet: Fleet, backends: Scripted) -> list[Result]:
     first = backends.backends(1)
-    async with _router(first) as (url, pool, metrics):
-        async with AcpSocket.connect(fleet.http, url) as socket:
+    async with in_process_router(first) as router:
+        pool, metrics = router.pool, router.metrics
+        async with AcpSocket.connect(fleet.http, router.url) as socket:
             await socket.call("session/resume", resume_params("b0-swapped"))
         baseline = _series(metrics)
         for n in range(1, SWAPS + 1):
@@ -89,7 +52,7 @@ async def _swaps(fleet: Fleet, backends: Scripted) -> list[Result]:
                 )]}
             )  # fmt: skip
             pool.set_static(settings)
-            await _up(pool, 1)
+            await up(pool, 1)
         after = _series(metrics)
         tables = len(pool.states) + len(pool.directory.spread._fading) + len(pool.probe_seconds)
     return [
@@ -103,12 +66,10 @@ async def _repeats(fleet: Fleet, backends: Scripted) -> list[Result]:
     results: list[Result] = []
     figures: dict[str, float] = {}
     for label, negative in (("memory on", 5.0), ("memory off", 0.0)):
-        async with _router(backends.backends(3), cache={"negative_seconds": negative}) as (
-            url,
-            _,
-            metrics,
-        ):
-            async with AcpSocket.connect(fleet.http, url) as socket:
+        memory = {"negative_seconds": negative}
+        async with in_process_router(backends.backends(3), cache=memory) as router:
+            metrics = router.metrics
+            async with AcpSocket.connect(fleet.http, router.url) as socket:
                 for _ in range(REPEATS):
                     request_id = await socket.send("session/resume", resume_params(UNKNOWN))
                     reply = await socket.receive()

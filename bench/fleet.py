@@ -189,11 +189,16 @@ async def _wait_ready(http: aiohttp.ClientSession, router: Child, backends: int)
             await asyncio.sleep(0.05)  # polling an HTTP endpoint: there is no event to wait on
 
 
+def _scripted(fleet: Fleet, count: int) -> contextlib.AbstractAsyncContextManager[Scripted]:
+    return scripted_in(fleet.folder, count)
+
+
 @contextlib.asynccontextmanager
-async def _scripted(fleet: Fleet, count: int) -> AsyncIterator[Scripted]:
-    urls = fleet.folder / f"scripted-{count}.urls"
+async def scripted_in(folder: Path, count: int) -> AsyncIterator[Scripted]:
+    """``count`` scripted backends in one process, run in ``folder`` (no fleet needed)."""
+    urls = folder / f"scripted-{count}.urls"
     args = ["-m", "bench.scripted", "--count", str(count), "--urls", str(urls)]
-    async with _child(fleet.folder, f"scripted-{count}", args, scripted.READY) as child:
+    async with _child(folder, f"scripted-{count}", args, scripted.READY) as child:
         yield Scripted(child, urls.read_text().split())
 
 

@@ -28,23 +28,20 @@ import base64
 import contextlib
 import gc
 import os
-import sys
 import tempfile
 import time
 import tracemalloc
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 
+from bench.fleet import scripted_in
+from bench.in_process import in_process_router
 from bench.ratios import Budget, Figure, Result, Row, Target, row
 from bench.wire import BenchError
 from router.protocol.jsonrpc import DEFAULT_MAX_MESSAGE_BYTES
-from router.server.accepting import listen
-from router.server.app import GUARD, POOL, app_runner, create_app
-from router.server.config import settings_from
-from router.server.metrics import Metrics
 
 BENCH = "hostile"
 SIZE = DEFAULT_MAX_MESSAGE_BYTES
@@ -131,34 +128,43 @@ def ticking() -> Iterator[list[float]]:
 
 
 async def run(budget: Budget) -> list[Result]:
+    deadline = {"handshake_timeout_ms": DEADLINE_MS}
+    with tempfile.TemporaryDirectory(prefix="acp-bench-") as folder:
+        async with (
+            scripted_in(Path(folder), 1) as backends,
+            in_process_router(backends.backends(1), router=deadline) as router,
+        ):
+            return await _measure(router.port, budget)
+
+
+async def _measure(port: int, budget: Budget) -> list[Result]:
     rounds = max(3, budget.rounds // 3) if not budget.quick else 2
-    async with _backend() as url, _router(url, DEADLINE_MS) as port:
-        client = await raw_connection(port)
-        small = masked(prompt_frame(309))
-        payloads = {
-            "nesting": nesting_frame(),
-            "prompt": prompt_frame(),
-            "[{},{},...]": empty_objects_frame(),
-        }
-        frames = {name: masked(payload) for name, payload in payloads.items()}
-        await client.call(masked(b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}'))
-        resume = b'{"jsonrpc":"2.0","id":1,"method":"session/resume","params":{"sessionId":"'
-        await client.call(masked(resume + SESSION.encode() + b'","cwd":"/w"}}'))
-        results: list[Result] = []
-        for name, frame in frames.items():
-            pairs = []
-            for _ in range(rounds):
-                big = await _stall(client, frame)
-                base = await _stall(client, small)
-                pairs.append((big * 1000, base * 1000))
-            measure = f"stall, one {SIZE >> 20} MiB frame: {name}"
-            results.append(row(BENCH, measure, "309 B prompt", pairs, "ms"))
-            worst = max(subject for subject, _ in pairs)
-            results.append(Figure(BENCH, f"{measure} (worst, ms)", worst, "ms", STALL))
-        for name, frame in frames.items():
-            results += await _memory(client, name, frame, payloads[name])
-        client.writer.close()
-        results += await _deadline(port)
+    client = await raw_connection(port)
+    small = masked(prompt_frame(309))
+    payloads = {
+        "nesting": nesting_frame(),
+        "prompt": prompt_frame(),
+        "[{},{},...]": empty_objects_frame(),
+    }
+    frames = {name: masked(payload) for name, payload in payloads.items()}
+    await client.call(masked(b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}'))
+    resume = b'{"jsonrpc":"2.0","id":1,"method":"session/resume","params":{"sessionId":"'
+    await client.call(masked(resume + SESSION.encode() + b'","cwd":"/w"}}'))
+    results: list[Result] = []
+    for name, frame in frames.items():
+        pairs = []
+        for _ in range(rounds):
+            big = await _stall(client, frame)
+            base = await _stall(client, small)
+            pairs.append((big * 1000, base * 1000))
+        measure = f"stall, one {SIZE >> 20} MiB frame: {name}"
+        results.append(row(BENCH, measure, "309 B prompt", pairs, "ms"))
+        worst = max(subject for subject, _ in pairs)
+        results.append(Figure(BENCH, f"{measure} (worst, ms)", worst, "ms", STALL))
+    for name, frame in frames.items():
+        results += await _memory(client, name, frame, payloads[name])
+    client.writer.close()
+    results += await _deadline(port)
     return results
 
 
@@ -255,51 +261,3 @@ async def raw_connection(port: int) -> Connection:
     if not status.startswith(b"HTTP/1.1 101"):
         raise BenchError(f"the router refused the upgrade: {status[:40]!r}")
     return Connection(reader, writer)
-
-
-@contextlib.asynccontextmanager
-async def _backend() -> AsyncIterator[str]:
-    with tempfile.TemporaryDirectory() as root:
-        urls = Path(root) / "urls"
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "bench.scripted",
-            "--count",
-            "1",
-            "--urls",
-            str(urls),
-            stdout=asyncio.subprocess.PIPE,
-            stdin=asyncio.subprocess.DEVNULL,
-        )
-        try:
-            assert process.stdout is not None
-            async with asyncio.timeout(30):
-                await process.stdout.readline()
-            yield urls.read_text().split()[0]
-        finally:
-            process.terminate()
-            await process.wait()
-
-
-@contextlib.asynccontextmanager
-async def _router(backend: str, deadline_ms: int) -> AsyncIterator[int]:
-    settings = settings_from(
-        {
-            "router": {"listen": "127.0.0.1:0", "handshake_timeout_ms": deadline_ms},
-            "backends": [{"id": "b0", "url": backend}],
-        }
-    )
-    app = create_app(settings, Metrics())
-    runner = app_runner(app, access_log=None)
-    await runner.setup()
-    try:
-        await listen(runner, app[GUARD], "127.0.0.1", 0)
-        pool = app[POOL]
-        async with asyncio.timeout(30):
-            while not pool.ready():
-                await pool.ready_changed.wait()
-        port: int = runner.addresses[0][1]
-        yield port
-    finally:
-        await runner.cleanup()
