@@ -35,7 +35,7 @@ from tests.fleet import (
     start_router,
     start_scripted,
 )
-from tests.support import WAIT, AcpClient, JsonObject
+from tests.support import WAIT, AcpClient, AgentProcess, JsonObject
 from tests.test_router import answered_by, resume
 
 
@@ -193,90 +193,82 @@ async def client_status(client: AcpClient, session_id: str) -> JsonObject:
 # -- a frozen backend ---------------------------------------------------------------------------------
 
 
-async def test_a_frozen_backend_gets_no_new_sessions_and_list_answers_without_it(
-    tmp_path: Path,
-) -> None:
-    probe = {"timeout_ms": 300}
+@contextlib.asynccontextmanager
+async def frozen_first(tmp_path: Path) -> AsyncIterator[tuple[RouterUnderTest, AgentProcess]]:
+    """Two agents behind a router (probe timeout 300 ms), the first frozen (SIGSTOP: it
+    accepts TCP and answers nothing) for the block; then thawed, and up again. The
+    router, and the agent that stays up."""
     async with (
         start_fleet(tmp_path, 2) as agents,
-        start_router(backends_of(agents), probe=probe) as router,
+        start_router(backends_of(agents), probe={"timeout_ms": 300}) as router,
     ):
         frozen, thawed = agents
-        frozen.cli.process.send_signal(signal.SIGSTOP)  # accepts TCP, answers nothing
+        frozen.cli.process.send_signal(signal.SIGSTOP)
         try:
-            async with AcpClient.connect(router.url) as client:
-                await client.initialize()
-                loop = asyncio.get_running_loop()
-                started = loop.time()
-                listed = await client.request("session/list", {})
-                # on the old main: -32603 for everyone after 5 s
-                assert listed["result"]["_meta"] == {"unlistedBackends": ["agent-1"]}, listed
-                assert loop.time() - started < 2.0  # about one probe timeout
-                assert router.pool.health(BackendId("agent-1")) is Health.UNKNOWN
-                # while it stays silent it gets no new sessions (on the old main: some,
-                # each answered -32013 after the connect deadline)
-                for _ in range(6):
-                    session_id = await client.new_session()
-                    assert await answered_by(client, session_id) == thawed.agent_id
-                started = loop.time()
-                listed = await client.request("session/list", {})
-                assert listed["result"]["_meta"] == {"unlistedBackends": ["agent-1"]}
-                assert loop.time() - started < 1.0  # not asked at all now
+            yield router, thawed
         finally:
             frozen.cli.process.send_signal(signal.SIGCONT)
         await router.wait_health("agent-1", Health.UP)  # it answers again
 
 
+async def test_a_frozen_backend_gets_no_new_sessions_and_list_answers_without_it(
+    tmp_path: Path,
+) -> None:
+    async with frozen_first(tmp_path) as (router, thawed):
+        async with AcpClient.connect(router.url) as client:
+            await client.initialize()
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            listed = await client.request("session/list", {})
+            # on the old main: -32603 for everyone after 5 s
+            assert listed["result"]["_meta"] == {"unlistedBackends": ["agent-1"]}, listed
+            assert loop.time() - started < 2.0  # about one probe timeout
+            assert router.pool.health(BackendId("agent-1")) is Health.UNKNOWN
+            # while it stays silent it gets no new sessions (on the old main: some,
+            # each answered -32013 after the connect deadline)
+            for _ in range(6):
+                session_id = await client.new_session()
+                assert await answered_by(client, session_id) == thawed.agent_id
+            started = loop.time()
+            listed = await client.request("session/list", {})
+            assert listed["result"]["_meta"] == {"unlistedBackends": ["agent-1"]}
+            assert loop.time() - started < 1.0  # not asked at all now
+
+
 async def test_watching_a_silent_backend_whose_link_takes_no_probe_does_not_spin(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    probe = {"timeout_ms": 300}
-    async with (
-        start_fleet(tmp_path, 2) as agents,
-        start_router(backends_of(agents), probe=probe) as router,
-    ):
-        frozen, thawed = agents
-        frozen.cli.process.send_signal(signal.SIGSTOP)
-        try:
-            async with AcpClient.connect(router.url) as client:
-                await client.initialize()
-                await client.request("session/list", {})  # its probe times out: silent
-                assert router.pool.health(BackendId("agent-1")) is Health.UNKNOWN
-                # its link, still up, takes no more requests (as when its table of
-                # unanswered ones is full): each retry of the watch is refused at once
-                # its link, still up, takes no more requests (as when its table of
-                # unanswered ones is full): each retry of the watch is refused at once
-                monkeypatch.setattr(control, "MAX_PENDING", 0)
+    async with frozen_first(tmp_path) as (router, thawed):
+        async with AcpClient.connect(router.url) as client:
+            await client.initialize()
+            await client.request("session/list", {})  # its probe times out: silent
+            assert router.pool.health(BackendId("agent-1")) is Health.UNKNOWN
+            # its link, still up, takes no more requests (as when its table of
+            # unanswered ones is full): each retry of the watch is refused at once
+            monkeypatch.setattr(control, "MAX_PENDING", 0)
 
-                def refused() -> float:
-                    return router.metric(
-                        "acp_router_probes_total", backend="agent-1", result="unknown"
-                    )
+            def refused() -> float:
+                return router.metric("acp_router_probes_total", backend="agent-1", result="unknown")
 
-                asked = refused()
-                loop = asyncio.get_running_loop()
-                started = loop.time()
-                # the event loop still serves everyone else once the watch's probe in
-                # flight has timed out (on the old main the watch then retried without
-                # yielding, forever: no answer came after that)
-                async with asyncio.timeout(WAIT):
-                    while refused() == asked:
-                        # every control link refuses now: no backend could be asked
-                        listed = await client.request("session/list", {})
-                        assert listed["error"]["code"] == -32012, listed
-                for _ in range(3):
-                    session_id = await client.new_session()
-                    assert await answered_by(client, session_id) == thawed.agent_id
-                elapsed = loop.time() - started
-                retried = refused() - asked
-                assert 1 <= retried <= elapsed / 0.3 + 2, (
-                    retried,
-                    elapsed,
-                )  # at the timeout's pace
-                monkeypatch.undo()
-        finally:
-            frozen.cli.process.send_signal(signal.SIGCONT)
-        await router.wait_health("agent-1", Health.UP)  # the watch hears it again
+            asked = refused()
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            # the event loop still serves everyone else once the watch's probe in
+            # flight has timed out (on the old main the watch then retried without
+            # yielding, forever: no answer came after that)
+            async with asyncio.timeout(WAIT):
+                while refused() == asked:
+                    # every control link refuses now: no backend could be asked
+                    listed = await client.request("session/list", {})
+                    assert listed["error"]["code"] == -32012, listed
+            for _ in range(3):
+                session_id = await client.new_session()
+                assert await answered_by(client, session_id) == thawed.agent_id
+            elapsed = loop.time() - started
+            retried = refused() - asked
+            # at the timeout's pace
+            assert 1 <= retried <= elapsed / 0.3 + 2, (retried, elapsed)
+            monkeypatch.undo()  # the watch hears it again once it is thawed
 
 
 # -- a backend that sends requests on the control link and never reads ------------------------
