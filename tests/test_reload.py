@@ -262,26 +262,30 @@ async def test_a_removed_backend_keeps_its_attached_sessions_until_they_end(tmp_
             assert router.pool.url(gone) == moved
 
 
+async def reload_to(router: RouterUnderTest, backends: list[tuple[str, str]], folder: Path) -> Any:
+    """Reload ``router`` from a config file in ``folder`` naming ``backends``; the outcome."""
+    config = folder / "router.toml"
+    config.write_text(toml_backends(backends))
+    reloader = router.app[RELOADER]
+    reloader.path = config
+    return await reloader.reload()
+
+
 async def test_a_backend_back_before_its_sessions_ended_keeps_its_series(tmp_path: Path) -> None:
-    async with start_fleet(tmp_path / "store", 2) as agents:
-        backends = backends_of(agents)
-        async with start_router(backends) as router:
-            config = tmp_path / "router.toml"
-            reloader = router.app[RELOADER]
-            reloader.path = config
-            async with AcpClient.connect(router.url) as client:
-                await client.initialize()
-                await sessions_on_each(client, 2)
-                config.write_text(toml_backends(backends[1:]))  # removed while attached
-                assert isinstance(await reloader.reload(), Reloaded)
-                config.write_text(toml_backends(backends))  # and back before they end
-                assert isinstance(await reloader.reload(), Reloaded)
-                await router.wait_backends(2)
-            await router.wait_detached()
-            # a member again: its sessions ending leave its series at 0 (on the old main
-            # the pool still counted it as gone and removed the series)
-            assert router.metric("acp_router_attached_sessions", backend="agent-1") == 0
-            assert BackendId("agent-1") in router.pool.directory.attached
+    async with start_fleet_router(2) as (router, backends):
+        async with AcpClient.connect(router.url) as client:
+            await client.initialize()
+            await sessions_on_each(client, 2)
+            removed = await reload_to(router, backends[1:], tmp_path)  # while attached
+            assert isinstance(removed, Reloaded)
+            back = await reload_to(router, backends, tmp_path)  # and back before they end
+            assert isinstance(back, Reloaded)
+            await router.wait_backends(2)
+        await router.wait_detached()
+        # a member again: its sessions ending leave its series at 0 (on the old main
+        # the pool still counted it as gone and removed the series)
+        assert router.metric("acp_router_attached_sessions", backend="agent-1") == 0
+        assert BackendId("agent-1") in router.pool.directory.attached
 
 
 async def test_client_tokens_are_reloaded_with_the_file(tmp_path: Path) -> None:
