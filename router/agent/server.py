@@ -21,7 +21,7 @@ from router.agent.connection import Connection
 from router.agent.methods import Agent, AgentSettings
 from router.agent.store import SessionStore
 from router.protocol.errors import ConfigError
-from router.protocol.jsonrpc import DEFAULT_MAX_MESSAGE_BYTES
+from router.protocol.jsonrpc import DEFAULT_MAX_MESSAGE_BYTES, reader_limit
 
 logger = logging.getLogger(__name__)
 
@@ -124,9 +124,9 @@ def _announce(agent_id: str, scheme: str, host: str, port: int) -> None:
 
 async def _acp(request: web.Request) -> web.StreamResponse:
     max_frame_bytes = request.app[MAX_FRAME_BYTES]
-    # aiohttp refuses a frame of max_msg_size bytes itself: one more, so a frame of exactly
-    # --max-message-bytes passes (as at the router), and only larger ones close 1009
-    ws = web.WebSocketResponse(heartbeat=HEARTBEAT_SECONDS, max_msg_size=max_frame_bytes + 1)
+    ws = web.WebSocketResponse(
+        heartbeat=HEARTBEAT_SECONDS, max_msg_size=reader_limit(max_frame_bytes)
+    )
     await ws.prepare(request)
     sockets = request.app[SOCKETS]
     sockets.add(ws)

@@ -44,7 +44,7 @@ from router.host.multiplex import (
 from router.host.process import KILL_WAIT_SECONDS, AgentProcess
 from router.protocol.acp import DEFAULT_STATUS_ALIASES, ProbeResult
 from router.protocol.errors import AcpRouterError, InternalError, ProtocolError
-from router.protocol.jsonrpc import Response, encode_protocol_error, parse
+from router.protocol.jsonrpc import Response, encode_protocol_error, parse, reader_limit
 from router.tasks import cancel_all_and_wait, cancel_and_wait
 
 logger = logging.getLogger(__name__)
@@ -265,8 +265,8 @@ def create_app(host: Host) -> web.Application:
 
 async def _acp(request: web.Request) -> web.StreamResponse:
     host = request.app[HOST]
-    ws = web.WebSocketResponse(  # + 1: aiohttp refuses a frame of max_msg_size bytes itself
-        heartbeat=HEARTBEAT_SECONDS, max_msg_size=host.settings.max_message_bytes + 1
+    ws = web.WebSocketResponse(
+        heartbeat=HEARTBEAT_SECONDS, max_msg_size=reader_limit(host.settings.max_message_bytes)
     )
     if not ws.can_prepare(request).ok:
         return web.Response(status=426, text="ACP speaks WebSocket here: connect with ws://\n")

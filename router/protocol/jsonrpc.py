@@ -60,6 +60,14 @@ Params = dict[str, Any] | list[Any] | None
 #: so a frame the router accepts from a client is never one its agents refuse.
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
+
+def reader_limit(max_message_bytes: int) -> int:
+    """The ``max_msg_size`` a WebSocket reader gets so that frames of up to
+    ``max_message_bytes`` are taken, a frame of exactly the limit included (aiohttp
+    refuses a frame of ``max_msg_size`` bytes itself; only larger ones close 1009)."""
+    return max_message_bytes + 1
+
+
 #: Members a splice walks in one object before it gives up (a JSON-RPC envelope has
 #: six at most; ACP's params a dozen).
 MAX_WALKED_MEMBERS = 4096

@@ -41,6 +41,7 @@ from router.core.ownership import SessionSeal
 from router.core.quotas import ConnectionCounts
 from router.protocol import acp
 from router.protocol.ids import new_connection_id
+from router.protocol.jsonrpc import reader_limit
 from router.server import log_context, websocket
 from router.server.accepting import ConnectionGuard, admit, listen
 from router.server.admin import Admin
@@ -298,9 +299,7 @@ async def _serve_client(
     metrics = app[METRICS]
     settings = app[SETTINGS].router
     ws = websocket.ClientWebSocket(
-        # aiohttp refuses a frame of max_msg_size bytes itself: one more, so a frame of
-        # exactly max_message_bytes is accepted (README: larger ones are refused)
-        max_msg_size=settings.max_message_bytes + 1,
+        max_msg_size=reader_limit(settings.max_message_bytes),
         heartbeat=30.0,
         autoping=True,
         compress=settings.compression,

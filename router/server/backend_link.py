@@ -31,7 +31,14 @@ from router.outbox import Outbox
 from router.protocol import acp
 from router.protocol.errors import BackendLinkLost, HandshakeRefused
 from router.protocol.ids import BackendId
-from router.protocol.jsonrpc import Message, Request, Response, replace_id, replace_param
+from router.protocol.jsonrpc import (
+    Message,
+    Request,
+    Response,
+    reader_limit,
+    replace_id,
+    replace_param,
+)
 from router.server.faults import FOREIGN_FAILURES, backend_faults, describe
 from router.server.metrics import Metrics
 from router.server.wire import messages, read
@@ -256,8 +263,7 @@ class BackendLink:
                 ws = await self._http.ws_connect(
                     self.url,
                     ssl=self._tls or True,
-                    # one more: aiohttp refuses a frame of max_msg_size bytes itself
-                    max_msg_size=self._max_message_bytes + 1,
+                    max_msg_size=reader_limit(self._max_message_bytes),
                     autoping=True,
                     heartbeat=30.0,
                 )

@@ -43,6 +43,7 @@ from router.protocol.jsonrpc import (
     RequestTemplate,
     Response,
     encode_error,
+    reader_limit,
 )
 from router.server import log_context
 from router.server.backend_link import link_transport
@@ -158,8 +159,7 @@ class ControlLink:
                         self.spec.url,
                         ssl=backend_context(self.spec) or True,
                         heartbeat=self._settings.heartbeat_seconds,
-                        # one more: aiohttp refuses a frame of max_msg_size bytes itself
-                        max_msg_size=self._max_message_bytes + 1,
+                        max_msg_size=reader_limit(self._max_message_bytes),
                         autoping=True,
                     )
                 )
