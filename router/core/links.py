@@ -3,7 +3,7 @@ opened ahead of need, and what the shell must open or close.
 
 A connection has at most one link per backend. The core opens one when it first
 routes a frame there, and may open one *ahead*: where a resume will most likely go
-while its locate runs (:meth:`Links.ahead`), or, in a pool of one, at ``initialize``.
+while its locate runs, or, in a pool of one, at ``initialize`` (:meth:`Links.open`).
 A link opened ahead carries nothing until a frame is routed there; if the call it was
 opened for settles elsewhere, it is closed again (:meth:`Links.settled`), quietly,
 since nothing is owed on it.
@@ -19,9 +19,8 @@ from router.protocol.jsonrpc import Request, RequestId
 class Links:
     def __init__(self) -> None:
         self._linked: set[BackendId] = set()
-        #: links opened ahead that nothing was routed on yet, and the call each was for
-        #: (None: no call in particular, a pool of one)
-        self._unused: dict[BackendId, RequestId | None] = {}
+        #: links opened ahead for a call that nothing was routed on yet, and that call
+        self._unused: dict[BackendId, RequestId] = {}
         self._commands: list[LinkCommand] = []
 
     def __contains__(self, backend: object) -> bool:
@@ -44,17 +43,16 @@ class Links:
         first: str | None = None,
         *,
         ahead_for: RequestId | None = None,
-        ahead: bool = False,
     ) -> None:
         """Open the link to ``backend`` (the caller checked there is none): replaying
         ``initialize`` and ``authenticate``, then sending ``first`` before anything else.
 
-        ``ahead``: nothing is routed there yet; it was opened for the call ``ahead_for``
-        (None: for no call in particular) and is closed when that call settles elsewhere.
-        A link that carries a ``first`` frame is in use at once.
+        ``ahead_for``: nothing is routed there yet; it was opened for that call, and is
+        closed when the call settles elsewhere. A link opened ahead for no call in
+        particular (a pool of one), or that carries a ``first`` frame, stays.
         """
         self._linked.add(backend)
-        if ahead and first is None:
+        if ahead_for is not None and first is None:
             self._unused[backend] = ahead_for
         self._commands.append(
             OpenLink(backend, initialize, authenticate, () if first is None else (first,))
@@ -63,7 +61,7 @@ class Links:
     def settled(self, call: RequestId) -> None:
         """``call`` has gone where it goes (or failed): close the link opened ahead for it
         if nothing was routed on it."""
-        for backend in [b for b, c in self._unused.items() if c is not None and c == call]:
+        for backend in [b for b, c in self._unused.items() if c == call]:
             del self._unused[backend]
             self._linked.discard(backend)
             self._commands.append(CloseLink(backend, "opened ahead, not needed"))

@@ -311,24 +311,24 @@ class ClientRoutes:
         return Send(backend, text)
 
     def _link(self, backend: BackendId) -> None:
-        """Make sure the link to ``backend`` is open (a link that opens during an
-        ``authenticate`` round joins it)."""
+        """Make sure the link to ``backend`` is open."""
         if not self.links.used(backend):
-            assert self.initialize is not None  # nothing is routed before initialize
-            first = self.auth.join(backend)
-            self.links.open(backend, self.initialize, self.auth.accepted, first)
+            self._open_link(backend)
+
+    def _open_link(self, backend: BackendId, ahead_for: RequestId | None = None) -> None:
+        """Open the link to ``backend``: a link that opens during an ``authenticate``
+        round joins it."""
+        assert self.initialize is not None  # nothing is routed before initialize
+        first = self.auth.join(backend)
+        self.links.open(backend, self.initialize, self.auth.accepted, first, ahead_for=ahead_for)
 
     def open_ahead(self, request_id: RequestId | None, backend: BackendId) -> None:
         """Open the link to ``backend`` now, ahead of need: where the call ``request_id``
         (a resume or load being located; None: no call, a pool of one at ``initialize``)
         will most likely go. Closed again when the call settles elsewhere, if nothing
         was routed on it; nothing happens when the link is open already."""
-        if self.initialize is None or backend in self.links:
-            return
-        first = self.auth.join(backend)
-        self.links.open(
-            backend, self.initialize, self.auth.accepted, first, ahead_for=request_id, ahead=True
-        )
+        if self.initialize is not None and backend not in self.links:
+            self._open_link(backend, ahead_for=request_id)
 
     def _client_notification(self, note: Notification) -> Action:
         queue_of = self._held_session(note)
