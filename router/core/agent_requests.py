@@ -3,13 +3,16 @@
 Two backends may send requests with the same id on one client connection, so each is
 given a router id (an integer, :data:`~router.protocol.ids.RoutedId`) before the client
 sees it; the client's reply, and a backend's ``$/cancel_request`` naming the request,
-are mapped back through this table. It holds at most ``limit`` requests.
+are mapped back through this table. It holds at most ``limit`` requests. When a backend's
+link ends, the client is told its requests are withdrawn (ACP's ``$/cancel_request``).
 """
 
 from __future__ import annotations
 
+from router.core.effects import Reply
+from router.protocol import acp
 from router.protocol.ids import BackendId, RoutedId
-from router.protocol.jsonrpc import RequestId
+from router.protocol.jsonrpc import RequestId, encode_notification
 
 
 class AgentRequests:
@@ -44,9 +47,12 @@ class AgentRequests:
         """The id the client saw for ``backend``'s request ``original``, if it awaits."""
         return self._by_origin.get((backend, original))
 
-    def withdraw(self, backend: BackendId) -> list[RoutedId]:
-        """Forget every request of ``backend`` (its link closed): their router ids."""
+    def withdraw(self, backend: BackendId) -> tuple[Reply, ...]:
+        """Forget every request of ``backend`` (its link closed): a ``$/cancel_request``
+        for each, naming the id the client saw (a late client answer is dropped)."""
         withdrawn = [rid for rid, (b, _) in self._by_router_id.items() if b == backend]
         for router_id in withdrawn:
             self._by_origin.pop(self._by_router_id.pop(router_id), None)
-        return withdrawn
+        return tuple(
+            Reply(encode_notification(acp.CANCEL_REQUEST, {"requestId": rid})) for rid in withdrawn
+        )

@@ -6,12 +6,12 @@ routes a frame there, and may open one *ahead*: where a resume will most likely 
 while its locate runs, or, in a pool of one, at ``initialize`` (:meth:`Links.open`).
 A link opened ahead carries nothing until a frame is routed there; if the call it was
 opened for settles elsewhere, it is closed again (:meth:`Links.settled`), quietly,
-since nothing is owed on it.
+since nothing is owed on it. Each method returns the effect the shell must carry out.
 """
 
 from __future__ import annotations
 
-from router.core.actions import CloseLink, LinkCommand, OpenLink
+from router.core.effects import CloseLink, OpenLink
 from router.protocol.ids import BackendId
 from router.protocol.jsonrpc import Request, RequestId
 
@@ -21,7 +21,6 @@ class Links:
         self._linked: set[BackendId] = set()
         #: links opened ahead for a call that nothing was routed on yet, and that call
         self._unused: dict[BackendId, RequestId] = {}
-        self._commands: list[LinkCommand] = []
 
     def __contains__(self, backend: object) -> bool:
         return backend in self._linked
@@ -43,7 +42,7 @@ class Links:
         first: str | None = None,
         *,
         ahead_for: RequestId | None = None,
-    ) -> None:
+    ) -> OpenLink:
         """Open the link to ``backend`` (the caller checked there is none): replaying
         ``initialize`` and ``authenticate``, then sending ``first`` before anything else.
 
@@ -54,32 +53,20 @@ class Links:
         self._linked.add(backend)
         if ahead_for is not None and first is None:
             self._unused[backend] = ahead_for
-        self._commands.append(
-            OpenLink(backend, initialize, authenticate, () if first is None else (first,))
-        )
+        return OpenLink(backend, initialize, authenticate, () if first is None else (first,))
 
-    def settled(self, call: RequestId) -> None:
+    def settled(self, call: RequestId) -> tuple[CloseLink, ...]:
         """``call`` has gone where it goes (or failed): close the link opened ahead for it
         if nothing was routed on it."""
-        for backend in [b for b, c in self._unused.items() if c == call]:
+        if not self._unused:  # nearly every call: nothing opened ahead
+            return ()
+        unused = [b for b, c in self._unused.items() if c == call]
+        for backend in unused:
             del self._unused[backend]
             self._linked.discard(backend)
-            self._commands.append(CloseLink(backend, "opened ahead, not needed"))
+        return tuple(CloseLink(b, "opened ahead, not needed") for b in unused)
 
     def lost(self, backend: BackendId) -> None:
         """The link to ``backend`` closed (the shell saw it end)."""
         self._linked.discard(backend)
         self._unused.pop(backend, None)
-
-    def changed(self) -> bool:
-        """Whether there are links to open or close (:meth:`commands`)."""
-        return bool(self._commands)
-
-    def commands(self) -> tuple[LinkCommand, ...]:
-        """What to open and close, in order, since the last call; the shell carries these
-        out before the action it was given."""
-        if not self._commands:  # nearly every frame: no tuple built
-            return ()
-        commands = tuple(self._commands)
-        self._commands.clear()
-        return commands

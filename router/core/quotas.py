@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from router.protocol import acp
+
 
 class ConnectionCounts:
     """Open client connections per address, with a ceiling per address."""
@@ -141,3 +143,15 @@ def admit_all(limits: tuple[tuple[str, TokenBucket], ...], now: float) -> tuple[
     for _, limit in limits:
         limit.take()
     return None
+
+
+def costs_a_locate(method: str, *, attached: bool) -> bool:
+    """Whether a client request costs one locate of its connection's and its address's
+    budget: one the router answers from the whole pool (``session/status``), or must
+    locate first (a resume, load or close of a session not attached on the connection).
+    A request routed to where its session is attached costs nothing; the router's own
+    calls (a failover's resume, a resume located again after a ``-32002``) are never
+    charged to the client."""
+    if method == acp.SESSION_STATUS:
+        return True
+    return not attached and (method in acp.ATTACHING or method in acp.RELEASING)

@@ -41,6 +41,7 @@ from router.protocol import acp
 from router.protocol.acp import ProbeResult
 from router.protocol.errors import (
     BackendLinkLost,
+    ErrorObject,
     InternalError,
     InvalidParams,
     InvalidRequest,
@@ -51,7 +52,6 @@ from router.protocol.errors import (
 )
 from router.protocol.ids import SessionId
 from router.protocol.jsonrpc import (
-    ErrorObject,
     Message,
     Notification,
     Request,

@@ -38,10 +38,18 @@ its proposals already use (-32000 auth required, -32001, -32002, -32003).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-if TYPE_CHECKING:  # the envelope module imports this one
-    from router.protocol.jsonrpc import ErrorObject
+
+@dataclass(frozen=True, slots=True)
+class ErrorObject:
+    """A JSON-RPC error object as a peer sent it (a backend's own error, read from its
+    answer): code, message and data, whatever they are."""
+
+    code: int
+    message: str
+    data: Any = None
 
 
 class AcpRouterError(Exception):
@@ -58,8 +66,6 @@ class BackendRefused(AcpRouterError):
     code and all (:attr:`error`), with ``data.backend`` naming the backend."""
 
     def __init__(self, backend: str, error: ErrorObject) -> None:
-        from router.protocol.jsonrpc import ErrorObject  # the envelope module imports this one
-
         data = dict(error.data) if isinstance(error.data, dict) else {}
         if error.data is not None and not isinstance(error.data, dict):
             data["detail"] = error.data

@@ -44,6 +44,7 @@ import msgspec
 
 from router.protocol import jsontext
 from router.protocol.errors import (
+    ErrorObject,
     InvalidRequest,
     JsonRpcError,
     NestingTooDeep,
@@ -348,13 +349,6 @@ class Notification:
 
     def __repr__(self) -> str:
         return f"Notification(method={self.method!r}, text={_short(self.text)})"
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorObject:
-    code: int
-    message: str
-    data: Any = None
 
 
 class Response:

@@ -1,20 +1,20 @@
 """One client connection through the router: the I/O shell around
 :class:`router.core.routes.ClientRoutes`.
 
-The read loop parses each client frame's envelope, asks the routing core what to
-do, and carries it out: replies are written at once, forwards are queued on the
-backend's link (which never makes the loop wait: each link has its own outbox and
-writer); work that waits on the pool (locates, pool-wide status and list) runs in
-tasks this connection owns, so one slow locate or one slow backend never stalls
-another session's traffic. Frames the core holds behind their session's
-resume/load/close are carried out when it releases them, after every answer
-(:meth:`_release_held`). A link that breaks, cannot open within the deadline or
-cannot keep up is given up: exactly its requests are answered ``-32013`` and the
-agent requests it had sent the client are withdrawn (``$/cancel_request``); the
-client connection carries on. The client connection closes only for the client's
-own faults (an oversize frame: 1009, by aiohttp; binary frames are ignored) or on
-shutdown (1012). When the client goes, every task and link of the connection is
-cancelled and closed.
+Each client frame's envelope is parsed, passed through the connection's gate, and
+handed to the routing core; the core answers with an ordered tuple of effects, which
+:meth:`ClientConnection.carry_out` carries out in that order and nothing else: frames
+are written to the client at once and queued on backend links (which never make the
+loop wait: each link has its own outbox and writer), links are opened and closed, and
+work that waits on the pool (locates, pool-wide status and list, a failover's wait)
+runs in tasks this connection owns, so one slow locate or one slow backend never stalls
+another session's traffic; their outcomes go back to the core, whose effects are
+carried out in turn. A link that breaks, cannot open within the deadline or cannot keep
+up is given up: the core answers exactly its requests ``-32013`` and withdraws the agent
+requests it had sent the client (``$/cancel_request``); the client connection carries
+on. The client connection closes only for the client's own faults (an oversize frame:
+1009; binary frames are ignored) or on shutdown (1012). When the client goes, every
+task and link of the connection is cancelled and closed.
 """
 
 from __future__ import annotations
@@ -26,40 +26,44 @@ from typing import Any, Protocol, assert_never
 
 import aiohttp
 
-from router.core.actions import (
-    Absorbed,
-    Action,
-    Broadcast,
+from router.core.effects import (
+    AskPool,
+    Attach,
+    AwaitBackend,
     CloseLink,
     Deliver,
-    Drop,
-    Duty,
-    Handle,
-    Held,
+    Detach,
+    Dropped,
+    Effects,
+    FailedOver,
+    Initialize,
+    Learned,
+    Locate,
+    NotThere,
     OpenLink,
-    Relocate,
+    Place,
+    Query,
+    Released,
     Reply,
+    Resumed,
+    ResumeSent,
     Send,
-    Settled,
     refusal,
-    unreadable,
 )
 from router.core.frontdoor import Principal
-from router.core.health import Health
 from router.core.routes import ClientRoutes, Limits
-from router.protocol import acp
 from router.protocol.errors import (
     BackendLinkLost,
     BackendRefused,
+    ErrorObject,
     HandshakeRefused,
     InternalError,
     JsonRpcError,
     ProtocolError,
     RouterStopping,
-    TooManyLocates,
 )
 from router.protocol.ids import BackendId, SessionId
-from router.protocol.jsonrpc import ErrorObject, Message, Request, RequestId, parse
+from router.protocol.jsonrpc import Message, Request, RequestId, parse
 from router.server import log_context
 from router.server.backend_link import BackendLink
 from router.server.gate import Gate, Refusal
@@ -67,9 +71,6 @@ from router.server.metrics import TO_BACKEND, TO_CLIENT, Metrics
 from router.server.pool import Pool
 
 logger = logging.getLogger(__name__)
-
-#: the duties that may ask every backend: each costs the client one locate of its budget
-_LOCATING = frozenset({Duty.LOCATE, Duty.LOCATE_DETACHED, Duty.STATUS})
 
 
 class ClientChannel(Protocol):
@@ -114,12 +115,11 @@ class ClientConnection:
                 max_sessions=settings.max_sessions_per_connection,
                 max_session_id_chars=settings.max_session_id_chars,
                 failover=pool.settings.failover.enabled,
-            )
+            ),
+            charge=gate.count_locate,
         )
         self.links: dict[BackendId, BackendLink] = {}
         self.tasks: set[asyncio.Task[None]] = set()
-        #: closing for a router stop: every request gets RouterStopping
-        self._stopping = False
 
     @property
     def initialized(self) -> bool:
@@ -130,9 +130,7 @@ class ClientConnection:
         """Close the client's connection (the router is stopping: 1012), after answering
         every request still in flight with the retryable -32013 (:class:`RouterStopping`),
         so the client waits on nothing; a request that comes meanwhile gets the same."""
-        self._stopping = True
-        for reply in self.routes.abandon(RouterStopping()):
-            await self._do(reply)
+        await self.carry_out(self.routes.abandon(RouterStopping()))
         await self.channel.close(code, reason)
 
     async def ended(self) -> None:
@@ -141,7 +139,7 @@ class ClientConnection:
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
-        self.pool.directory.record(self.routes.close())
+        await self.carry_out(self.routes.client_gone())
 
     def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(work, name=name)
@@ -161,16 +159,13 @@ class ClientConnection:
         try:
             message = parse(text)
         except ProtocolError as exc:
-            await self._do(unreadable(exc))
-            return
-        if self._stopping and isinstance(message, Request):
-            await self._do(refusal(message.id, RouterStopping()))
+            await self.carry_out((refusal(exc.request_id, exc),))
             return
         passed = self.gate.inbound(message)
         if isinstance(passed, Refusal):
             await self._refuse(passed)
             return
-        await self._do(self.routes.receive_client(passed))
+        await self.carry_out(self.routes.receive_client(passed))
 
     async def _refuse(self, refusal: Refusal) -> None:
         if refusal.text is None:
@@ -179,72 +174,96 @@ class ClientConnection:
         self.metrics.client_errors.labels(str(refusal.code)).inc()
         await self.channel.send(refusal.text)  # as it is: never through gate.reply
 
-    async def _do(self, action: Action) -> None:
-        """Carry out one action of the core, after the links it needs opened or closed."""
-        for command in self.routes.link_commands():
-            if isinstance(command, OpenLink):
-                self._open_link(command)
-            else:
-                self._close_unused(command)
-        match action:  # the per-frame cases first
-            case Deliver(text, settled, changes):
-                if settled is not None:
-                    self._record(settled)
-                if changes:
-                    self.pool.directory.record(changes)
-                self.metrics.count_frame(TO_CLIENT, text)
-                await self.channel.send(text)
-            case Send(backend, text):
-                await self._send(backend, text)
-            case Reply(text, error):
-                if error is not None:  # every error the core makes passes here, once
-                    self.metrics.client_errors.labels(str(error)).inc()
-                await self.channel.send(self.gate.reply(text))
-            case Broadcast(backends, text):
-                for backend in backends:
+    async def carry_out(self, effects: Effects) -> None:
+        """Carry out the core's effects, in order (docs/architecture.md, "The effects
+        channel"): the frames, then what they opened, then what was learned."""
+        for effect in effects:
+            match effect:  # the per-frame cases first
+                case Send(backend, text):
                     await self._send(backend, text)
-            case Absorbed(settled):
-                self._record(settled)
-                self.metrics.failovers.labels("ok" if settled.resume == "ok" else "failed").inc()
-            case Handle(duty, request, session_id):
-                await self._handle(duty, request, session_id)
-            case Relocate(request, session_id, backend, tried):
-                self._relocate(request, session_id, backend, tried)
-            case Held(session_id):
-                logger.debug("holding a frame behind session %s's resume/load/close", session_id)
-            case Drop(reason):
+                case Deliver(text):
+                    self.metrics.count_frame(TO_CLIENT, text)
+                    await self.channel.send(text)
+                case Reply(text, error):
+                    if error is not None:  # every error the core makes passes here, once
+                        self.metrics.client_errors.labels(str(error)).inc()
+                    await self.channel.send(self.gate.reply(text))
+                case OpenLink():
+                    self._open_link(effect)
+                case CloseLink():
+                    self._close_unused(effect)
+                case Attach() | Detach():
+                    self.pool.directory.record((effect,))
+                case Initialize() | Place() | Locate() | AskPool() | AwaitBackend():
+                    await self._start(effect)
+                case _:
+                    self._note(effect)
+
+    def _note(
+        self, effect: Learned | Released | NotThere | ResumeSent | Resumed | FailedOver | Dropped
+    ) -> None:
+        """Record what the core learned: the replica's directory, metrics, the log."""
+        directory = self.pool.directory
+        match effect:
+            case Learned(session_id, backend, created):
+                self.pool.learn(session_id, backend, created=created)
+                if created:
+                    directory.created(backend)
+            case Released(session_id):
+                directory.released(session_id)
+            case NotThere(session_id, backend):
+                directory.forget(session_id)
+                directory.absences.add(session_id, resumed=[backend])
+            case ResumeSent(retry):
+                self.metrics.resume_attempts.labels("retry" if retry else "first").inc()
+            case Resumed(backend, result):
+                self.metrics.resumes.labels(backend, result).inc()
+            case FailedOver(result, session_id):
+                self.metrics.failovers.labels(result).inc()
+                if result != "ok":
+                    logger.warning("failover of session %s: %s", session_id, result)
+            case Dropped(reason):
                 logger.debug("dropped a frame: %s", reason)
             case _:
-                assert_never(action)
+                assert_never(effect)
 
-    def _relocate(
-        self,
-        request: Request,
-        session_id: SessionId,
-        backend: BackendId,
-        tried: tuple[BackendId, ...],
-    ) -> None:
-        """The backend did not know the session after all: forget the hint, locate again
-        among the backends not tried yet."""
-        self.metrics.resumes.labels(backend, "not_found").inc()
-        self.pool.directory.forget(session_id)
-        self.pool.directory.absences.add(session_id, resumed=[backend])
-        self._spawn(self._locate(request, session_id, tried), "relocate")
-
-    def _record(self, settled: Settled) -> None:
-        """Record what a backend's answer changed, as the routing core reported it."""
-        if settled.resume is not None:
-            self.metrics.resumes.labels(settled.backend, settled.resume).inc()
-        directory = self.pool.directory
-        if settled.learned is not None:
-            created = settled.call.request.method in acp.CREATING
-            self.pool.learn(settled.learned, settled.backend, created=created)
-            if created and settled.changes:
-                directory.created(settled.backend)
-        if settled.changes:  # most answers change nothing (a prompt's): no pulse then
-            directory.record(settled.changes)
-        if settled.released is not None:
-            directory.released(settled.released)
+    async def _start(self, work: Initialize | Place | Locate | AskPool | AwaitBackend) -> None:
+        """Start what waits on the pool; its outcome goes back to the core."""
+        match work:
+            case Initialize(request):
+                capabilities = self.gate.capabilities(self.pool.capabilities())
+                only = self.pool.only_backend()
+                await self.carry_out(self.routes.initialized(request.id, capabilities, only))
+            case Place(request):
+                try:
+                    backend = self.pool.place_new()
+                except JsonRpcError as exc:
+                    await self.carry_out(self.routes.fail(request.id, exc))
+                    return
+                await self.carry_out(self.routes.placed(request.id, backend))
+            case Locate(request, session_id, tried, internal):
+                if internal:
+                    logger.info("failing over session %s", session_id)
+                elif not tried:  # the link it will most likely need opens while it runs
+                    likely = self.pool.likely(session_id)
+                    if likely is not None:
+                        await self.carry_out(self.routes.open_ahead(request.id, likely))
+                self._spawn(self._locate(request, session_id, tried), "locate")
+            case AskPool(Query.STATUS, request, session_id):
+                assert session_id is not None
+                self._spawn(
+                    self._answer(request.id, self.pool.queries.status(session_id)), "status"
+                )
+            case AskPool(_, request, _):  # Query.LIST
+                # the two members the listing reads, not the whole params a client sent
+                asked = {"cwd": request.param("cwd"), "cursor": request.param("cursor")}
+                self._spawn(
+                    self._answer(request.id, self.pool.queries.list_sessions(asked)), "list"
+                )
+            case AwaitBackend(backend, sessions):
+                self._spawn(self._await_backend(backend, sessions), "failover")
+            case _:
+                assert_never(work)
 
     async def _send(self, backend: BackendId, text: str) -> None:
         """Queue ``text`` on the link to ``backend`` (the core opened it): never waits on
@@ -257,86 +276,22 @@ class ClientConnection:
         if not await link.forward(text):
             await self._lose(link, link.ended or "closed")
 
-    async def _fail(self, request_id: RequestId, error: JsonRpcError | ErrorObject) -> None:
-        reply = self.routes.end(request_id, error)
-        if reply is None:  # a failover's resume: nowhere to resume the session
-            self.metrics.failovers.labels("failed").inc()
-            logger.warning("failover found no home: %s", getattr(error, "message", error))
-        else:
-            await self._do(reply)
-        await self._release_held()
-
-    async def _release_held(self) -> None:
-        """Carry out the frames the core held behind a resume, load or close that is now
-        answered: one at a time, each reaching its backend link's FIFO before the next is
-        taken, so the session's frames leave in the order they came."""
-        while (action := self.routes.release()) is not None:
-            await self._do(action)
-
-    # -- requests the router answers or routes itself ------------------------------------------------
-
-    async def _handle(self, duty: Duty, request: Request, session_id: SessionId | None) -> None:
-        if duty is Duty.INITIALIZE:
-            capabilities = self.gate.capabilities(self.pool.capabilities())
-            only = self.pool.only_backend()
-            if only is not None:
-                # a pool of one: whatever this client does next goes there, so its link
-                # opens now rather than on its first frame
-                self.routes.open_ahead(None, only)
-            await self._do(self.routes.answer(request.id, capabilities))
-        elif duty in (Duty.PLACE, Duty.AUTHENTICATE):  # where a new session would go now
-            try:
-                backend = self.pool.place_new()
-            except JsonRpcError as exc:
-                await self._fail(request.id, exc)
-                return
-            if duty is Duty.PLACE:
-                await self._do(self.routes.forward(request.id, backend))
-            else:  # no link yet: the one backend the authenticate goes to
-                await self._do(self.routes.authenticate_on(request.id, backend))
-        elif duty in _LOCATING and (over := self._over_locate_budget(request)) is not None:
-            await self._fail(request.id, over)
-        elif duty is Duty.STATUS:
-            assert session_id is not None
-            status = self.pool.queries.status(session_id)
-            self._spawn(self._answer(request.id, status), "status")
-        elif duty is Duty.LIST:
-            # the two members the listing reads, not the whole params a client sent
-            asked = {"cwd": request.param("cwd"), "cursor": request.param("cursor")}
-            listed = self.pool.queries.list_sessions(asked)
-            self._spawn(self._answer(request.id, listed), "list")
-        else:  # LOCATE, LOCATE_DETACHED
-            assert session_id is not None
-            self._open_ahead(request, session_id)
-            self._spawn(self._locate(request, session_id), "locate")
-
-    def _over_locate_budget(self, request: Request) -> TooManyLocates | None:
-        """Why a request the core sends to be located (or to the pool's status) may not
-        be, if the client is over its budget; a failover's resume is the router's own."""
-        call = self.routes.calls.get(request.id)
-        if call is not None and call.internal:
-            return None
-        try:
-            self.gate.count_locate()
-        except TooManyLocates as exc:
-            return exc
-        return None
+    # -- work that waits on the pool -----------------------------------------------------------------
 
     async def _answer(self, request_id: RequestId, work: Coroutine[Any, Any, Any]) -> None:
         try:
             result = await work
         except JsonRpcError as exc:
-            await self._fail(request_id, exc)
+            await self.carry_out(self.routes.fail(request_id, exc))
             return
         except BackendRefused as exc:
-            await self._fail(request_id, exc.error)
+            await self.carry_out(self.routes.fail(request_id, exc.error))
             return
         except Exception:  # a request task's boundary: the client still gets one answer
             logger.exception("request %r failed inside the router", request_id)
-            await self._fail(request_id, InternalError())
+            await self.carry_out(self.routes.fail(request_id, InternalError()))
             return
-        await self._do(self.routes.answer(request_id, result))
-        await self._release_held()
+        await self.carry_out(self.routes.answer(request_id, result))
 
     async def _locate(
         self, request: Request, session_id: SessionId, tried: tuple[BackendId, ...] = ()
@@ -345,51 +300,22 @@ class ClientConnection:
         try:
             located = await self.pool.locator.locate(session_id, tried)
         except JsonRpcError as exc:
-            await self._fail(request.id, exc)
+            await self.carry_out(self.routes.fail(request.id, exc))
             return
         except Exception:  # a request task's boundary: the client still gets one answer
             logger.exception("locating %s failed inside the router", session_id)
-            await self._fail(request.id, InternalError())
+            await self.carry_out(self.routes.fail(request.id, InternalError()))
             return
-        if request.id in self.routes.calls:  # still wanted
-            if request.method in acp.ATTACHING:
-                self.metrics.resume_attempts.labels("retry" if tried else "first").inc()
-            await self._do(self.routes.forward(request.id, located.backend))
+        await self.carry_out(self.routes.located(request.id, located.backend))
 
-    async def _fail_over(self, backend: BackendId, sessions: tuple[SessionId, ...]) -> None:
-        """Resume ``sessions`` (their link to ``backend`` was lost) where they live, once
-        ``backend`` is known to be back (then there) or gone (then where the pool knows
-        them); their frames wait until then ([failover])."""
+    async def _await_backend(self, backend: BackendId, sessions: tuple[SessionId, ...]) -> None:
+        """Wait until ``backend`` is known to be back or gone, up to ``failover.wait_ms``,
+        and tell the core (its failover decides: [failover])."""
         wait = self.pool.settings.failover.wait_ms / 1000
         health = await self.pool.settled(backend, wait)
-        for session_id in sessions:
-            if health is Health.UNKNOWN:
-                self.metrics.failovers.labels("timeout").inc()
-                self.routes.give_up_failover(session_id)
-                await self._release_held()
-                continue
-            handle = self.routes.fail_over(session_id)
-            if handle is not None:
-                logger.info("failing over session %s from backend %s", session_id, backend)
-                self._spawn(self._locate(handle.request, session_id), "failover-locate")
+        await self.carry_out(self.routes.backend_known(backend, sessions, health))
 
     # -- backend links -------------------------------------------------------------------------------
-
-    def _open_ahead(self, request: Request, session_id: SessionId) -> None:
-        """Have the core open the link a resume of ``session_id`` will most likely need
-        (:meth:`Pool.likely`) while the locate runs, instead of after it: a resume from a
-        fresh connection then costs max(locate, link opening) plus the forward, not their
-        sum (bench locate: the opening is ~60 % of such a resume at one backend).
-
-        Nothing is shared: the link is this connection's own, as if opened by its first
-        frame, and carries nothing until the core routes a frame there, so isolation
-        (no other client's frame on it) and order (its outbox is FIFO from the first
-        frame) are what they were. A wrong guess costs one link opened and closed (the
-        core closes it when the call settles elsewhere).
-        """
-        backend = self.pool.likely(session_id)
-        if backend is not None:
-            self.routes.open_ahead(request.id, backend)
 
     def _close_unused(self, command: CloseLink) -> None:
         """Close a link the core opened ahead and did not need, quietly (nothing was
@@ -453,15 +379,13 @@ class ClientConnection:
             if self.links.get(backend) is not link:  # a link given up says nothing more
                 return
             message = self.gate.outbound(message, backend)
-            if routes.relays(message) and not routes.links_changed():
+            if routes.relays(message):
                 # nearly every frame from a backend (an update): delivered as it came,
-                # what _do would do with receive_backend's Deliver, with nothing built
+                # what carry_out would do with receive_backend's Deliver, with nothing built
                 metrics.count_frame(TO_CLIENT, message.text)
                 await channel.send(message.text)
             else:
-                await self._do(routes.receive_backend(backend, message))
-            if routes.any_released():
-                await self._release_held()
+                await self.carry_out(routes.receive_backend(backend, message))
 
         return route
 
@@ -476,17 +400,4 @@ class ClientConnection:
         logger.warning(
             "link to backend %s ended: %s", link.backend, reason, extra={"outcome": reason}
         )
-        lost = self.routes.backend_lost(link.backend, refused, reason)
-        self.pool.directory.record(lost.detached)
-        for call in lost.calls:
-            if call.request.method in acp.ATTACHING:
-                self.metrics.resumes.labels(link.backend, "link_lost").inc()
-            if call.internal:
-                self.metrics.failovers.labels("failed").inc()
-        if lost.orphaned:
-            self._spawn(self._fail_over(link.backend, lost.orphaned), "failover")
-        for cancel in lost.withdrawn:
-            await self.channel.send(cancel.text)
-        for reply in lost.replies:
-            await self._do(reply)
-        await self._release_held()
+        await self.carry_out(self.routes.backend_lost(link.backend, refused, reason))

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 from cachetools import TTLCache
 
-from router.core.actions import Attach, Change
+from router.core.effects import Attach, Change
 from router.core.hints import Absences, Hint, LocationCache
 from router.core.placement import Node, Spread
 from router.protocol.acp import StatusAnswer

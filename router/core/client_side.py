@@ -1,0 +1,499 @@
+"""One client connection's routing state, and the routing of what its client sends, sans-I/O.
+
+Rules this module keeps:
+
+1. Every client request is recorded in ``calls`` when it arrives and leaves it when
+   exactly one answer goes back: the backend's response, or an error the router makes
+   (:meth:`ClientRoutes.answer`, :meth:`ClientRoutes.fail`,
+   :meth:`ClientRoutes.backend_lost`, :meth:`ClientRoutes.abandon`). A request id
+   already in flight is refused, and so is one in the router's own id space
+   (``acp-router:...``), in a request or named by a ``$/cancel_request``.
+2. Client request ids travel to backends unchanged: each backend link belongs to one
+   client connection, so they cannot collide there. Agent→client request ids are
+   rewritten to router-assigned integers (:mod:`router.core.agent_requests`).
+3. Frames are forwarded as the text they arrived in; only ids are spliced.
+   ``authenticate`` is forwarded truthfully (:mod:`router.core.authentication`).
+4. Per-session order (:mod:`router.core.phases`): frames for a held session wait, and
+   are routed, in arrival order, as soon as its holder settles, within the same call.
+5. The links to backends are the core's to open and close (:mod:`router.core.links`).
+6. One channel: every entry point returns one ordered tuple of
+   :mod:`~router.core.effects`, which the shell carries out in order; nothing here does
+   I/O or reads a clock.
+
+What a backend sends is :mod:`router.core.backend_side`; failover is
+:mod:`router.core.failover`; which requests cost a locate is :mod:`router.core.quotas`;
+:class:`router.core.routes.ClientRoutes` puts them together for the shell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from router.core import quotas
+from router.core.agent_requests import AgentRequests
+from router.core.authentication import Authentication
+from router.core.effects import (
+    NOTHING,
+    AskPool,
+    Dropped,
+    Effect,
+    Effects,
+    FailedOver,
+    Initialize,
+    Locate,
+    OpenLink,
+    Place,
+    Query,
+    Reply,
+    ResumeSent,
+    Send,
+    refusal,
+)
+from router.core.links import Links
+from router.core.phases import Frame, SessionTable
+from router.protocol import acp
+from router.protocol.errors import (
+    ErrorObject,
+    InvalidParams,
+    InvalidRequest,
+    JsonRpcError,
+    MethodNotFound,
+    RouterStopping,
+    SessionNotAttached,
+    TooManyInFlight,
+    TooManySessions,
+)
+from router.protocol.ids import BackendId, RoutedId, SessionId
+from router.protocol.jsonrpc import (
+    Message,
+    Notification,
+    Request,
+    RequestId,
+    Response,
+    encode_result,
+    is_request_id,
+    replace_id,
+)
+
+#: the router's own request ids begin so (its handshake replays, forwarded
+#: ``authenticate``, a failover's resume): a client may not use one, in a request or in a
+#: ``$/cancel_request``, so that no answer meant for the router can be taken for the
+#: client's, and no client can cancel what the router asked
+RESERVED_ID_PREFIX = "acp-router:"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds on one connection's tables: calls in flight, sessions, agent requests."""
+
+    max_in_flight: int = 1024
+    #: sessions attached, counting those a call in flight may attach (a session/new,
+    #: or a resume of a session not attached here)
+    max_sessions: int = 1024
+    max_agent_requests: int = 1024
+    #: longest ``sessionId`` routed: longer ones are -32602 here, never a probe that an
+    #: agent's frame limit could turn into a dropped control link
+    max_session_id_chars: int = 1024
+    #: backends one resume/load may be forwarded to before the ``-32002`` stands: the
+    #: first, then the ones that cannot be probed, in rank order (:mod:`router.core.locate`)
+    max_resume_attempts: int = 8
+    #: ``[failover]``: a session whose link is lost is kept, its frames waiting, until
+    #: it is resumed where it lives now (:mod:`router.core.failover`)
+    failover: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCall:
+    """A client request awaiting its one answer, and where it was sent."""
+
+    request: Request
+    session_id: SessionId | None
+    backend: BackendId | None = None
+    #: backends that answered this resume/load with ``-32002``, in the order tried
+    tried: tuple[BackendId, ...] = ()
+    #: waiting behind its session's holder (not yet routed anywhere)
+    held: bool = False
+    #: made by the router itself (a failover's resume): its answer is not the client's
+    internal: bool = False
+
+
+#: the client's locate budget: raises :class:`~router.protocol.errors.TooManyLocates`
+#: when it is spent (the shell's buckets and clock; :mod:`router.core.quotas` decides
+#: which requests are charged)
+Charge = Callable[[], None]
+
+
+def _free() -> None:
+    """The budget of a connection with none."""
+
+
+class ClientSide:
+    """Which backend each session of one client connection lives on, who awaits what, and
+    where each frame from the client goes."""
+
+    def __init__(self, limits: Limits = Limits(), charge: Charge = _free) -> None:
+        self.limits = limits
+        self._charge = charge
+        #: the client's ``initialize``: replayed on every link opened
+        self.initialize: Request | None = None
+        self.auth = Authentication()
+        self.links = Links()
+        self.sessions = SessionTable()
+        self.calls: dict[RequestId, PendingCall] = {}
+        self.last_backend: BackendId | None = None
+        self.agent_requests = AgentRequests(limits.max_agent_requests)
+        self.held_notifications = 0
+        self.failovers = 0
+        #: the router is stopping: every request gets RouterStopping
+        self.stopping = False
+
+    @property
+    def authenticate(self) -> Request | None:
+        """The ``authenticate`` every backend it went to accepted (replayed on new links)."""
+        return self.auth.accepted
+
+    def attached(self) -> dict[SessionId, BackendId]:
+        """Every session attached to this connection, and its backend."""
+        return self.sessions.attached()
+
+    def unanswered(self) -> list[RequestId]:
+        """Ids of client requests still awaiting an answer."""
+        return list(self.calls)
+
+    # -- from the client ---------------------------------------------------------------------
+
+    def receive_client(self, message: Message) -> Effects:
+        """Route one message from the client."""
+        if isinstance(message, Response):
+            return self._client_response(message)
+        if isinstance(message, Notification):
+            return self._client_notification(message)
+        return self._client_request(message)
+
+    def _client_request(self, request: Request) -> Effects:
+        if self.stopping:
+            return (refusal(request.id, RouterStopping()),)
+        if _reserved(request.id):
+            error = InvalidRequest(f"request ids starting with {RESERVED_ID_PREFIX!r} are reserved")
+            return (refusal(request.id, error),)
+        if request.id in self.calls:
+            error = InvalidRequest(f"request id {request.id!r} is already in flight")
+            return (refusal(request.id, error),)
+        if self._in_flight() >= self.limits.max_in_flight:
+            return (refusal(request.id, TooManyInFlight()),)
+        return self._route_or_hold(request)
+
+    def _route_or_hold(self, request: Request) -> Effects:
+        queue_of = self._held_session(request)
+        if queue_of is None:
+            return self._route_request(request)
+        self.calls[request.id] = PendingCall(request, queue_of, held=True)
+        self.sessions.wait(queue_of, request)
+        return NOTHING
+
+    def _route_request(self, request: Request) -> Effects:
+        try:
+            call, effects = self._classify(request)
+        except JsonRpcError as exc:
+            return (refusal(request.id, exc),)
+        self.calls[request.id] = call
+        session_id = call.session_id
+        if session_id is not None and request.method in acp.ATTACHING:
+            self.sessions.resume(session_id, request.id)
+        elif session_id is not None and request.method in acp.RELEASING:
+            self.sessions.close(session_id, request.id)
+        return effects
+
+    def _in_flight(self) -> int:
+        return len(self.calls) + self.held_notifications
+
+    def _held_session(self, message: Frame) -> SessionId | None:
+        """The session ``message`` must wait behind, if that session is held."""
+        if isinstance(message, Notification) and message.method == acp.CANCEL_REQUEST:
+            named = _named_request(message)
+            call = self.calls.get(named) if named is not None else None
+            return call.session_id if call is not None and call.held else None
+        if message.method not in acp.SESSION_SCOPED:
+            return None
+        session_id = acp.session_id_of(message)
+        return session_id if session_id is not None and self.sessions.holding(session_id) else None
+
+    def _classify(self, request: Request) -> tuple[PendingCall, Effects]:
+        method = request.method
+        if method == acp.INITIALIZE:
+            self.initialize = request
+            return PendingCall(request, None), (Initialize(request),)
+        if self.initialize is None:
+            raise InvalidRequest(f"send initialize before {method}")
+        if method == acp.AUTHENTICATE:
+            if any(c.request.method == acp.AUTHENTICATE for c in self.calls.values()):
+                raise InvalidRequest("an authenticate is already in flight on this connection")
+            linked = self.links.linked()
+            if not linked:
+                return PendingCall(request, None), (Place(request),)
+            return PendingCall(request, None), self._authenticate(request, linked)
+        if method == acp.SESSION_NEW:
+            self._check_room(None)
+            return PendingCall(request, None), (Place(request),)
+        if method == acp.SESSION_LIST:
+            return PendingCall(request, None), (AskPool(Query.LIST, request),)
+        if method in acp.SESSION_SCOPED:
+            return self._session_request(request)
+        if self.last_backend is None:
+            raise MethodNotFound(method)
+        return self._forwarded(request, None, self.last_backend)
+
+    def _session_request(self, request: Request) -> tuple[PendingCall, Effects]:
+        session_id = acp.session_id_of(request)
+        if session_id is None:
+            raise InvalidParams(f"{request.method} needs params.sessionId as a string")
+        if len(session_id) > self.limits.max_session_id_chars:
+            raise InvalidParams(
+                f"{request.method}: params.sessionId is longer than"
+                f" {self.limits.max_session_id_chars} characters"
+            )
+        backend = self.sessions.backend(session_id)
+        call = PendingCall(request, session_id)
+        if request.method == acp.SESSION_STATUS:
+            self._charge_for(request, attached=backend is not None)
+            return call, (AskPool(Query.STATUS, request, session_id),)
+        if backend is not None:
+            return self._forwarded(request, session_id, backend)
+        if request.method in acp.ATTACHING:
+            self._check_room(session_id)
+        elif request.method not in acp.RELEASING:
+            raise SessionNotAttached(session_id)
+        self._charge_for(request, attached=False)
+        return call, (Locate(request, session_id),)
+
+    def _charge_for(self, request: Request, *, attached: bool) -> None:
+        """Spend one locate of the client's budget, if the request costs one."""
+        if quotas.costs_a_locate(request.method, attached=attached):
+            self._charge()
+
+    def _check_room(self, session_id: SessionId | None) -> None:
+        """Room for one more session: the attached ones, and those calls in flight may
+        attach, are fewer than the limit."""
+        if self.sessions.count_attached() + self._may_attach() >= self.limits.max_sessions:
+            raise TooManySessions(None, {"sessionId": session_id} if session_id else None)
+
+    def _may_attach(self) -> int:
+        """Calls in flight that attach a session not attached here when they succeed."""
+        count = 0
+        for call in self.calls.values():
+            method = call.request.method
+            if method in acp.CREATING or (
+                method in acp.ATTACHING
+                and call.session_id is not None
+                and self.sessions.backend(call.session_id) is None
+            ):
+                count += 1
+        return count
+
+    def _forwarded(
+        self, request: Request, session_id: SessionId | None, backend: BackendId
+    ) -> tuple[PendingCall, Effects]:
+        return PendingCall(request, session_id, backend), self.send(backend, request.text)
+
+    def send(self, backend: BackendId, text: str) -> Effects:
+        """Route ``text`` to ``backend``, opening the connection's link there first."""
+        self.last_backend = backend
+        if self.links.used(backend):
+            return (Send(backend, text),)
+        return (self._open_link(backend), Send(backend, text))
+
+    def _open_link(self, backend: BackendId, ahead_for: RequestId | None = None) -> OpenLink:
+        """Open the link to ``backend``: a link that opens during an ``authenticate``
+        round joins it."""
+        assert self.initialize is not None  # nothing is routed before initialize
+        first = self.auth.join(backend)
+        return self.links.open(
+            backend, self.initialize, self.auth.accepted, first, ahead_for=ahead_for
+        )
+
+    def open_ahead(self, request_id: RequestId | None, backend: BackendId) -> Effects:
+        """Open the link to ``backend`` now, ahead of need: where the call ``request_id``
+        (a resume or load being located; None: no call, a pool of one at ``initialize``)
+        will most likely go. Closed again when the call settles elsewhere, if nothing
+        was routed on it; nothing happens when the link is open already."""
+        if self.initialize is None or backend in self.links:
+            return NOTHING
+        return (self._open_link(backend, ahead_for=request_id),)
+
+    def _client_notification(self, note: Notification) -> Effects:
+        queue_of = self._held_session(note)
+        if queue_of is None:
+            return self._route_notification(note)
+        if self._in_flight() >= self.limits.max_in_flight:
+            return (Dropped(f"{note.method}: too many frames held on this connection"),)
+        self.sessions.wait(queue_of, note)
+        self.held_notifications += 1
+        return NOTHING
+
+    def _route_notification(self, note: Notification) -> Effects:
+        if note.method == acp.CANCEL_REQUEST:
+            named = _named_request(note)
+            if named is not None and _reserved(named):
+                error = InvalidRequest(
+                    f"request ids starting with {RESERVED_ID_PREFIX!r} are reserved"
+                )
+                return (refusal(None, error),)
+            call = self.calls.get(named) if named is not None else None
+            if call is None or call.backend is None:
+                return (Dropped("$/cancel_request names no request forwarded to a backend"),)
+            return self.send(call.backend, note.text)
+        if note.method in acp.SESSION_SCOPED:
+            session_id = acp.session_id_of(note)
+            backend = self.sessions.backend(session_id) if session_id else None
+            if backend is None:
+                return (Dropped(f"{note.method} for a session not attached to this connection"),)
+            return self.send(backend, note.text)
+        if self.last_backend is None:
+            return (Dropped(f"{note.method} with no backend to send it to"),)
+        return self.send(self.last_backend, note.text)
+
+    def _client_response(self, response: Response) -> Effects:
+        entry = (
+            self.agent_requests.answered(RoutedId(response.id))
+            if isinstance(response.id, int)
+            else None
+        )
+        if entry is None:
+            return (Dropped("a reply to no agent request"),)
+        backend, original_id = entry
+        return (Send(backend, replace_id(response.text, original_id)),)
+
+    # -- what the shell found out --------------------------------------------------------------
+
+    def initialized(
+        self, request_id: RequestId, capabilities: Any, only: BackendId | None = None
+    ) -> Effects:
+        """Answer ``initialize`` with what the router advertises; in a pool of one
+        (``only``), whatever the client does next goes there, so its link opens now."""
+        ahead = self.open_ahead(None, only) if only is not None else NOTHING
+        return (*ahead, *self.answer(request_id, capabilities))
+
+    def placed(self, request_id: RequestId, backend: BackendId) -> Effects:
+        """:class:`~router.core.effects.Place`: a new session (or, on a connection with
+        no link yet, its ``authenticate``) goes to ``backend``."""
+        call = self.calls.get(request_id)
+        if call is None:  # answered meanwhile (the router is stopping)
+            return NOTHING
+        if call.request.method == acp.AUTHENTICATE:
+            return self._authenticate(call.request, [backend])
+        return self.located(request_id, backend)
+
+    def located(self, request_id: RequestId, backend: BackendId) -> Effects:
+        """:class:`~router.core.effects.Locate` found ``backend``: forward the call there
+        (a link opened ahead elsewhere for it is closed)."""
+        call = self.calls.get(request_id)
+        if call is None:  # answered meanwhile (the router is stopping)
+            return NOTHING
+        self.calls[request_id] = replace(call, backend=backend)
+        sent = self.send(backend, call.request.text)
+        closed = self.links.settled(request_id)
+        if call.request.method in acp.ATTACHING:
+            return (ResumeSent(retry=bool(call.tried)), *sent, *closed)
+        return (*sent, *closed)
+
+    def _authenticate(self, request: Request, targets: list[BackendId]) -> Effects:
+        opened = tuple(self._open_link(b) for b in targets if not self.links.used(b))
+        auth_round = self.auth.begin(request, targets)
+        return (*opened, *(Send(b, auth_round.text) for b in targets))
+
+    def answer(self, request_id: RequestId, result: Any) -> Effects:
+        """The router's own answer to a call in flight (nothing, once it was answered)."""
+        if request_id not in self.calls:
+            return (Dropped(f"an answer to {request_id!r}, answered already"),)
+        return self.conclude(request_id, (Reply(encode_result(request_id, result)),))
+
+    def fail(self, request_id: RequestId, error: JsonRpcError | ErrorObject) -> Effects:
+        """The router's error answer to a call in flight; for a call the router made
+        itself, its quiet end (nothing, once it was answered)."""
+        call = self.calls.get(request_id)
+        if call is None:
+            return (Dropped(f"an error for {request_id!r}, answered already"),)
+        if call.internal:
+            return self.conclude(request_id, (FailedOver("failed", call.session_id),))
+        return self.conclude(request_id, (refusal(request_id, error),))
+
+    def conclude(
+        self, request_id: RequestId, answered: Effects, attach_to: BackendId | None = None
+    ) -> Effects:
+        """``request_id`` is answered with ``answered``: forget the call, close a link
+        opened ahead for it that nothing used, attach its session to ``attach_to`` (a
+        resume or load that succeeded; not past the session limit), and route the
+        frames that waited behind it, in that order."""
+        call = self.calls.pop(request_id)
+        closed = self.links.settled(request_id)
+        session_id = call.session_id
+        if session_id is None:
+            return (*closed, *answered)
+        if attach_to is not None and not self.room_for(session_id):
+            attach_to = None  # the backend holds it for us, but nothing more is routed
+        changes, waiting = self.sessions.settle(session_id, request_id, attach_to, call.request)
+        return (*closed, *changes, *answered, *self._rerun(waiting))
+
+    def room_for(self, session_id: SessionId) -> bool:
+        """Whether ``session_id`` may be attached here: it is, or the limit is not reached."""
+        return (
+            self.sessions.backend(session_id) is not None
+            or self.sessions.count_attached() < self.limits.max_sessions
+        )
+
+    def release(self, session_id: SessionId, holder: RequestId) -> Effects:
+        """If ``holder`` held ``session_id``, it holds it no more: route the frames that
+        waited."""
+        _, waiting = self.sessions.settle(session_id, holder)
+        return self._rerun(waiting)
+
+    def _rerun(self, waiting: Iterable[Frame] | None) -> Effects:
+        """Route frames that waited, in arrival order, as if they had just arrived (one
+        may hold the session again: those behind it wait on)."""
+        if not waiting:
+            return NOTHING
+        effects: list[Effect] = []
+        for frame in waiting:
+            if isinstance(frame, Notification):
+                self.held_notifications -= 1
+                effects += self._client_notification(frame)
+            else:
+                del self.calls[frame.id]
+                effects += self._route_or_hold(frame)
+        return tuple(effects)
+
+    # -- the end -------------------------------------------------------------------------------
+
+    def client_gone(self) -> Effects:
+        """The client connection is gone: every session is detached."""
+        return self.sessions.detach_all()
+
+    def abandon(self, error: JsonRpcError) -> Effects:
+        """The connection is about to close (the router is stopping): answer every request
+        still in flight with ``error``, held ones included, withdraw every agent request
+        the client was still answering, and refuse every request from now on."""
+        self.stopping = True
+        self.held_notifications = 0
+        self.sessions.drop_waiting()
+        self.auth.round = None
+        effects: list[Effect] = []
+        for request_id in list(self.calls):
+            call = self.calls.pop(request_id)
+            effects += self.links.settled(request_id)
+            if not call.internal:
+                effects.append(refusal(request_id, error))
+        for backend in self.links.linked():
+            effects += self.agent_requests.withdraw(backend)
+        return tuple(effects)
+
+
+def _reserved(request_id: RequestId) -> bool:
+    return isinstance(request_id, str) and request_id.startswith(RESERVED_ID_PREFIX)
+
+
+def _named_request(note: Notification) -> RequestId | None:
+    """The id a ``$/cancel_request`` names, when it is one (not a list, ``true`` or ``1.0``)."""
+    named = note.param("requestId")
+    return named if is_request_id(named) else None

@@ -1,0 +1,258 @@
+"""What the routing core of one client connection tells its shell to do: effects.
+
+Every entry point of :class:`~router.core.routes.ClientRoutes` returns one ordered tuple of
+:data:`Effect` values, and the shell carries them out in that order and does nothing
+else (docs/architecture.md, "The effects channel"). Four kinds:
+
+* frames to write: :class:`Reply` (the router's own message to the client),
+  :class:`Deliver` (a backend's frame to the client), :class:`Send` (a frame to a backend
+  on this connection's link to it);
+* links to open and close: :class:`OpenLink`, :class:`CloseLink`; an ``OpenLink`` always
+  comes before the first ``Send`` on that link;
+* work that waits on the pool, whose outcome the shell hands back to the core:
+  :class:`Initialize`, :class:`Place`, :class:`Locate`, :class:`AskPool`,
+  :class:`AwaitBackend`;
+* what the router learned, for the shell to record (the replica's directory, metrics,
+  the log): :class:`Attach`, :class:`Detach`, :class:`Learned`, :class:`Released`,
+  :class:`NotThere`, :class:`ResumeSent`, :class:`Resumed`, :class:`FailedOver`,
+  :class:`Dropped`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Literal
+
+from router.protocol.errors import ErrorObject, JsonRpcError
+from router.protocol.ids import BackendId, SessionId
+from router.protocol.jsonrpc import Request, RequestId, encode_error
+
+# -- frames ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Write ``text``, a message the router made, to the client.
+
+    ``error`` is the JSON-RPC code when it is an error answer (the shell counts it in
+    ``acp_router_client_errors_total{code}``).
+    """
+
+    text: str
+    error: int | None = None
+
+
+def refusal(request_id: RequestId | None, error: JsonRpcError | ErrorObject) -> Reply:
+    """The router's own error answer to ``request_id``: the one way such answers are made.
+
+    ``error`` is the router's, or a backend's that the router answers in its name (a
+    replayed handshake step the backend refused, so the request never reached it).
+    """
+    return Reply(encode_error(request_id, error), error.code)
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """Write a backend's frame ``text`` to the client, as it came (ids spliced)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Write ``text`` to ``backend`` on this connection's link to it."""
+
+    backend: BackendId
+    text: str
+
+
+# -- links -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OpenLink:
+    """Open this connection's link to ``backend``: replay ``initialize`` (and the accepted
+    ``authenticate``), then send ``first`` before anything routed there."""
+
+    backend: BackendId
+    initialize: Request
+    authenticate: Request | None = None
+    first: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CloseLink:
+    """Close this connection's link to ``backend`` quietly: nothing was ever routed on it,
+    so nothing is owed (a link opened ahead that the call did not need)."""
+
+    backend: BackendId
+    reason: str
+
+
+# -- work that waits on the pool ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Initialize:
+    """Answer the client's ``initialize``: the shell brings what the pool advertises and
+    the pool's only backend (:meth:`~router.core.routes.ClientRoutes.initialized`)."""
+
+    request: Request
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Choose the backend a new session would go to now, for ``request`` (a
+    ``session/new``, or an ``authenticate`` on a connection with no link yet); then
+    :meth:`~router.core.routes.ClientRoutes.placed`, or ``fail``."""
+
+    request: Request
+
+
+@dataclass(frozen=True, slots=True)
+class Locate:
+    """Find where ``session_id`` lives, skipping the backends in ``tried`` (they answered
+    this call ``-32002``); then :meth:`~router.core.routes.ClientRoutes.located`, or
+    ``fail``. The router's own calls (a failover's resume) are ``internal``."""
+
+    request: Request
+    session_id: SessionId
+    tried: tuple[BackendId, ...] = ()
+    internal: bool = False
+
+
+class Query(enum.Enum):
+    """The pool-wide requests the router answers itself."""
+
+    STATUS = "status"  # session/status
+    LIST = "list"  # session/list
+
+
+@dataclass(frozen=True, slots=True)
+class AskPool:
+    """Answer ``request`` from the whole pool (``query``); then ``answer`` or ``fail``."""
+
+    query: Query
+    request: Request
+    session_id: SessionId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitBackend:
+    """``sessions`` lost their link to ``backend`` and wait for a failover: once the
+    backend is known to be back, or gone, or the wait is over, the shell hands its health
+    to :meth:`~router.core.routes.ClientRoutes.backend_known`."""
+
+    backend: BackendId
+    sessions: tuple[SessionId, ...]
+
+
+# -- what the router learned -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Attach:
+    """``session_id`` is now routed to ``backend`` on this connection."""
+
+    session_id: SessionId
+    backend: BackendId
+
+
+@dataclass(frozen=True, slots=True)
+class Detach:
+    """``session_id`` is no longer routed to ``backend`` on this connection."""
+
+    session_id: SessionId
+    backend: BackendId
+
+
+Change = Attach | Detach
+
+
+@dataclass(frozen=True, slots=True)
+class Learned:
+    """An answer shows ``session_id`` living on ``backend`` (a location worth keeping);
+    ``created``: it made the session there (a new id lives nowhere else)."""
+
+    session_id: SessionId
+    backend: BackendId
+    created: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """``session_id`` was closed through this router: it weighs on no backend now."""
+
+    session_id: SessionId
+
+
+@dataclass(frozen=True, slots=True)
+class NotThere:
+    """``backend`` answered a forwarded resume of ``session_id`` with ``-32002``: the
+    location hint was wrong, and the backend is to be skipped for a while."""
+
+    session_id: SessionId
+    backend: BackendId
+
+
+#: What a forwarded ``session/resume`` or ``session/load`` came to (a metric label).
+ResumeResult = Literal["ok", "not_found", "error", "link_lost"]
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeSent:
+    """A resume or load goes out; ``retry``: located again after a ``-32002``."""
+
+    retry: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """A resume or load forwarded to ``backend`` came to ``result``."""
+
+    backend: BackendId
+    result: ResumeResult
+
+
+@dataclass(frozen=True, slots=True)
+class FailedOver:
+    """A failover's resume came to ``result``: ``ok``, ``failed`` or ``timeout``."""
+
+    result: Literal["ok", "failed", "timeout"]
+    session_id: SessionId | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """A frame was ignored, for ``reason`` (logged at debug level)."""
+
+    reason: str
+
+
+Effect = (
+    Reply
+    | Deliver
+    | Send
+    | OpenLink
+    | CloseLink
+    | Initialize
+    | Place
+    | Locate
+    | AskPool
+    | AwaitBackend
+    | Attach
+    | Detach
+    | Learned
+    | Released
+    | NotThere
+    | ResumeSent
+    | Resumed
+    | FailedOver
+    | Dropped
+)
+
+#: what every entry point of the core returns
+Effects = tuple[Effect, ...]
+
+NOTHING: Effects = ()
