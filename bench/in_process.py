@@ -13,7 +13,7 @@ from router.server.accepting import listen
 from router.server.app import GUARD, POOL, app_runner, create_app
 from router.server.config import settings_from
 from router.server.metrics import Metrics
-from router.server.pool import Pool
+from router.server.pool.backends import Pool
 
 #: how long the backends may take to come up
 UP_SECONDS = 60

@@ -21,10 +21,11 @@ from aiohttp import web
 from router.core.health import Health
 from router.protocol.ids import BackendId
 from router.server.accepting import listen
-from router.server.app import GUARD, POOL, app_runner, create_app
+from router.server.app import GUARD, POOL, UPSTREAM, app_runner, create_app
 from router.server.config import Settings, settings_from
 from router.server.metrics import Metrics
-from router.server.pool import Pool
+from router.server.pool.backends import Pool
+from router.server.pool.upstream import Upstream
 from router.server.tls import server_context
 from tests.support import WAIT, AgentProcess, start_agent
 
@@ -40,6 +41,10 @@ class RouterUnderTest:
         return self.app[POOL]
 
     @property
+    def upstream(self) -> Upstream:
+        return self.app[UPSTREAM]
+
+    @property
     def base(self) -> str:
         return self.url.removesuffix("/acp").replace("ws", "http", 1)
 
@@ -50,14 +55,14 @@ class RouterUnderTest:
         """Wait until no session is attached on any connection (the clients have left)."""
         async with asyncio.timeout(WAIT):
             while sum(self.pool.directory.attached.values()):
-                await self.pool.directory.attached_changed.wait()
+                await self.pool.attached_changed.wait()
 
     async def wait_pinned(self, pinned: dict[str, int]) -> None:
         """Wait until exactly the client connections in ``pinned`` hold links to each
         backend (``Pool.pinned``)."""
         async with asyncio.timeout(WAIT):
             while self.pool.directory.pinned != pinned:
-                await self.pool.directory.pinned_changed.wait()
+                await self.pool.pinned_changed.wait()
 
     async def wait_health(self, backend: str, health: Health) -> None:
         """Wait until ``backend`` is in ``health`` (the pool re-reads it on every event)."""

@@ -256,7 +256,7 @@ async def test_a_second_active_instance_is_seen_by_the_audit_once_the_hint_needs
             await _resume_through(router, "sess_split")  # a fan-out finds it on "a"
             assert _probes(router, names) == 3
             rogue["active"] = True
-            audited = router.pool.locator.audit.audited
+            audited = router.upstream.locator.audit.audited
             async with asyncio.timeout(WAIT):
                 audit_done = asyncio.ensure_future(audited.wait())
                 await _resume_through(router, "sess_split")

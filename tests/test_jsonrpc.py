@@ -11,6 +11,7 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 
 from router.protocol.errors import (
+    ErrorObject,
     InvalidRequest,
     NestingTooDeep,
     ParseError,
@@ -18,7 +19,6 @@ from router.protocol.errors import (
     SessionNotFound,
 )
 from router.protocol.jsonrpc import (
-    ErrorObject,
     Notification,
     Request,
     RequestTemplate,

@@ -25,9 +25,14 @@ from router.core.locate import (
     pool_status,
 )
 from router.protocol.acp import ProbeResult, StatusAnswer, classify_status, read_status
-from router.protocol.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
+from router.protocol.errors import (
+    ErrorObject,
+    LocateInconclusive,
+    NoBackendAvailable,
+    SessionNotFound,
+)
 from router.protocol.ids import BackendId, SessionId
-from router.protocol.jsonrpc import ErrorObject, Response
+from router.protocol.jsonrpc import Response
 
 ACTIVE = ProbeResult.ACTIVE
 INACTIVE = ProbeResult.INACTIVE

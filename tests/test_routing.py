@@ -15,7 +15,6 @@ from typing import Any
 import orjson
 import pytest
 from hypothesis import given, settings, strategies as st
-
 from router.core.actions import (
     Absorbed,
     Action,
@@ -34,6 +33,7 @@ from router.core.actions import (
     Reply,
     Send,
 )
+
 from router.core.routes import ClientRoutes, Limits
 from router.protocol import acp
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable

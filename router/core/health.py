@@ -198,3 +198,39 @@ def _answered(
         )
     lost = (lapsed and state.seen) or (restarted and health is not Health.GONE)
     return Transition(after, lost_memory=lost, restarted=restarted)
+
+
+# -- what the shell's waits and probe rounds mean ---------------------------------------------------
+
+
+def after_probe(state: BackendState, *, answered: bool, timed_out: bool) -> Event | None:
+    """What one probe of a backend says about it: an up backend whose control link took
+    the probe and said nothing by the deadline is silent (a frozen process: it accepts
+    TCP and answers nothing) until any probe is answered again; None when it changes
+    nothing (a probe its link refused says nothing about the process)."""
+    if answered and state.silent:
+        return ProbeHeard()
+    if timed_out and not state.silent and state.health is Health.UP:
+        return ProbeSilent()
+    return None
+
+
+def lapses_at(state: BackendState, grace: float) -> float | None:
+    """When an unknown backend turns gone by itself (no link of any kind alive for the
+    grace), on the shell's clock; None when only an event can change its health (it is
+    up, silent, gone, or a client link to it is alive). A wait for its health wakes at
+    this time at the latest, and never before ``now``: a wait with nothing to wait for
+    but events waits for them (docs/architecture.md, "Waits")."""
+    if state.health is not Health.UNKNOWN or state.live_links:
+        return None
+    return state.since + grace
+
+
+def settled(health: Health, *, answers_probe: bool | None) -> bool:
+    """Whether a failover may stop waiting for a backend whose link was lost: it is gone
+    (its sessions are nowhere in memory), or it is up and, where it can be asked,
+    answers a probe now (a backend whose client link just broke may still look up until
+    its control link notices)."""
+    if health is Health.GONE:
+        return True
+    return health is Health.UP and answers_probe is not False

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from router import __version__
 from router.protocol import acp
-from router.protocol.errors import InvalidParams
+from router.protocol.errors import InvalidParams, LocateInconclusive
 from router.protocol.ids import BackendId
 from router.protocol.jsontext import dumps, loads
 
@@ -93,6 +93,32 @@ class ListPage:
         if following:
             merged["nextCursor"] = _encode_cursor(following)
         return merged
+
+
+def listed(
+    page: ListPage,
+    results: Mapping[BackendId, Any],
+    silent: Collection[BackendId],
+    members: Sequence[BackendId],
+    listable: Collection[BackendId],
+) -> dict[str, Any]:
+    """The router's ``session/list`` answer from the backends' ``results``.
+
+    A backend that did not answer in time (``silent``) is left out of the page and
+    named in ``_meta.unlistedBackends``, in pool order, with the other ``members`` the
+    router could not ask (not ``listable``: not up, or not listing); when no backend
+    that lists answered, the client gets the retryable ``-32012``.
+    """
+    if silent and not results:
+        raise LocateInconclusive(
+            "No agent backend answered session/list in time; retry later",
+            {"backends": list(silent)},
+        )
+    merged = page.merge(results)
+    missing = [b for b in members if b not in listable or b in silent]
+    if missing:  # their sessions are missing from the page: say whose
+        merged["_meta"] = {"unlistedBackends": missing}
+    return merged
 
 
 def _list(value: Any) -> list[Any]:

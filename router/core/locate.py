@@ -299,6 +299,37 @@ def _held_in_maintenance(session_id: str, backend: BackendId) -> LocateInconclus
     )
 
 
+# -- hints: what a locate, or an answer, leaves for the next one -----------------------------------
+
+
+def hint_after(round_: LocateRound, located: Located) -> float | bool | None:
+    """Whether a locate leaves a hint at ``located.backend``, and when a fan-out last
+    confirmed it there: the confirmation time (None: never confirmed), or False when
+    the hint it used stays as it was (a hit on a recent confirmation changes nothing)."""
+    if round_.stage is Stage.HIT and round_.checked is None:
+        return False
+    return round_.checked
+
+
+def hint_after_answer(
+    previous: Hint | None, backend: BackendId, created: bool, now: float
+) -> float | None:
+    """When the hint a backend's answer leaves (the session lives on ``backend``) counts
+    as confirmed: a session it just ``created`` lives nowhere else (its id is new),
+    which is as good as a fan-out at ``now``; otherwise it keeps the confirmation the
+    previous hint had, if that named the same backend."""
+    if created:
+        return now
+    return previous.checked if previous is not None and previous.backend == backend else None
+
+
+def lasting(*, has_status: bool) -> bool:
+    """A hint to a backend that cannot be probed is the router's only memory of where the
+    session is, so it lasts (``cache.remember_seconds``); others are guesses that a
+    probe checks (``cache.ttl_seconds``)."""
+    return not has_status
+
+
 # -- the router's own session/status -------------------------------------------------------------
 
 

@@ -155,3 +155,32 @@ def costs_a_locate(method: str, *, attached: bool) -> bool:
     if method == acp.SESSION_STATUS:
         return True
     return not attached and (method in acp.ATTACHING or method in acp.RELEASING)
+
+
+#: the audit's budget saves up at most this many rounds' worth of probes
+AUDIT_CREDIT_CAP = 4.0
+
+
+class AuditBudget:
+    """The probes the split-brain audit may spend: each locate that trusted a hint earns
+    one (the probes it did not send), and ``cache.audit_probes_per_second`` more come
+    with time, saved up to :data:`AUDIT_CREDIT_CAP` rounds' worth. So a reconnect storm
+    after a restart costs about two probes a resume, not a fan-out each."""
+
+    def __init__(self, now: float) -> None:
+        self.credit = 0.0
+        self._stamp = now
+
+    def earn(self) -> None:
+        self.credit += 1.0
+
+    def spend(self, cost: float, per_second: float, now: float) -> float:
+        """Spend ``cost`` probes (a round over the pool) if the budget covers it: 0.0;
+        otherwise nothing is spent, and the seconds until it will cover it."""
+        saved = self.credit + max(now - self._stamp, 0.0) * per_second
+        self.credit = min(saved, max(cost, 1.0) * AUDIT_CREDIT_CAP)
+        self._stamp = now
+        if self.credit < cost:
+            return (cost - self.credit) / per_second
+        self.credit -= cost
+        return 0.0

@@ -31,7 +31,7 @@ from router.core.locate import AdminState
 from router.protocol.acp import ProbeResult, StatusAnswer
 from router.protocol.ids import BackendId, SessionId
 from router.server.auth import TokenSource
-from router.server.pool import Pool
+from router.server.pool.backends import Pool
 from router.server.reload import Refused, Reloader
 
 #: sessions the page lists

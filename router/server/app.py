@@ -51,7 +51,8 @@ from router.server.config import Settings
 from router.server.discovery import Discoveries
 from router.server.gate import Gatekeeper
 from router.server.metrics import CONTENT_TYPE, Metrics, WorkersExposition
-from router.server.pool import Pool
+from router.server.pool.backends import Pool
+from router.server.pool.upstream import Upstream
 from router.server.reload import Reloader
 from router.server.shutdown import StopSignals, close_spread, reloading_on_hangup, wait_unless
 from router.server.streamable_http import Entry, HttpFront
@@ -65,7 +66,7 @@ logger = logging.getLogger(__name__)
 SETTINGS = web.AppKey("settings", Settings)
 METRICS = web.AppKey("metrics", Metrics)
 POOL = web.AppKey("pool", Pool)
-HTTP = web.AppKey("http", aiohttp.ClientSession)
+UPSTREAM = web.AppKey("upstream", Upstream)
 
 
 class OpenClients(set[ClientConnection]):
@@ -188,9 +189,9 @@ async def _pool_context(app: web.Application) -> AsyncIterator[None]:
     async with aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0), timeout=timeout
     ) as http:
-        app[HTTP] = http
-        pool = Pool(app[SETTINGS], app[METRICS], http)
-        app[POOL] = pool
+        upstream = Upstream.of(app[SETTINGS], app[METRICS], http)
+        app[UPSTREAM] = upstream
+        app[POOL] = pool = upstream.pool
         discoveries = Discoveries(pool, app[METRICS])
         app[RELOADER] = Reloader(
             app.get(CONFIG_PATH),
@@ -202,7 +203,7 @@ async def _pool_context(app: web.Application) -> AsyncIterator[None]:
             admin_tokens=app.get(ADMIN_TOKENS),
             revoke=lambda credentials: revoke(app, credentials),
         )
-        async with pool.running(), discoveries.running(app[SETTINGS].discovery):
+        async with upstream.running(), discoveries.running(app[SETTINGS].discovery):
             yield
 
 
@@ -340,9 +341,7 @@ def _open_client(
     metrics.connections.labels("accepted").inc()
     metrics.active_connections.inc()
     gate = app[GATEKEEPER].gate(address, admission.principal, app[POOL].hint_from_id)
-    connection = ClientConnection(
-        channel, app[POOL], app[HTTP], gate, principal=admission.principal
-    )
+    connection = ClientConnection(channel, app[UPSTREAM], gate, principal=admission.principal)
     app[CLIENTS].add(connection)
     return connection
 

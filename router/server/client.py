@@ -24,8 +24,6 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, assert_never
 
-import aiohttp
-
 from router.core.effects import (
     AskPool,
     Attach,
@@ -68,7 +66,7 @@ from router.server import log_context
 from router.server.backend_link import BackendLink
 from router.server.gate import Gate, Refusal
 from router.server.metrics import TO_BACKEND, TO_CLIENT, Metrics
-from router.server.pool import Pool
+from router.server.pool.upstream import Upstream
 
 logger = logging.getLogger(__name__)
 
@@ -93,8 +91,7 @@ class ClientConnection:
     def __init__(
         self,
         channel: ClientChannel,
-        pool: Pool,
-        http: aiohttp.ClientSession,
+        upstream: Upstream,
         gate: Gate,
         *,
         principal: Principal | None = None,
@@ -105,9 +102,9 @@ class ClientConnection:
         self.principal = principal
         #: where frames enter and leave: session limits, and sealed session ids
         self.gate = gate
-        self.pool = pool
+        self.upstream = upstream
+        self.pool = pool = upstream.pool
         self.metrics: Metrics = pool.metrics
-        self.http = http
         settings = pool.settings.router
         self.routes = ClientRoutes(
             Limits(
@@ -193,7 +190,7 @@ class ClientConnection:
                 case CloseLink():
                     self._close_unused(effect)
                 case Attach() | Detach():
-                    self.pool.directory.record((effect,))
+                    self.pool.record((effect,))
                 case Initialize() | Place() | Locate() | AskPool() | AwaitBackend():
                     await self._start(effect)
                 case _:
@@ -252,13 +249,13 @@ class ClientConnection:
             case AskPool(Query.STATUS, request, session_id):
                 assert session_id is not None
                 self._spawn(
-                    self._answer(request.id, self.pool.queries.status(session_id)), "status"
+                    self._answer(request.id, self.upstream.queries.status(session_id)), "status"
                 )
             case AskPool(_, request, _):  # Query.LIST
                 # the two members the listing reads, not the whole params a client sent
                 asked = {"cwd": request.param("cwd"), "cursor": request.param("cursor")}
                 self._spawn(
-                    self._answer(request.id, self.pool.queries.list_sessions(asked)), "list"
+                    self._answer(request.id, self.upstream.queries.list_sessions(asked)), "list"
                 )
             case AwaitBackend(backend, sessions):
                 self._spawn(self._await_backend(backend, sessions), "failover")
@@ -298,7 +295,7 @@ class ClientConnection:
     ) -> None:
         log_context.session.set(session_id)
         try:
-            located = await self.pool.locator.locate(session_id, tried)
+            located = await self.upstream.locator.locate(session_id, tried)
         except JsonRpcError as exc:
             await self.carry_out(self.routes.fail(request.id, exc))
             return
@@ -330,7 +327,7 @@ class ClientConnection:
         link = BackendLink(
             backend,
             self.pool.url(backend),
-            self.http,
+            self.upstream.http,
             self.metrics,
             max_message_bytes=settings.max_message_bytes,
             connect_timeout=settings.connect_timeout_ms / 1000,

@@ -22,7 +22,7 @@ import dns.resolver
 from router.core.discovery import Found, discovered
 from router.server.config import BackendSection, DiscoverySection
 from router.server.metrics import Metrics
-from router.server.pool import Pool
+from router.server.pool.backends import Pool
 
 logger = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from router.server.auth import TokenSource
 from router.server.config import Settings, TokenSection, load_settings
 from router.server.discovery import Discoveries
 from router.server.metrics import Metrics
-from router.server.pool import Pool
+from router.server.pool.backends import Pool
 from router.server.tls import backend_context
 
 logger = logging.getLogger(__name__)

@@ -1,16 +1,18 @@
-"""What this router replica knows about where sessions are: the attachments of its
-client connections, its location hints, the links its connections hold, and the
-placement load those make (:class:`router.core.placement.Spread`).
+"""What this router replica knows about where sessions are, sans-I/O: the attachments
+of its client connections, its location hints and absences, the links its connections
+hold, and the placement load those make (:class:`router.core.placement.Spread`).
 
 The pool reads it to build a locate's snapshot (:meth:`Directory.attached_to`,
 :meth:`Directory.hint`) and to place new sessions; client connections write to it what
-their routing core reported (attached, detached, created, closed, learned).
+their routing core reported (attached, detached, created, closed, learned). The tables
+are bounded and their clock is injected (cachetools' timer): nothing here reads one of
+its own. What changes a gauge is returned to the shell, which sets it.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from cachetools import TTLCache
 
@@ -19,31 +21,31 @@ from router.core.hints import Absences, Hint, LocationCache
 from router.core.placement import Node, Spread
 from router.protocol.acp import StatusAnswer
 from router.protocol.ids import BackendId, SessionId
-from router.server.config import Settings
-from router.server.metrics import Metrics
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """How much the directory keeps, and for how long (the ``[cache]`` and
+    ``[placement]`` settings, in seconds)."""
+
+    max_entries: int = 100_000
+    ttl: float = 300.0
+    remember: float = 3600.0
+    negative: float = 5.0
+    decay: float = 60.0
 
 
 class Directory:
-    def __init__(
-        self, settings: Settings, metrics: Metrics, clock: Callable[[], float], salt: str
-    ) -> None:
-        self._metrics = metrics
+    def __init__(self, bounds: Bounds, clock: Callable[[], float], salt: str) -> None:
         self._clock = clock
-        self.hints = LocationCache(
-            settings.cache.max_entries,
-            settings.cache.ttl_seconds,
-            clock,
-            remember=settings.cache.remember_seconds,
-        )
+        self.hints = LocationCache(bounds.max_entries, bounds.ttl, clock, remember=bounds.remember)
         #: sessions an audit found active on two backends: their locates ask everyone
         #: (no hint trusted) for a while, so every replica picks the same copy
         self.suspects: TTLCache[SessionId, None] = TTLCache(
-            settings.cache.max_entries, settings.cache.ttl_seconds, timer=clock
+            bounds.max_entries, bounds.ttl, timer=clock
         )
-        self.absences = Absences(settings.cache.max_entries, settings.cache.negative_seconds, clock)
-        self.spread = Spread(
-            settings.placement.decay_seconds, salt=salt, max_sessions=settings.cache.max_entries
-        )
+        self.absences = Absences(bounds.max_entries, bounds.negative, clock)
+        self.spread = Spread(bounds.decay, salt=salt, max_sessions=bounds.max_entries)
         #: session -> backend -> how many connections of this router have it attached there
         self.attachments: dict[SessionId, dict[BackendId, int]] = {}
         #: backend -> distinct sessions attached to it through this router
@@ -55,19 +57,17 @@ class Directory:
         #: the last answer each session's probes got, per backend, and when (seconds on
         #: the clock): what the admin page shows, so that a refresh costs no probe
         self.heard: TTLCache[SessionId, dict[BackendId, tuple[StatusAnswer, float]]] = TTLCache(
-            settings.cache.max_entries, settings.cache.remember_seconds, timer=clock
+            bounds.max_entries, bounds.remember, timer=clock
         )
-        #: pulsed whenever ``attached`` changes
-        self.attached_changed = asyncio.Event()
-        #: pulsed whenever ``pinned`` changes
-        self.pinned_changed = asyncio.Event()
-        metrics.watch_cache(self.hints.__len__)
 
     # -- attachments -------------------------------------------------------------------------------
 
-    def record(self, changes: Iterable[Change]) -> None:
+    def record(self, changes: Iterable[Change]) -> dict[BackendId, int | None]:
         """Sessions attached to or detached from backends on some connection: a session
-        counts once per backend, however many connections have it attached there."""
+        counts once per backend, however many connections have it attached there. The
+        backends whose count changed, and their count now (None: the backend left the
+        pool and its last session here has ended: its gauge goes)."""
+        counts: dict[BackendId, int | None] = {}
         now = self._clock()
         for change in changes:
             where = self.attachments.setdefault(change.session_id, {})
@@ -80,23 +80,21 @@ class Directory:
             if not where:
                 del self.attachments[change.session_id]
             if before == 0 and after > 0:
-                self._count(change.backend, 1)
+                counts[change.backend] = self._count(change.backend, 1)
                 self.spread.attached(change.session_id, now)
             elif before > 0 and after <= 0:
-                self._count(change.backend, -1)
+                counts[change.backend] = self._count(change.backend, -1)
                 self.spread.detached(change.session_id, change.backend, now)
-        self.attached_changed.set()
-        self.attached_changed.clear()
+        return counts
 
-    def _count(self, backend: BackendId, delta: int) -> None:
+    def _count(self, backend: BackendId, delta: int) -> int | None:
         count = self.attached[backend] = self.attached.get(backend, 0) + delta
         if count <= 0 and backend in self._left:
             # it left the pool, and now its last session here has ended
             self._left.discard(backend)
             del self.attached[backend]
-            self._metrics.attached_sessions.remove(backend)
-        else:
-            self._metrics.attached_sessions.labels(backend).set(count)
+            return None
+        return count
 
     def attached_to(self, session_id: SessionId) -> set[BackendId]:
         """The backends ``session_id`` is attached to on some connection of this router
@@ -107,24 +105,24 @@ class Directory:
         """``session_id`` was closed through this router: it weighs on no backend now."""
         self.spread.released(session_id, self._clock())
 
-    def forget_backend(self, backend: BackendId, *, member: bool) -> None:
+    def forget_backend(self, backend: BackendId, *, member: bool) -> bool:
         """``backend`` lost its memory or left the pool: its hints name nothing. One that
         left the pool (``member`` false) carries no placement load either, and its gauge
-        goes once no session is attached to it here."""
+        goes once no session is attached to it here: True when it goes now."""
         self.hints.forget_backend(backend)
         if member:
-            return
+            return False
         self.spread.forget_backend(backend)
         if self.attached.get(backend):
             self._left.add(backend)
-        else:
-            self.attached.pop(backend, None)
-            self._metrics.attached_sessions.remove(backend)
+            return False
+        self.attached.pop(backend, None)
+        return True
 
-    def joined(self, backend: BackendId) -> None:
-        """``backend`` is (again) a member of the pool."""
+    def joined(self, backend: BackendId) -> int:
+        """``backend`` is (again) a member of the pool: the sessions attached to it here."""
         self._left.discard(backend)
-        self._metrics.attached_sessions.labels(backend).set(self.attached.get(backend, 0))
+        return self.attached.get(backend, 0)
 
     # -- links ---------------------------------------------------------------------------------------
 
@@ -133,8 +131,6 @@ class Directory:
         count = self.pinned[backend] = self.pinned.get(backend, 0) + delta
         if count <= 0:
             del self.pinned[backend]
-        self.pinned_changed.set()
-        self.pinned_changed.clear()
 
     def hear(self, session_id: SessionId, answers: dict[BackendId, StatusAnswer]) -> None:
         """Keep what a probe round heard about ``session_id`` (for the admin page)."""

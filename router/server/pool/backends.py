@@ -1,14 +1,14 @@
-"""The pool of backends as the router's I/O shell sees it: membership (configured and
-discovered backends, what an operator set), health (:mod:`router.core.health`, fed by
-the control links and by every client link that opens or ends), probes, the snapshot a
-locate starts from, and the capabilities the router advertises.
+"""The pool of backends as the router's I/O shell sees it: the control links, the probes
+they carry, and the waits on a backend's health.
 
-What this replica knows of sessions is in :class:`~router.server.directory.Directory`
-(``pool.directory``); locates run in :class:`~router.server.locator.Locator`
-(``pool.locator``), and the pool-wide ``session/status`` and ``session/list`` in
-:mod:`router.server.queries` (``pool.queries``). Decisions come from the sans-I/O core
-(:mod:`router.core.locate`, :mod:`router.core.placement`, :mod:`router.core.listing`);
-the shell only does the waiting.
+What the router knows and decides is in the core: the members, their health and what an
+operator set (:class:`router.core.fleet.Fleet`, fed by the control links and by every
+client link that opens or ends), and what this replica knows of sessions
+(:class:`router.core.directory.Directory`). Membership changes at run time
+(:meth:`Pool.set_static` on a reload, :meth:`Pool.set_discovered` from DNS); a backend
+that leaves stops getting placements, probes and locates at once, but the client
+connections that hold links to it keep them (and their sessions) until they end: its
+address stays known (:meth:`Pool.url`) for as long as anything may still use it.
 """
 
 from __future__ import annotations
@@ -24,20 +24,20 @@ from typing import Any
 
 import aiohttp
 
-from router.core import latency, listing, membership
+from router.core import health, latency, listing, membership
+from router.core.directory import Bounds, Directory
+from router.core.effects import Change
+from router.core.fleet import Fleet
 from router.core.health import (
-    BackendState,
     CameUp,
     ClientLinkDown,
     ClientLinkUp,
     Event,
     Health,
     Instance,
-    ProbeHeard,
     ProbeSilent,
-    transition,
 )
-from router.core.locate import AdminState, Candidate, Snapshot
+from router.core.locate import AdminState, Snapshot, hint_after_answer, lasting
 from router.core.membership import Member, MembershipChange
 from router.core.placement import Node, Ranking
 from router.protocol import acp
@@ -47,10 +47,7 @@ from router.protocol.ids import BackendId, SessionId
 from router.server import fanout
 from router.server.config import BackendSection, Settings
 from router.server.control import ControlLink
-from router.server.directory import Directory
-from router.server.locator import Locator
 from router.server.metrics import Metrics
-from router.server.queries import Queries
 from router.server.tls import backend_context
 
 logger = logging.getLogger(__name__)
@@ -70,15 +67,19 @@ def member_of(spec: BackendSection) -> Member:
     )
 
 
-class Pool:
-    """The backends and what the router knows of them.
+def bounds_of(settings: Settings) -> Bounds:
+    cache = settings.cache
+    return Bounds(
+        cache.max_entries,
+        cache.ttl_seconds,
+        cache.remember_seconds,
+        cache.negative_seconds,
+        settings.placement.decay_seconds,
+    )
 
-    Membership changes at run time (:meth:`set_static` on a reload, :meth:`set_discovered`
-    from DNS). A backend that leaves stops getting placements, probes and locates at
-    once, but the client connections that hold links to it keep them (and their
-    sessions) until they end: its address stays known (:meth:`url`) for as long as
-    anything may still use it, and a session attached to it here is still found there.
-    """
+
+class Pool:
+    """The backends, their control links and what the router knows of them."""
 
     def __init__(self, settings: Settings, metrics: Metrics, http: aiohttp.ClientSession) -> None:
         self.settings = settings
@@ -86,22 +87,20 @@ class Pool:
         self.metrics = metrics
         self._http = http
         self._clock = time.monotonic
-        self._grace = settings.control.down_grace_ms / 1000
+        self.fleet = Fleet(settings.control.down_grace_ms / 1000)
         self.links: dict[BackendId, ControlLink] = {}
-        self.ranking = Ranking(())
-        self.states: dict[BackendId, BackendState] = {}
         # a random salt: replicas break their placement ties differently
-        self.directory = Directory(settings, metrics, self._clock, salt=uuid.uuid4().hex)
-        self.locator = Locator(self)
-        self.queries = Queries(self)
+        self.directory = Directory(bounds_of(settings), self._clock, salt=uuid.uuid4().hex)
+        metrics.watch_cache(self.directory.hints.__len__)
+        #: pulsed whenever a backend's health or the membership changes
         self.ready_changed = asyncio.Event()
+        #: pulsed whenever the sessions attached through this router change
+        self.attached_changed = asyncio.Event()
+        #: pulsed whenever the client links this router holds change
+        self.pinned_changed = asyncio.Event()
         #: the configured backends, and those each discovery source found
         self._static: tuple[BackendSection, ...] = tuple(settings.backends)
         self._discovered: dict[str, tuple[BackendSection, ...]] = {}
-        #: found by discovery once, no longer in DNS, not yet gone: no new placements
-        self.leaving: set[BackendId] = set()
-        #: backends an operator drained or put in maintenance (absent: ready)
-        self.admin: dict[BackendId, AdminState] = {}
         #: how long each backend's last probe took
         self.probe_seconds: dict[BackendId, float] = {}
         #: their moving average (:mod:`router.core.latency`)
@@ -114,6 +113,22 @@ class Pool:
         self._group: asyncio.TaskGroup | None = None
         self._apply(self._static)
 
+    @property
+    def states(self) -> dict[BackendId, health.BackendState]:
+        return self.fleet.states
+
+    @property
+    def leaving(self) -> set[BackendId]:
+        return self.fleet.leaving
+
+    @property
+    def ranking(self) -> Ranking:
+        return self.fleet.ranking
+
+    def now(self) -> float:
+        """The pool's clock (monotonic seconds)."""
+        return self._clock()
+
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Pool]:
         """Run every control link (those of backends that join later too) for the
@@ -122,20 +137,29 @@ class Pool:
             self._group = group
             for link in self.links.values():
                 self._start(link)
-            audit = group.create_task(self.locator.audit.run(), name="audit")
             try:
                 yield self
             finally:
                 self._group = None
                 for control in (*self._controls.values(), *self._watches.values()):
                     control.cancel()
-                audit.cancel()
-                self.locator.cancel()
+
+    def spawn(self, work: Any, name: str) -> asyncio.Task[None] | None:
+        """Run ``work`` in the pool's task group (None: the pool is not running)."""
+        if self._group is None:
+            work.close()
+            return None
+        task: asyncio.Task[None] = self._group.create_task(work, name=name)
+        return task
 
     def _start(self, link: ControlLink) -> None:
-        if self._group is not None:
-            task = self._group.create_task(link.run(), name=f"control-{link.id}")
+        task = self.spawn(link.run(), f"control-{link.id}")
+        if task is not None:
             self._controls[link.id] = task
+
+    def _pulse(self, event: asyncio.Event) -> None:
+        event.set()
+        event.clear()
 
     # -- membership changes ----------------------------------------------------------------------
 
@@ -154,8 +178,8 @@ class Pool:
         (:mod:`router.core.health`: past the grace with no link alive, or restarted)."""
         now = {BackendId(spec.id) for spec in found}
         missing = [s for s in self._discovered.get(source, ()) if BackendId(s.id) not in now]
-        kept = [s for s in missing if self.health(BackendId(s.id)) is not Health.GONE]
-        leaving = {BackendId(spec.id) for spec in kept}
+        leaving = self.fleet.still_leaving((BackendId(s.id) for s in missing), self._clock())
+        kept = [s for s in missing if BackendId(s.id) in leaving]
         for spec in missing:
             if spec not in kept and BackendId(spec.id) in self.leaving:
                 logger.info("backend %s left DNS and is gone: out of the pool", spec.id)
@@ -164,7 +188,7 @@ class Pool:
                 "backend %s left DNS: no new sessions; it stays in the pool until it is gone",
                 backend,
             )
-        self.leaving = (self.leaving - now) | leaving
+        self.fleet.leaving = (self.leaving - now) | leaving
         self._discovered[source] = (*found, *kept)
         return self._apply(self._members())
 
@@ -189,10 +213,9 @@ class Pool:
             self.metrics.backend_weight.labels(member.id).set(member.weight)
         # configuration order: placement breaks no tie by it, but listings follow it
         self.links = {backend: self.links[backend] for backend in by_id}
-        self.ranking = Ranking(Node(backend, spec.weight) for backend, spec in by_id.items())
+        self.fleet.rank(Node(backend, spec.weight) for backend, spec in by_id.items())
         if not change.empty:
-            self.ready_changed.set()
-            self.ready_changed.clear()
+            self._pulse(self.ready_changed)
         return change
 
     def _add(self, spec: BackendSection) -> None:
@@ -208,9 +231,9 @@ class Pool:
         )
         self.links[backend] = link
         self._retired.pop(backend, None)
-        self.states[backend] = BackendState.starting(self._clock())
+        self.fleet.join(backend, self._clock())
         self.metrics.declare_backends([backend])
-        self.directory.joined(backend)
+        self.metrics.attached_sessions.labels(backend).set(self.directory.joined(backend))
         self.metrics.backend_weight.labels(backend).set(spec.weight)
         self.metrics.watch_health([backend], self.health)
         self._start(link)
@@ -220,9 +243,7 @@ class Pool:
         control = self._controls.pop(backend, None)
         if control is not None:
             control.cancel()
-        del self.states[backend]
-        self.leaving.discard(backend)
-        self.admin.pop(backend, None)
+        self.fleet.leave(backend)
         self.probe_seconds.pop(backend, None)
         self.probe_average.pop(backend, None)
         if backend in self.directory.pinned:  # client links still use its address
@@ -238,33 +259,32 @@ class Pool:
     def _link_event(self, link: ControlLink, event: Event) -> None:
         """A control link reported up or down: move the backend's state."""
         if self.links.get(link.id) is link:  # not a link the pool has let go of
+            if isinstance(event, CameUp):
+                self.fleet.capabilities[link.id] = link.capabilities
             self._health_event(link.id, event)
 
     def client_link_up(self, backend: BackendId, initialize_result: Any) -> None:
         """A client connection's link to ``backend`` opened: the process is alive (and
         says which process it is)."""
-        if backend in self.states:
+        if backend in self.fleet:
             self._health_event(backend, ClientLinkUp(Instance.of(initialize_result)))
 
     def client_link_down(self, backend: BackendId) -> None:
         """A client connection's link to ``backend`` that had opened has ended."""
-        if backend in self.states:
+        if backend in self.fleet:
             self._health_event(backend, ClientLinkDown())
 
     def _health_event(self, backend: BackendId, event: Event) -> None:
-        before = self.states[backend]
-        step = transition(before, event, now=self._clock(), grace=self._grace)
-        self.states[backend] = step.state
-        if isinstance(event, CameUp) or before.health is Health.UP:
+        heard = self.fleet.hear(backend, event, self._clock())
+        before, step = heard.before, heard.step
+        if heard.up_changed:
             up = step.state.health is Health.UP
-            if up != (before.health is Health.UP):
-                self.metrics.backend_up.labels(backend).set(1 if up else 0)
-                self.metrics.backend_state_changes.labels(backend, "up" if up else "down").inc()
+            self.metrics.backend_up.labels(backend).set(1 if up else 0)
+            self.metrics.backend_state_changes.labels(backend, "up" if up else "down").inc()
         if step.restarted:
             logger.warning("backend %s came back as a new process", backend)
             self.metrics.backend_restarts.labels(backend).inc()
-        lapsed = step.state.health is Health.GONE and before.health is not Health.GONE
-        if lapsed and not before.seen:
+        if heard.now_gone and not before.seen:
             logger.info("backend %s has not been reached since the router started", backend)
         if step.lost_memory:
             if step.state.health is Health.GONE:
@@ -274,8 +294,7 @@ class Pool:
         if backend in self.leaving and step.state.health is Health.GONE:
             logger.info("backend %s left DNS and is gone: out of the pool", backend)
             self._drop_leaving(backend)
-        self.ready_changed.set()
-        self.ready_changed.clear()
+        self._pulse(self.ready_changed)
 
     def _drop_leaving(self, backend: BackendId) -> None:
         for source, found in self._discovered.items():
@@ -284,123 +303,94 @@ class Pool:
 
     def health(self, backend: BackendId) -> Health:
         """Up, unknown (not probed, but may still run sessions) or gone, as of now."""
-        state = self.states.get(backend)
-        return Health.GONE if state is None else state.at(self._clock(), self._grace)
+        return self.fleet.health(backend, self._clock())
 
     async def known(self, backend: BackendId, timeout: float) -> Health:
         """``backend``'s health once it is up or gone (known to have kept, or lost, its
-        memory), waiting up to ``timeout`` seconds; unknown if it is neither by then."""
+        memory), waiting up to ``timeout`` seconds; unknown if it is neither by then.
+        It wakes on every change of the pool, and at the latest when the backend's grace
+        runs out (:func:`router.core.health.lapses_at`): never in a loop that does not wait."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while (health := self.health(backend)) is Health.UNKNOWN:
+        while (reading := self.health(backend)) is Health.UNKNOWN:
             wait = deadline - loop.time()
-            state = self.states.get(backend)
-            if state is not None and not state.live_links:  # it lapses at since + grace
-                wait = min(wait, state.since + self._grace - self._clock())
-            if deadline - loop.time() <= 0:
-                return health
+            if wait <= 0:
+                return reading
+            state = self.fleet.states.get(backend)
+            lapses = None if state is None else health.lapses_at(state, self.fleet.grace)
+            if lapses is not None:
+                # it lapses then: a wait that ends before it would find it unknown again
+                wait = min(wait, max(lapses - self._clock(), 0.0) + 0.001)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(wait, 0.0)):
+                async with asyncio.timeout(wait):
                     await self.ready_changed.wait()
-        return health
+        return reading
 
     async def settled(self, backend: BackendId, timeout: float) -> Health:
-        """:meth:`known`, where up also means it answers a probe now: a backend whose
-        client link just broke may still look up until its control link notices."""
+        """:meth:`known`, until :func:`router.core.health.settled` says a failover may stop
+        waiting; unknown if it does not by ``timeout``."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            health = await self.known(backend, deadline - loop.time())
-            if health is not Health.UP or await self.alive(backend):
-                return health
+            reading = await self.known(backend, deadline - loop.time())
+            answers = await self.alive(backend) if reading is Health.UP else None
+            if health.settled(reading, answers_probe=answers):
+                return reading
             if loop.time() >= deadline:
                 return Health.UNKNOWN
             with contextlib.suppress(TimeoutError):  # until its state changes, or a while
-                async with asyncio.timeout(self.settings.probe.timeout_ms / 1000):
+                async with asyncio.timeout(
+                    min(self.settings.probe.timeout_ms / 1000, max(deadline - loop.time(), 0.0))
+                ):
                     await self.ready_changed.wait()
 
     def ready(self) -> list[BackendId]:
         """Backends that are up: probed, and new sessions may go there."""
-        return [b for b in self.links if self.health(b) is Health.UP]
+        return self.fleet.ready(self._clock())
 
     def unreachable(self) -> list[BackendId]:
         """Backends that are not up but not gone (:mod:`router.core.health`)."""
-        return [b for b in self.links if self.health(b) is Health.UNKNOWN]
+        return self.fleet.unreachable(self._clock())
 
     def order(self, session_id: SessionId) -> list[BackendId]:
         """Backends that are up, in the session's rendezvous order."""
-        return [b for b in self.ranking.rank(session_id) if self.health(b) is Health.UP]
+        return self.fleet.order(session_id, self._clock())
 
     # -- what a locate starts from -------------------------------------------------------------------
 
     def snapshot(self, session_id: SessionId, tried: tuple[BackendId, ...] = ()) -> Snapshot:
-        """Every backend as a locate of ``session_id`` sees it, in its rendezvous order:
-        one ranking, one health reading each. A backend that left the pool while the
-        session is attached to it here comes last: it is still where the session runs."""
-        now = self._clock()
+        """What a locate of ``session_id`` starts from (:class:`router.core.locate.Snapshot`)."""
         directory = self.directory
-        attached = directory.attached_to(session_id)
-        candidates = [self._candidate(b, now, b in attached) for b in self.ranking.rank(session_id)]
-        candidates += [
-            Candidate(b, Health.UNKNOWN, has_status=False, attached=True)
-            for b in sorted(attached)
-            if b not in self.links and b in self._retired
-        ]
+        candidates = self.fleet.candidates(
+            session_id, directory.attached_to(session_id), self._retired, self._clock()
+        )
         refused = directory.absences.resumed(session_id)
         suspect = session_id in directory.suspects  # split brain lately: ask everyone
         return Snapshot(
             session_id,
-            tuple(candidates),
+            candidates,
             None if suspect else directory.hint(session_id),
             self.settings.router.policy,
             (*tried, *(b for b in sorted(refused) if b not in tried)),
             directory.absences.probed(session_id),
         )
 
-    def _candidate(self, backend: BackendId, now: float, attached: bool) -> Candidate:
-        state = self.states[backend]
-        return Candidate(
-            backend,
-            state.at(now, self._grace),
-            has_status=self._can_ask(backend, "status"),
-            admin=self.admin.get(backend, AdminState.READY),
-            leaving=backend in self.leaving,
-            attached=attached,
-        )
-
     def only_backend(self) -> BackendId | None:
         """The pool's one backend, when it has one and it is up and open to sessions."""
-        if len(self.links) != 1:
-            return None
-        return self._open_to_sessions(next(iter(self.links)))
-
-    def _open_to_sessions(self, backend: BackendId) -> BackendId | None:
-        if self.health(backend) is not Health.UP or self.admin.get(backend) is AdminState.MAINT:
-            return None
-        return backend
+        return self.fleet.only_backend(self._clock())
 
     def likely(self, session_id: SessionId) -> BackendId | None:
-        """Where a resume of ``session_id`` will most likely go, known without asking
-        anyone: a backend it is attached to here, else the hinted one, else the pool's
-        only backend; None when there is no such guess or it is not up and open to the
-        session (in maintenance)."""
-        attached = self.directory.attached_to(session_id)
-        hint = self.directory.hint(session_id)
-        if attached:
-            backend = min(attached)
-        elif hint is not None:
-            backend = hint.backend
-        else:
-            return self.only_backend()
-        return self._open_to_sessions(backend)
-
-    def _can_ask(self, backend: BackendId, capability: str) -> bool:
-        """Whether ``backend`` is in the pool and advertises ``capability``."""
-        link = self.links.get(backend)
-        return link is not None and link.supports(capability)
+        """Where a resume of ``session_id`` will most likely go (:meth:`Fleet.likely`)."""
+        directory = self.directory
+        return self.fleet.likely(
+            session_id, directory.attached_to(session_id), directory.hint(session_id), self._clock()
+        )
 
     def can_list(self, backend: BackendId) -> bool:
-        return self._can_ask(backend, "list")
+        return self.fleet.can_ask(backend, "list")
+
+    def can_probe(self, backend: BackendId) -> bool:
+        return self.fleet.can_ask(backend, "status")
 
     def spec(self, backend: BackendId) -> BackendSection:
         """The backend's table: a member's, or one that left the pool (client links to
@@ -416,13 +406,7 @@ class Pool:
 
     def place_new(self) -> BackendId:
         """A backend for a new session (:meth:`router.core.placement.Spread.place`)."""
-        draining = self.draining()
-        candidates = [
-            node
-            for node in self.ranking.nodes
-            if self.health(node.id) is Health.UP and node.id not in draining
-        ]
-        backend = self.directory.place(candidates)
+        backend = self.directory.place(self.fleet.for_new_sessions(self._clock()))
         if backend is None:
             raise NoBackendAvailable()
         return backend
@@ -433,11 +417,23 @@ class Pool:
         if backend in self.links and self.directory.hint(session_id) is None:
             self.remember(session_id, backend, None)
 
+    # -- what client connections report ----------------------------------------------------------
+
+    def record(self, changes: Iterable[Change]) -> None:
+        """Sessions attached or detached on some connection (:meth:`Directory.record`)."""
+        for backend, count in self.directory.record(changes).items():
+            if count is None:
+                self.metrics.attached_sessions.remove(backend)
+            else:
+                self.metrics.attached_sessions.labels(backend).set(count)
+        self._pulse(self.attached_changed)
+
     def pin(self, backend: BackendId, delta: int) -> None:
         """A client connection opened (+1) or ended (-1) its link to ``backend``. When the
         last link to a backend that left the pool ends, what was kept of it goes: its
         address and every series still labelled with it."""
         self.directory.pin(backend, delta)
+        self._pulse(self.pinned_changed)
         if backend not in self.links and backend not in self.directory.pinned:
             self._retired.pop(backend, None)
             self.metrics.forget_backend(
@@ -445,34 +441,25 @@ class Pool:
             )
 
     def learn(self, session_id: SessionId, backend: BackendId, *, created: bool) -> None:
-        """A backend's answer shows ``session_id`` living there: remember it.
-
-        A session it just ``created`` lives nowhere else (its id is new), which is as good
-        as a fan-out that found it active only there.
-        """
+        """A backend's answer shows ``session_id`` living there: remember it
+        (:func:`router.core.locate.hint_after_answer`)."""
         self.directory.absences.forget(session_id)
-        hint = self.directory.hint(session_id)
-        checked = hint.checked if hint is not None and hint.backend == backend else None
-        self.remember(session_id, backend, self._clock() if created else checked)
+        now = self._clock()
+        checked = hint_after_answer(self.directory.hint(session_id), backend, created, now)
+        self.remember(session_id, backend, checked)
         # what the admin page shows until a probe says more
         self.directory.hear(session_id, {backend: acp.StatusAnswer(ProbeResult.ACTIVE)})
 
     def remember(self, session_id: SessionId, backend: BackendId, checked: float | None) -> None:
         """Keep a hint that ``session_id`` lives on ``backend`` (a member of the pool)."""
-        link = self.links.get(backend)
-        if link is None:
-            return  # it left the pool while the answer was on its way
-        lasting = not link.supports("status")
-        self.directory.remember(session_id, backend, checked, lasting=lasting)
-
-    def now(self) -> float:
-        """The pool's clock (monotonic seconds)."""
-        return self._clock()
+        if backend in self.fleet:  # not one that left while the answer was on its way
+            lasts = lasting(has_status=self.can_probe(backend))
+            self.directory.remember(session_id, backend, checked, lasting=lasts)
 
     # -- what an operator set (the admin API) ---------------------------------------------------
 
     def admin_state(self, backend: BackendId) -> AdminState:
-        return self.admin.get(backend, AdminState.READY)
+        return self.fleet.admin.get(backend, AdminState.READY)
 
     def set_admin_state(self, backend: BackendId, state: AdminState) -> None:
         """Drain a backend, put it in maintenance or make it ready again.
@@ -483,23 +470,20 @@ class Pool:
         if backend not in self.links:
             raise KeyError(backend)
         if state is AdminState.READY:
-            self.admin.pop(backend, None)
+            self.fleet.admin.pop(backend, None)
         else:
-            self.admin[backend] = state
+            self.fleet.admin[backend] = state
         logger.warning("backend %s set to %s by an operator", backend, state.value)
         for each in AdminState:
             self.metrics.backend_admin_state.labels(backend, each.value).set(each is state)
 
     def draining(self) -> set[BackendId]:
-        """Backends that take no new sessions but keep those located there: drained by
-        an operator, in maintenance, or gone from DNS (:meth:`set_discovered`)."""
-        return self.leaving | self.admin.keys()
+        """Backends that take no new sessions but keep those located there."""
+        return self.fleet.draining()
 
     def capabilities(self) -> dict[str, Any]:
         """What the router advertises: the pool's common ground, plus what it answers itself."""
-        return listing.merge_capabilities(
-            [link.capabilities for link in self.links.values() if link.capabilities is not None]
-        )
+        return listing.merge_capabilities(self.fleet.advertised())
 
     # -- probes ----------------------------------------------------------------------------------
 
@@ -509,7 +493,7 @@ class Pool:
         """Ask each of ``backends`` that can be asked, in one round
         (:mod:`router.server.fanout`; not one that has left the pool: its client links
         may still hold sessions there, but it is not probed)."""
-        targets = [b for b in backends if self._can_ask(b, "status")]
+        targets = [b for b in backends if self.can_probe(b)]
         if not targets:
             return {}
         round_ = await self._round(targets, session_id)
@@ -522,9 +506,15 @@ class Pool:
         self.directory.hear(session_id, round_.answers)
         return round_.answers
 
+    async def probe_many(
+        self, backends: Iterable[BackendId], session_id: SessionId
+    ) -> dict[BackendId, ProbeResult]:
+        answers = await self.probe_answers(backends, session_id)
+        return {backend: answer.result for backend, answer in answers.items()}
+
     async def _round(self, targets: list[BackendId], session_id: SessionId) -> fanout.Fanout:
-        """One probe round; a backend that said nothing by the deadline is silent (a frozen
-        process: no placements, no probes) until it answers again."""
+        """One probe round, and what it says of each backend's health
+        (:func:`router.core.health.after_probe`)."""
         round_ = await fanout.probe(
             self.links,
             targets,
@@ -533,48 +523,48 @@ class Pool:
             metrics=self.metrics,
             timeout=self.settings.probe.timeout_ms / 1000,
         )
-        for backend in round_.silent:
-            if backend in self.states and not self.states[backend].silent:
+        heard, silent = set(round_.heard), set(round_.silent)
+        for backend in targets:
+            state = self.fleet.states.get(backend)
+            if state is None:
+                continue
+            event = health.after_probe(
+                state, answered=backend in heard, timed_out=backend in silent
+            )
+            if event is None:
+                continue
+            if isinstance(event, ProbeSilent):
                 logger.warning("backend %s did not answer a probe in time: silent", backend)
-                self._health_event(backend, ProbeSilent())
                 self._start_watch(backend)
-        for backend in round_.heard:
-            if backend in self.states and self.states[backend].silent:
+            else:
                 logger.info("backend %s answers again", backend)
-                self._health_event(backend, ProbeHeard())
+            self._health_event(backend, event)
         return round_
 
     async def alive(self, backend: BackendId) -> bool:
         """Whether ``backend`` answers a probe (of an id nobody has) within the probe
         timeout: a frozen process does not."""
-        if not self._can_ask(backend, "status"):
+        if not self.can_probe(backend):
             return True  # nothing to ask it with: only its link can tell
         round_ = await self._round([backend], LIVENESS)
         return backend in round_.heard
 
     def _start_watch(self, backend: BackendId) -> None:
         """Probe a silent backend until it answers (or leaves, or its link drops)."""
-        if self._group is not None and backend not in self._watches:
-            task = self._group.create_task(self._watch(backend), name=f"silent-{backend}")
-            self._watches[backend] = task
-            task.add_done_callback(lambda _: self._watches.pop(backend, None))
+        if backend not in self._watches:
+            task = self.spawn(self._watch(backend), f"silent-{backend}")
+            if task is not None:
+                self._watches[backend] = task
+                task.add_done_callback(lambda _: self._watches.pop(backend, None))
 
     async def _watch(self, backend: BackendId) -> None:
         pace = self.settings.probe.timeout_ms / 1000
-        while (state := self.states.get(backend)) is not None and state.silent:
+        while (state := self.fleet.states.get(backend)) is not None and state.silent:
             link = self.links.get(backend)
-            if link is None or not link.up:
-                return  # its link's own reconnects take over
-            if not self._can_ask(backend, "status"):
-                return  # nothing to ask it with: only its link can tell
+            if link is None or not link.up or not self.can_probe(backend):
+                return  # its link's own reconnects take over; or nothing to ask it with
             round_ = await self._round([backend], LIVENESS)  # up to the probe timeout
             if backend in round_.heard:
                 return
             if backend not in round_.silent:  # its link took no probe (full, or closing):
                 await asyncio.sleep(pace)  # try again at the pace of a probe that timed out
-
-    async def probe_many(
-        self, backends: Iterable[BackendId], session_id: SessionId
-    ) -> dict[BackendId, ProbeResult]:
-        answers = await self.probe_answers(backends, session_id)
-        return {backend: answer.result for backend, answer in answers.items()}

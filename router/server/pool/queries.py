@@ -1,21 +1,19 @@
 """The pool-wide requests the router answers itself: ``session/status`` (the I/O around
-:class:`router.core.locate.StatusRound`) and ``session/list`` (merged by
-:class:`router.core.listing.ListPage`).
+:class:`router.core.locate.StatusRound`) and ``session/list`` (the pages asked of each
+backend, merged by :func:`router.core.listing.listed`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from router.core import listing
 from router.core.locate import Ask, StatusRound
 from router.protocol import acp
-from router.protocol.errors import BackendLinkLost, BackendRefused, LocateInconclusive
+from router.protocol.errors import BackendLinkLost, BackendRefused
 from router.protocol.ids import BackendId, SessionId
-
-if TYPE_CHECKING:
-    from router.server.pool import Pool
+from router.server.pool.backends import Pool
 
 
 class Queries:
@@ -33,10 +31,8 @@ class Queries:
     async def list_sessions(self, params: Any) -> dict[str, Any]:
         """``session/list`` over every backend that lists, merged behind one cursor.
 
-        A backend that refuses gets its own error passed on, naming it. One that does not
-        answer in time is left out of the page and named in ``_meta.unlistedBackends``
-        with the others the router could not ask; when no backend that lists answered,
-        the client gets the retryable ``-32012``.
+        A backend that refuses gets its own error passed on, naming it; one that does not
+        answer in time is left out (:func:`router.core.listing.listed`).
         """
         pool = self._pool
         page = listing.ListPage.from_params(params, pool.ready())
@@ -53,17 +49,8 @@ class Queries:
                 raise answer
             else:
                 results[backend] = answer
-        if silent and not results:
-            raise LocateInconclusive(
-                "No agent backend answered session/list in time; retry later",
-                {"backends": silent},
-            )
-        merged = page.merge(results)
-        ready = set(pool.ready())
-        unlisted = [b for b in pool.links if b not in ready or not pool.can_list(b) or b in silent]
-        if unlisted:  # their sessions are missing from the page: say whose
-            merged["_meta"] = {"unlistedBackends": unlisted}
-        return merged
+        listable = {b for b in pool.ready() if pool.can_list(b)}
+        return listing.listed(page, results, silent, list(pool.links), listable)
 
     async def _list_one(self, backend: BackendId, params: dict[str, Any]) -> Any:
         """One backend's page. A list may take a while (it may read a store), so it gets
@@ -72,16 +59,16 @@ class Queries:
         pool = self._pool
         timeout = pool.settings.probe.list_timeout_ms / 1000
         call = pool.links[backend].call(acp.SESSION_LIST, params, timeout=timeout)
-        listing = asyncio.ensure_future(call)
+        listing_call = asyncio.ensure_future(call)
         try:
             if not await pool.alive(backend):
                 raise TimeoutError(f"{backend} did not answer a probe")
-            response = await listing
+            response = await listing_call
         finally:
-            if listing.done() and not listing.cancelled():
-                listing.exception()  # retrieved here or raised above
+            if listing_call.done() and not listing_call.cancelled():
+                listing_call.exception()  # retrieved here or raised above
             else:
-                listing.cancel()
+                listing_call.cancel()
         if response.error is not None:
             raise BackendRefused(backend, response.error)  # the client gets its own words
         return response.result

@@ -15,16 +15,14 @@ import logging
 import time
 from collections import OrderedDict
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
-from router.core.locate import Ask, Located, LocateRound, Stage
+from router.core.locate import Ask, Located, LocateRound, hint_after
+from router.core.quotas import AuditBudget
 from router.protocol.acp import ProbeResult
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
 from router.protocol.ids import BackendId, SessionId
 from router.server import log_context
-
-if TYPE_CHECKING:
-    from router.server.pool import Pool
+from router.server.pool.backends import Pool
 
 logger = logging.getLogger(__name__)
 
@@ -33,8 +31,6 @@ MAX_CONCURRENT_LOCATES = 256
 
 #: sessions waiting for an audit at most (the oldest requests are dropped beyond it)
 MAX_QUEUED = 4096
-#: the audit budget saves up at most this many rounds' worth of probes
-CREDIT_CAP = 4.0
 
 #: a locate is shared by the resumes of one session that have tried the same backends
 _LocateKey = tuple[SessionId, tuple[BackendId, ...]]
@@ -136,8 +132,9 @@ async def run_round(
             ", ".join(step.split_brain),
             step.backend,
         )
-    if round_.stage is not Stage.HIT or round_.checked is not None:
-        pool.remember(session_id, step.backend, round_.checked)
+    checked = hint_after(round_, step)
+    if checked is not False:
+        pool.remember(session_id, step.backend, checked)
     return step
 
 
@@ -159,13 +156,13 @@ class Audit:
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
         self._queue: OrderedDict[SessionId, None] = OrderedDict()
-        self._credit = 0.0
+        self._budget = AuditBudget(pool.now())
         self._wake = asyncio.Event()
         #: pulsed after each audit (tests wait on it)
         self.audited = asyncio.Event()
 
     def request(self, session_id: SessionId) -> None:
-        self._credit += 1.0  # the probes the trusted locate did not send
+        self._budget.earn()  # the probes the trusted locate did not send
         if session_id not in self._queue:
             self._queue[session_id] = None
             while len(self._queue) > MAX_QUEUED:
@@ -173,23 +170,19 @@ class Audit:
         self._wake.set()
 
     async def run(self) -> None:
-        """Audit queued sessions, within the budget, until cancelled."""
-        loop = asyncio.get_running_loop()
-        last = loop.time()
+        """Audit queued sessions, within the budget (:class:`router.core.quotas.AuditBudget`),
+        until cancelled."""
         while True:
             if not self._queue:
                 self._wake.clear()
                 await self._wake.wait()
             rate = self._pool.settings.cache.audit_probes_per_second
             cost = float(len(self._pool.ready()))
-            now = loop.time()
-            self._credit = min(self._credit + (now - last) * rate, max(cost, 1.0) * CREDIT_CAP)
-            last = now
-            if self._credit < cost:
-                await asyncio.sleep((cost - self._credit) / rate)  # the budget refills with time
+            wait = self._budget.spend(cost, rate, self._pool.now())
+            if wait > 0:
+                await asyncio.sleep(wait)  # the budget refills with time
                 continue
             session_id, _ = self._queue.popitem(last=False)
-            self._credit -= cost
             await self._audit(session_id)
 
     async def _audit(self, session_id: SessionId) -> None:

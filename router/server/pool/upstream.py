@@ -1,0 +1,43 @@
+"""Everything behind the front door that a client connection uses: the pool, its
+locator (with the split-brain audit) and its pool-wide queries, and the HTTP session
+backend links are opened with; run together for the application's life."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import aiohttp
+
+from router.server.config import Settings
+from router.server.metrics import Metrics
+from router.server.pool.backends import Pool
+from router.server.pool.locator import Locator
+from router.server.pool.queries import Queries
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    pool: Pool
+    locator: Locator
+    queries: Queries
+    #: where client connections open their backend links
+    http: aiohttp.ClientSession
+
+    @classmethod
+    def of(cls, settings: Settings, metrics: Metrics, http: aiohttp.ClientSession) -> Upstream:
+        pool = Pool(settings, metrics, http)
+        return cls(pool, Locator(pool), Queries(pool), http)
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Upstream]:
+        """The control links and the audit, for the duration of the context."""
+        async with self.pool.running():
+            audit = self.pool.spawn(self.locator.audit.run(), "audit")
+            try:
+                yield self
+            finally:
+                if audit is not None:
+                    audit.cancel()
+                self.locator.cancel()
