@@ -178,6 +178,14 @@ class ScriptedBackend:
     #: per method, the frames sent instead of the usual answer: as they are, except
     #: that ``$ID`` becomes the request's id, and :data:`CLOSE` closes the connection
     scripted: dict[str, list[str]] = field(default_factory=dict)
+    #: pulsed on every frame that arrives
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def until(self, condition: Callable[[], bool]) -> None:
+        """Wait until ``condition`` holds, checked as each frame arrives."""
+        while not condition():
+            self.arrived.clear()
+            await self.arrived.wait()
 
     async def _serve(self, ws: websockets.ServerConnection) -> None:
         answers: set[asyncio.Task[None]] = set()
@@ -187,6 +195,7 @@ class ScriptedBackend:
                 self.frames.append(frame)
                 message = json.loads(frame)
                 self.received.append(message)
+                self.arrived.set()
                 answer = asyncio.create_task(self._answer(ws, message))
                 answers.add(answer)
                 answer.add_done_callback(answers.discard)
