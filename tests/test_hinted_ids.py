@@ -10,6 +10,7 @@ import orjson
 import pytest
 from hypothesis import given, strategies as st
 
+from router.core.effects import refusal
 from router.core.hinted_ids import HintedSessions, hinted, read
 from router.protocol.errors import SessionNotFound
 from router.protocol.ids import BackendId
@@ -57,11 +58,13 @@ def test_a_reply_naming_a_session_with_a_lone_surrogate_is_spliced() -> None:
     created = parse('{"jsonrpc":"2.0","id":1,"result":{"sessionId":"s\\ud83d"}}')
     sessions.learn(created, BackendId("agent-2"))
     client_id = hinted("s\ud83d", "agent-2")
-    error = encode_error(3, SessionNotFound("s\ud83d"))
-    assert json.loads(sessions.reply(error))["error"]["data"]["sessionId"] == client_id
-    assert sessions.reply(encode_error(4, SessionNotFound("other"))) == encode_error(
-        4, SessionNotFound("other")
+    error = refusal(3, SessionNotFound("s\ud83d"))
+    assert (
+        json.loads(sessions.reply(error.text, error.session_id))["error"]["data"]["sessionId"]
+        == client_id
     )
+    other = refusal(4, SessionNotFound("other"))
+    assert sessions.reply(other.text, other.session_id) == encode_error(4, SessionNotFound("other"))
 
 
 def _frame(obj: dict[str, object]) -> str:
@@ -91,7 +94,7 @@ def test_a_connection_opens_hinted_ids_and_gives_them_back_out() -> None:
     error = (
         '{"jsonrpc":"2.0","id":3,"error":{"code":-32010,"message":"x","data":{"sessionId":"s1"}}}'
     )
-    assert orjson.loads(sessions.reply(error))["error"]["data"]["sessionId"] == client_id
+    assert orjson.loads(sessions.reply(error, "s1"))["error"]["data"]["sessionId"] == client_id
     # an agent's own id (a session made directly on it) passes as it is
     raw = parse(
         _frame({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s9"}})

@@ -725,3 +725,46 @@ def test_a_lone_surrogate_beside_an_escape_of_the_shifted_range_is_refused_clear
     assert caught.value.request_id == 7
     reply = json.loads(encode_error(7, caught.value))
     assert reply["error"]["code"] == -32600
+
+
+# -- with_param: spliced, not parsed again ---------------------------------------------------------
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    params=st.dictionaries(st.sampled_from(["sessionId", "cwd", "x", "_meta"]), _JSON_VALUES),
+    old=st.text(max_size=12),
+    new=st.text(max_size=12),
+    decoded_first=st.booleans(),
+    notify=st.booleans(),
+)
+def test_with_param_reads_as_the_spliced_text_would(
+    params: dict[str, Any], old: str, new: str, decoded_first: bool, notify: bool
+) -> None:
+    """A message with a param spliced reads exactly as its new text parsed would: the
+    member, the other members, and the params in full, whether or not they were decoded
+    before the splice (the frame is not parsed a second time)."""
+    params = {**params, "sessionId": old}
+    envelope: dict[str, Any] = {"jsonrpc": "2.0", "method": "session/prompt", "params": params}
+    if not notify:
+        envelope["id"] = 7
+    message = parse(json.dumps(envelope))
+    assert not isinstance(message, Response)
+    if decoded_first:
+        assert message.params == params
+    spliced = message.with_param("sessionId", new)
+    again = parse(spliced.text)
+    assert type(spliced) is type(again)
+    assert spliced.text == replace_parsed_member(message.text, ("params", "sessionId"), new)
+    assert spliced.param("sessionId") == again.param("sessionId") == new
+    assert spliced.member("params", "cwd") == again.member("params", "cwd")
+    assert spliced.params == again.params
+    assert message.param("sessionId") == old  # the original is as it was

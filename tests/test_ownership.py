@@ -9,6 +9,7 @@ import orjson
 import pytest
 from hypothesis import given, strategies as st
 
+from router.core.effects import Reply, refusal
 from router.core.frontdoor import principal_of
 from router.core.ownership import Ownership, SessionSeal
 from router.protocol.errors import MethodNotFound, SessionNotAttached, SessionNotFound
@@ -138,16 +139,22 @@ def test_outbound_seals_every_session_id_the_client_sees() -> None:
     assert AS_ALICE.outbound(plain) is plain
 
 
+def _said(reply: Reply) -> tuple[str, str | None]:
+    """A reply the router made, and the session id its error names (which the core
+    reads off the error it made, never off the text)."""
+    return reply.text, reply.session_id
+
+
 def test_the_routers_own_replies_are_sealed() -> None:
     sealed = SEAL.seal(ALICE, "sess_1")
-    reply = AS_ALICE.reply(encode_error(5, SessionNotAttached("sess_1")))
+    reply = AS_ALICE.reply(*_said(refusal(5, SessionNotAttached("sess_1"))))
     error = orjson.loads(reply)["error"]
     assert error["code"] == -32010
     assert error["data"] == {"sessionId": sealed, "retryable": False}
     plain = '{"jsonrpc":"2.0","id":5,"result":{"status":"active"}}'
-    assert AS_ALICE.reply(plain) == plain
+    assert AS_ALICE.reply(plain, None) == plain
     # a session id with a lone surrogate (an agent cut one mid-emoji) is sealed too
-    cut = json.loads(AS_ALICE.reply(encode_error(6, SessionNotAttached("sess_\ud83d"))))
+    cut = json.loads(AS_ALICE.reply(*_said(refusal(6, SessionNotAttached("sess_\ud83d")))))
     assert cut["error"]["data"]["sessionId"] == AS_ALICE.seal.seal(
         AS_ALICE.principal, "sess_\ud83d"
     )

@@ -49,7 +49,7 @@ def streams(**bounds: int) -> EventStreams:
 
 
 def send(table: EventStreams, frame: Message) -> Delivery:
-    return table.deliver(frame, frame.text)
+    return table.deliver(frame.text, frame)
 
 
 def open_stream(table: EventStreams, key: StreamKey) -> tuple[int, list[str]]:

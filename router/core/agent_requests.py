@@ -9,7 +9,7 @@ link ends, the client is told its requests are withdrawn (ACP's ``$/cancel_reque
 
 from __future__ import annotations
 
-from router.core.effects import Reply
+from router.core.effects import Notify
 from router.protocol import acp
 from router.protocol.ids import BackendId, RoutedId
 from router.protocol.jsonrpc import RequestId, encode_notification
@@ -47,12 +47,12 @@ class AgentRequests:
         """The id the client saw for ``backend``'s request ``original``, if it awaits."""
         return self._by_origin.get((backend, original))
 
-    def withdraw(self, backend: BackendId) -> tuple[Reply, ...]:
+    def withdraw(self, backend: BackendId) -> tuple[Notify, ...]:
         """Forget every request of ``backend`` (its link closed): a ``$/cancel_request``
         for each, naming the id the client saw (a late client answer is dropped)."""
         withdrawn = [rid for rid, (b, _) in self._by_router_id.items() if b == backend]
         for router_id in withdrawn:
             self._by_origin.pop(self._by_router_id.pop(router_id), None)
         return tuple(
-            Reply(encode_notification(acp.CANCEL_REQUEST, {"requestId": rid})) for rid in withdrawn
+            Notify(encode_notification(acp.CANCEL_REQUEST, {"requestId": rid})) for rid in withdrawn
         )

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from router.core.client_side import ClientSide, PendingCall
+from router.core.calls import PendingCall
+from router.core.client_side import ClientSide
 from router.core.effects import (
     NOTHING,
     AwaitBackend,
@@ -72,7 +73,7 @@ def receive(routes: ClientSide, backend: BackendId, message: Message) -> Effects
         return _agent_request(routes, backend, message)
     if message.method == acp.CANCEL_REQUEST:
         return _agent_cancel(routes, backend, message)
-    return (*_adopt_child(routes, backend, message), Deliver(message.text))
+    return (*_adopt_child(routes, backend, message), Deliver(message.text, message))
 
 
 def relayed(message: Message) -> bool:
@@ -90,7 +91,7 @@ def _response(routes: ClientSide, backend: BackendId, response: Response) -> Eff
         ended = auth.heard(backend, response)
         if ended is None:
             return (Dropped(f"{backend} accepted authenticate; backends to go"),)
-        answer = Deliver(replace_id(ended.response.text, ended.request.id))
+        answer = Deliver(replace_id(ended.response.text, ended.request.id), ended.response)
         return routes.conclude(ended.request.id, (answer,))
     call = routes.calls.get(response.id) if response.id is not None else None
     if call is None or call.backend != backend:
@@ -100,7 +101,7 @@ def _response(routes: ClientSide, backend: BackendId, response: Response) -> Eff
         return _resumed(routes, call, backend, session_id, response)
     if method in acp.RELEASING and session_id is not None:
         return _closed(routes, call, backend, session_id, response)
-    delivered: Effects = (Deliver(response.text),)
+    delivered: Effects = (Deliver(response.text, response),)
     if not response.ok:
         return (
             *_moved_off(routes, call, backend, response),
@@ -128,7 +129,7 @@ def _resumed(
     if call.internal:
         answered: Effect = FailedOver("ok" if response.ok else "failed", session_id)
     else:
-        answered = Deliver(response.text)
+        answered = Deliver(response.text, response)
     if not response.ok:
         result: ResumeResult = "not_found" if _not_found(response) else "error"
         return (Resumed(backend, result), *routes.conclude(request_id, (answered,)))
@@ -147,7 +148,7 @@ def _closed(
     """A close (archive, delete) answered: unless it failed for another reason than
     "not found" or "not attached" (the backend does not run it either), the session is
     detached, and counts nowhere now."""
-    delivered: Effects = (Deliver(response.text),)
+    delivered: Effects = (Deliver(response.text, response),)
     if not (response.ok or _not_found(response) or _moved(response)):
         routes.sessions.keep(session_id)
         return routes.conclude(call.request.id, delivered)
@@ -228,7 +229,7 @@ def _agent_request(routes: ClientSide, backend: BackendId, request: Request) -> 
     if router_id is None:
         error = TooManyInFlight("Too many agent requests awaiting the client")
         return (Send(backend, encode_error(request.id, error)),)
-    return (Deliver(replace_id(request.text, router_id)),)
+    return (Deliver(replace_id(request.text, router_id), request),)
 
 
 def _agent_cancel(routes: ClientSide, backend: BackendId, note: Notification) -> Effects:
@@ -237,7 +238,7 @@ def _agent_cancel(routes: ClientSide, backend: BackendId, note: Notification) ->
     router_id = None if named is None else routes.agent_requests.router_id(backend, named)
     if router_id is None:
         return (Dropped("$/cancel_request for no agent request awaiting the client"),)
-    return (Deliver(replace_param(note.text, "requestId", router_id)),)
+    return (Deliver(replace_param(note.text, "requestId", router_id), note),)
 
 
 def lost(

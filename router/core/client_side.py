@@ -27,13 +27,14 @@ What a backend sends is :mod:`router.core.backend_side`; failover is
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from router.core import quotas
 from router.core.agent_requests import AgentRequests
 from router.core.authentication import Authentication
+from router.core.calls import Charge, Limits, PendingCall, free
 from router.core.effects import (
     NOTHING,
     AskPool,
@@ -84,57 +85,12 @@ from router.protocol.jsonrpc import (
 RESERVED_ID_PREFIX = "acp-router:"
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Bounds on one connection's tables: calls in flight, sessions, agent requests."""
-
-    max_in_flight: int = 1024
-    #: sessions attached, counting those a call in flight may attach (a session/new,
-    #: or a resume of a session not attached here)
-    max_sessions: int = 1024
-    max_agent_requests: int = 1024
-    #: longest ``sessionId`` routed: longer ones are -32602 here, never a probe that an
-    #: agent's frame limit could turn into a dropped control link
-    max_session_id_chars: int = 1024
-    #: backends one resume/load may be forwarded to before the ``-32002`` stands: the
-    #: first, then the ones that cannot be probed, in rank order (:mod:`router.core.locate`)
-    max_resume_attempts: int = 8
-    #: ``[failover]``: a session whose link is lost is kept, its frames waiting, until
-    #: it is resumed where it lives now (:mod:`router.core.failover`)
-    failover: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class PendingCall:
-    """A client request awaiting its one answer, and where it was sent."""
-
-    request: Request
-    session_id: SessionId | None
-    backend: BackendId | None = None
-    #: backends that answered this resume/load with ``-32002``, in the order tried
-    tried: tuple[BackendId, ...] = ()
-    #: waiting behind its session's holder (not yet routed anywhere)
-    held: bool = False
-    #: made by the router itself (a failover's resume): its answer is not the client's
-    internal: bool = False
-
-
-#: the client's locate budget: raises :class:`~router.protocol.errors.TooManyLocates`
-#: when it is spent (the shell's buckets and clock; :mod:`router.core.quotas` decides
-#: which requests are charged)
-Charge = Callable[[], None]
-
-
-def _free() -> None:
-    """The budget of a connection with none."""
-
-
 class ClientSide:
     """Which backend each session of one client connection lives on, who awaits what, and
     where each frame from the client goes."""
 
-    def __init__(self, limits: Limits = Limits(), charge: Charge = _free) -> None:
-        self.limits = limits
+    def __init__(self, limits: Limits | None = None, charge: Charge = free) -> None:
+        self.limits = limits = limits or Limits()
         self._charge = charge
         #: the client's ``initialize``: replayed on every link opened
         self.initialize: Request | None = None
@@ -281,16 +237,7 @@ class ClientSide:
 
     def _may_attach(self) -> int:
         """Calls in flight that attach a session not attached here when they succeed."""
-        count = 0
-        for call in self.calls.values():
-            method = call.request.method
-            if method in acp.CREATING or (
-                method in acp.ATTACHING
-                and call.session_id is not None
-                and self.sessions.backend(call.session_id) is None
-            ):
-                count += 1
-        return count
+        return sum(1 for call in self.calls.values() if call.may_attach(self.sessions.backend))
 
     def _forwarded(
         self, request: Request, session_id: SessionId | None, backend: BackendId
@@ -393,7 +340,7 @@ class ClientSide:
             return NOTHING
         self.calls[request_id] = replace(call, backend=backend)
         sent = self.send(backend, call.request.text)
-        closed = self.links.settled(request_id)
+        closed = self.links.done(request_id)
         if call.request.method in acp.ATTACHING:
             return (ResumeSent(retry=bool(call.tried)), *sent, *closed)
         return (*sent, *closed)
@@ -407,7 +354,7 @@ class ClientSide:
         """The router's own answer to a call in flight (nothing, once it was answered)."""
         if request_id not in self.calls:
             return (Dropped(f"an answer to {request_id!r}, answered already"),)
-        return self.conclude(request_id, (Reply(encode_result(request_id, result)),))
+        return self.conclude(request_id, (Reply(encode_result(request_id, result), request_id),))
 
     def fail(self, request_id: RequestId, error: JsonRpcError | ErrorObject) -> Effects:
         """The router's error answer to a call in flight; for a call the router made
@@ -427,7 +374,7 @@ class ClientSide:
         resume or load that succeeded; not past the session limit), and route the
         frames that waited behind it, in that order."""
         call = self.calls.pop(request_id)
-        closed = self.links.settled(request_id)
+        closed = self.links.done(request_id)
         session_id = call.session_id
         if session_id is None:
             return (*closed, *answered)
@@ -481,7 +428,7 @@ class ClientSide:
         effects: list[Effect] = []
         for request_id in list(self.calls):
             call = self.calls.pop(request_id)
-            effects += self.links.settled(request_id)
+            effects += self.links.done(request_id)
             if not call.internal:
                 effects.append(refusal(request_id, error))
         for backend in self.links.linked():

@@ -4,8 +4,8 @@ Every entry point of :class:`~router.core.routes.ClientRoutes` returns one order
 :data:`Effect` values, and the shell carries them out in that order and does nothing
 else (docs/architecture.md, "The effects channel"). Four kinds:
 
-* frames to write: :class:`Reply` (the router's own message to the client),
-  :class:`Deliver` (a backend's frame to the client), :class:`Send` (a frame to a backend
+* frames to write: :class:`Reply` (the router's own answer to the client),
+  :class:`Notify` (its own notification), :class:`Deliver` (a backend's frame to the client), :class:`Send` (a frame to a backend
   on this connection's link to it);
 * links to open and close: :class:`OpenLink`, :class:`CloseLink`; an ``OpenLink`` always
   comes before the first ``Send`` on that link;
@@ -21,12 +21,12 @@ else (docs/architecture.md, "The effects channel"). Four kinds:
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from router.protocol.errors import ErrorObject, JsonRpcError
 from router.protocol.ids import BackendId, SessionId
-from router.protocol.jsonrpc import Request, RequestId, encode_error
+from router.protocol.jsonrpc import Message, Request, RequestId, encode_error
 
 # -- frames ------------------------------------------------------------------------------------
 
@@ -35,12 +35,17 @@ from router.protocol.jsonrpc import Request, RequestId, encode_error
 class Reply:
     """Write ``text``, a message the router made, to the client.
 
-    ``error`` is the JSON-RPC code when it is an error answer (the shell counts it in
-    ``acp_router_client_errors_total{code}``).
+    ``answers``: the request it answers (None: a notification). ``error``: the JSON-RPC
+    code when it is an error answer (the shell counts it in
+    ``acp_router_client_errors_total{code}``), and ``session_id`` the ``data.sessionId``
+    it names, if any: the one member of a reply the gate may rewrite (a sealed or hinted
+    id), spliced without reading the text again.
     """
 
     text: str
+    answers: RequestId | None = None
     error: int | None = None
+    session_id: str | None = None
 
 
 def refusal(request_id: RequestId | None, error: JsonRpcError | ErrorObject) -> Reply:
@@ -49,14 +54,28 @@ def refusal(request_id: RequestId | None, error: JsonRpcError | ErrorObject) -> 
     ``error`` is the router's, or a backend's that the router answers in its name (a
     replayed handshake step the backend refused, so the request never reached it).
     """
-    return Reply(encode_error(request_id, error), error.code)
+    data = error.data if isinstance(error.data, dict) else None
+    named = data.get("sessionId") if data is not None else None
+    session_id = named if isinstance(named, str) else None
+    return Reply(encode_error(request_id, error), request_id, error.code, session_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Notify:
+    """Write ``text``, a notification the router made, to the client (a withdrawn agent
+    request's ``$/cancel_request``)."""
+
+    text: str
 
 
 @dataclass(frozen=True, slots=True)
 class Deliver:
-    """Write a backend's frame ``text`` to the client, as it came (ids spliced)."""
+    """Write a backend's frame ``text`` to the client, as it came (ids spliced);
+    ``message`` is what was parsed of it (a transport may route by it)."""
 
     text: str
+    #: derived from ``text`` (not compared): parsed once, read again by no one
+    message: Message | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +251,7 @@ class Dropped:
 
 Effect = (
     Reply
+    | Notify
     | Deliver
     | Send
     | OpenLink

@@ -18,7 +18,8 @@ health to settle (:class:`~router.core.effects.AwaitBackend`, at most
 
 from __future__ import annotations
 
-from router.core.client_side import ClientSide, PendingCall
+from router.core.calls import PendingCall
+from router.core.client_side import ClientSide
 from router.core.effects import NOTHING, Effect, Effects, FailedOver, Locate
 from router.core.health import Health
 from router.core.phases import orphan_holder

@@ -226,8 +226,9 @@ def lapses_at(state: BackendState, grace: float) -> float | None:
     return state.since + grace
 
 
-def settled(health: Health, *, answers_probe: bool | None) -> bool:
-    """Whether a failover may stop waiting for a backend whose link was lost: it is gone
+def decided(health: Health, *, answers_probe: bool | None) -> bool:
+    """Whether it is decided what a backend whose link was lost kept in memory, so a
+    failover may stop waiting for it: it is gone
     (its sessions are nowhere in memory), or it is up and, where it can be asked,
     answers a probe now (a backend whose client link just broke may still look up until
     its control link notices)."""

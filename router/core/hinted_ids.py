@@ -29,7 +29,6 @@ from router.protocol.jsonrpc import (
     Message,
     Notification,
     Request,
-    parse,
     replace_parsed_member,
 )
 
@@ -132,8 +131,12 @@ class HintedSessions:
         """The id the client knows ``session_id`` by."""
         return self._known.get(SessionId(session_id), session_id)
 
-    def reply(self, text: str) -> str:
-        """A reply the router made, with an error's ``data.sessionId`` as the client
-        knows it (read and spliced in place, as :meth:`outbound` does)."""
-        message = parse(text)
-        return self._known_as(message, _ERROR_ID, message.member(*_ERROR_ID)).text
+    def reply(self, text: str, session_id: str | None) -> str:
+        """A reply the router made, whose error names ``session_id`` in ``data``, with that
+        id as the client knows it (spliced in place, as :meth:`outbound` does)."""
+        if session_id is None:
+            return text
+        client_id = self.client_id(session_id)
+        return (
+            text if client_id == session_id else replace_parsed_member(text, _ERROR_ID, client_id)
+        )

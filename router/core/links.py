@@ -5,7 +5,7 @@ A connection has at most one link per backend. The core opens one when it first
 routes a frame there, and may open one *ahead*: where a resume will most likely go
 while its locate runs, or, in a pool of one, at ``initialize`` (:meth:`Links.open`).
 A link opened ahead carries nothing until a frame is routed there; if the call it was
-opened for settles elsewhere, it is closed again (:meth:`Links.settled`), quietly,
+opened for settles elsewhere, it is closed again (:meth:`Links.done`), quietly,
 since nothing is owed on it. Each method returns the effect the shell must carry out.
 """
 
@@ -55,7 +55,7 @@ class Links:
             self._unused[backend] = ahead_for
         return OpenLink(backend, initialize, authenticate, () if first is None else (first,))
 
-    def settled(self, call: RequestId) -> tuple[CloseLink, ...]:
+    def done(self, call: RequestId) -> tuple[CloseLink, ...]:
         """``call`` has gone where it goes (or failed): close the link opened ahead for it
         if nothing was routed on it."""
         if not self._unused:  # nearly every call: nothing opened ahead

@@ -42,7 +42,6 @@ from router.protocol.jsonrpc import (
     Notification,
     Request,
     Response,
-    parse,
     replace_parsed_member,
 )
 
@@ -143,11 +142,10 @@ class Ownership:
         sealed = self.seal.seal(self.principal, rename(session_id))
         return message.with_text(replace_parsed_member(message.text, path, sealed))
 
-    def reply(self, text: str, rename: Rename = _same) -> str:
-        """A reply the router made itself, with an error's ``data.sessionId`` sealed
-        (read and spliced in place: the rest of the text as it was)."""
-        session_id = parse(text).member(*_ERROR_ID)
-        if not isinstance(session_id, str):
+    def reply(self, text: str, session_id: str | None, rename: Rename = _same) -> str:
+        """A reply the router made itself, whose error names ``session_id`` in ``data``,
+        with that id sealed (spliced in place: the rest of the text as it was)."""
+        if session_id is None:
             return text
         sealed = self.seal.seal(self.principal, rename(session_id))
         return replace_parsed_member(text, _ERROR_ID, sealed)

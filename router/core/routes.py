@@ -9,7 +9,8 @@ method returns one ordered tuple of :mod:`~router.core.effects`.
 from __future__ import annotations
 
 from router.core import backend_side, failover
-from router.core.client_side import ClientSide, Limits, PendingCall
+from router.core.calls import Limits, PendingCall
+from router.core.client_side import ClientSide
 from router.core.effects import Effects
 from router.core.health import Health
 from router.protocol.errors import ErrorObject

@@ -175,9 +175,13 @@ class EventStreams:
 
     # -- router -> client: a frame ------------------------------------------------------------
 
-    def deliver(self, message: Message | None, text: str) -> Delivery:
-        """Where the frame ``text`` (``message``: it parsed, or None) goes now."""
-        key = self._key(message)
+    def deliver(
+        self, text: str, message: Message | None = None, answers: RequestId | None = None
+    ) -> Delivery:
+        """Where the frame ``text`` goes now: ``message`` is what was parsed of a
+        backend's frame; ``answers`` the request a reply the router made answers (neither:
+        a frame for the connection's stream)."""
+        key = self._key(message, answers)
         stream = self._connection if key is None else self._sessions[key]
         if stream.flowing:
             assert stream.holder is not None
@@ -188,10 +192,10 @@ class EventStreams:
         self.held_chars += len(text)
         return Held(key)
 
-    def _key(self, message: Message | None) -> StreamKey:
+    def _key(self, message: Message | None, answers: RequestId | None) -> StreamKey:
         if message is None:
-            return None
-        if isinstance(message, Response):
+            session = self._awaited.pop(answers, None) if answers is not None else None
+        elif isinstance(message, Response):
             session = self._awaited.pop(message.id, None) if message.id is not None else None
             created = message.member("result", "sessionId")
             if isinstance(created, str):

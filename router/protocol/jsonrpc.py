@@ -162,7 +162,7 @@ _UNREAD: Final = _Unread()
 class _Frame:
     """What :func:`parse` read of one frame: the routed members, still as text."""
 
-    __slots__ = ("_readable", "data", "params", "result", "shifted", "text")
+    __slots__ = ("_readable", "data", "overrides", "params", "result", "shifted", "text")
 
     def __init__(
         self,
@@ -180,6 +180,18 @@ class _Frame:
         self.params = params
         self.result = result
         self.data = data
+        #: members spliced since the frame was read (:meth:`Request.with_param`)
+        self.overrides: dict[tuple[str, ...], Any] | None = None
+
+    def overriding(self, path: tuple[str, ...], value: Any) -> _Frame:
+        """This frame, with the member at ``path`` read as ``value`` from now on."""
+        frame = _Frame(self.text, self._readable, self.shifted, self.params, self.result, self.data)
+        frame.overrides = {**(self.overrides or {}), path: value}
+        return frame
+
+    def params_overridden(self) -> dict[str, Any]:
+        """The members of ``params`` spliced since the frame was read."""
+        return {p[1]: v for p, v in (self.overrides or {}).items() if len(p) == 2}
 
     def value(self, raw: _Member | _Update | None) -> Any:
         """A member's value; None when it is absent or cannot be decoded."""
@@ -192,6 +204,8 @@ class _Frame:
 
     def member(self, path: tuple[str, ...]) -> Any:
         """The value at ``path``: from what parse read, or one more pass for that member."""
+        if self.overrides is not None and path in self.overrides:
+            return self.overrides[path]
         match path:
             case ("params", "sessionId" | "requestId" as name):
                 return self.value(getattr(self.params, name, None))
@@ -270,15 +284,12 @@ class Request:
         return _member_of(self, path)
 
     def with_param(self, name: str, value: Any) -> Request:
-        """This request with ``params[name]`` spliced to ``value`` (the rest byte for
-        byte), read again.
-
-        Raises:
-            ProtocolError: the new text cannot be read (see :func:`parse`).
-        """
-        spliced = parse(replace_parsed_member(self.text, ("params", name), value))
-        assert isinstance(spliced, Request)  # the same envelope
-        return spliced
+        """This request with ``params[name]`` (a member parse found in it) spliced to
+        ``value``, the rest byte for byte; not parsed again: the parsed fields are the
+        old ones, that member the new value."""
+        text = replace_parsed_member(self.text, ("params", name), value)
+        params, frame = _with_param(self, name, value)
+        return Request(self.id, self.method, params, text, frame=frame)
 
     def with_text(self, text: str) -> Request:
         """This request, as parsed, sent as ``text`` (the caller's edit of it)."""
@@ -327,14 +338,11 @@ class Notification:
         return _member_of(self, path)
 
     def with_param(self, name: str, value: Any) -> Notification:
-        """This notification with ``params[name]`` spliced to ``value``, read again.
-
-        Raises:
-            ProtocolError: the new text cannot be read (see :func:`parse`).
-        """
-        spliced = parse(replace_parsed_member(self.text, ("params", name), value))
-        assert isinstance(spliced, Notification)  # the same envelope
-        return spliced
+        """This notification with ``params[name]`` spliced to ``value`` (as
+        :meth:`Request.with_param`: not parsed again)."""
+        text = replace_parsed_member(self.text, ("params", name), value)
+        params, frame = _with_param(self, name, value)
+        return Notification(self.method, params, text, frame=frame)
 
     def with_text(self, text: str) -> Notification:
         """This notification, as parsed, sent as ``text`` (the caller's edit of it)."""
@@ -427,8 +435,22 @@ def _params_of(call: Request | Notification) -> Params:
     if isinstance(call._params, _Unread):
         assert call._frame is not None
         value = call._frame.value(call._frame.lookup(("params",)))
+        if isinstance(value, dict):
+            value.update(call._frame.params_overridden())
         call._params = value if isinstance(value, dict | list) else None
     return call._params
+
+
+def _with_param(
+    call: Request | Notification, name: str, value: Any
+) -> tuple[Params | _Unread, _Frame | None]:
+    """The parsed params of ``call`` with ``params[name]`` set to ``value``: the decoded
+    params with it set, or the frame with that member read as ``value``."""
+    if isinstance(call._params, dict):
+        return {**call._params, name: value}, call._frame
+    if call._frame is not None and isinstance(call._params, _Unread):
+        return call._params, call._frame.overriding(("params", name), value)
+    return call._params, call._frame
 
 
 def _member_of(call: Request | Notification, path: tuple[str, ...]) -> Any:

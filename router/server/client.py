@@ -37,6 +37,7 @@ from router.core.effects import (
     Initialize,
     Learned,
     Locate,
+    Notify,
     NotThere,
     OpenLink,
     Place,
@@ -66,6 +67,7 @@ from router.server import log_context
 from router.server.backend_link import BackendLink
 from router.server.gate import Gate, Refusal
 from router.server.metrics import TO_BACKEND, TO_CLIENT, Metrics
+from router.server.pool import waits
 from router.server.pool.upstream import Upstream
 
 logger = logging.getLogger(__name__)
@@ -75,9 +77,14 @@ class ClientChannel(Protocol):
     """Where one client connection's frames leave, whatever carries them (a WebSocket,
     or Streamable HTTP's event streams), and how it is closed."""
 
-    async def send(self, text: str) -> None:
+    async def send(
+        self, text: str, message: Message | None = None, answers: RequestId | None = None
+    ) -> None:
         """Write one JSON-RPC message to the client, in call order; a client that is
-        gone is not an error (its connection ends on its own)."""
+        gone is not an error (its connection ends on its own). ``message`` is what was
+        parsed of a backend's frame, ``answers`` the request a reply the router made
+        answers: a transport that routes frames by them reads them there, never the
+        text again."""
 
     async def close(self, code: int, reason: str) -> None:
         """End the connection with a WebSocket close ``code`` (or its meaning)."""
@@ -169,7 +176,7 @@ class ClientConnection:
             logger.debug("dropped a notification the gate refused (%d)", refusal.code)
             return
         self.metrics.client_errors.labels(str(refusal.code)).inc()
-        await self.channel.send(refusal.text)  # as it is: never through gate.reply
+        await self.channel.send(refusal.text, answers=refusal.answers)  # never gate.reply
 
     async def carry_out(self, effects: Effects) -> None:
         """Carry out the core's effects, in order (docs/architecture.md, "The effects
@@ -178,13 +185,15 @@ class ClientConnection:
             match effect:  # the per-frame cases first
                 case Send(backend, text):
                     await self._send(backend, text)
-                case Deliver(text):
+                case Deliver(text, message):
                     self.metrics.count_frame(TO_CLIENT, text)
-                    await self.channel.send(text)
-                case Reply(text, error):
+                    await self.channel.send(text, message)
+                case Reply(_, answers, error):
                     if error is not None:  # every error the core makes passes here, once
                         self.metrics.client_errors.labels(str(error)).inc()
-                    await self.channel.send(self.gate.reply(text))
+                    await self.channel.send(self.gate.reply(effect), answers=answers)
+                case Notify(text):
+                    await self.channel.send(text)
                 case OpenLink():
                     self._open_link(effect)
                 case CloseLink():
@@ -309,7 +318,7 @@ class ClientConnection:
         """Wait until ``backend`` is known to be back or gone, up to ``failover.wait_ms``,
         and tell the core (its failover decides: [failover])."""
         wait = self.pool.settings.failover.wait_ms / 1000
-        health = await self.pool.settled(backend, wait)
+        health = await waits.decided(self.pool, backend, wait)
         await self.carry_out(self.routes.backend_known(backend, sessions, health))
 
     # -- backend links -------------------------------------------------------------------------------
@@ -380,7 +389,7 @@ class ClientConnection:
                 # nearly every frame from a backend (an update): delivered as it came,
                 # what carry_out would do with receive_backend's Deliver, with nothing built
                 metrics.count_frame(TO_CLIENT, message.text)
-                await channel.send(message.text)
+                await channel.send(message.text, message)
             else:
                 await self.carry_out(routes.receive_backend(backend, message))
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from router.core.effects import Reply
 from router.core.frontdoor import Principal
 from router.core.hinted_ids import HintedSessions
 from router.core.ownership import Ownership, SessionSeal
@@ -43,6 +44,8 @@ class Refusal:
 
     text: str | None
     code: int
+    #: the request it answers
+    answers: RequestId | None = None
 
 
 class Gatekeeper:
@@ -112,7 +115,7 @@ class Gate:
         except JsonRpcError as exc:
             request_id: RequestId | None = message.id if isinstance(message, Request) else None
             text = encode_error(request_id, exc) if request_id is not None else None
-            return Refusal(text, exc.code)
+            return Refusal(text, exc.code, request_id)
 
     def _count_new_session(self) -> None:
         refused = self._keeper.quota.admit(self._address, self._keeper.clock())
@@ -146,12 +149,14 @@ class Gate:
             return self._ownership.outbound(message, hinted.client_id)
         return message if self._ownership is None else self._ownership.outbound(message)
 
-    def reply(self, text: str) -> str:
-        """A reply the router made, as the client may see it."""
+    def reply(self, reply: Reply) -> str:
+        """A reply the router made, as the client may see it (the session id its error
+        names, rewritten: :attr:`~router.core.effects.Reply.session_id`)."""
         hinted = self._hinted
         if self._ownership is not None:
-            return self._ownership.reply(text, hinted.client_id if hinted else _same_id)
-        return text if hinted is None else hinted.reply(text)
+            rename = hinted.client_id if hinted else _same_id
+            return self._ownership.reply(reply.text, reply.session_id, rename)
+        return reply.text if hinted is None else hinted.reply(reply.text, reply.session_id)
 
     def capabilities(self, capabilities: dict[str, Any]) -> dict[str, Any]:
         """What the router advertises to this client."""

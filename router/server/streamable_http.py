@@ -43,9 +43,9 @@ from router.core.streams import (
     Write,
 )
 from router.protocol import acp
-from router.protocol.errors import InvalidRequest, ParseError, ProtocolError
+from router.protocol.errors import InvalidRequest, ParseError
 from router.protocol.ids import ConnectionId, SessionId, new_connection_id
-from router.protocol.jsonrpc import Message, Request, RequestId, Response, parse
+from router.protocol.jsonrpc import Message, Request, RequestId, parse
 from router.server import log_context
 from router.server.client import ClientChannel, ClientConnection
 from router.server.config import RouterSection
@@ -219,14 +219,15 @@ class HttpConnection:
 
     # -- ClientChannel ------------------------------------------------------------------------
 
-    async def send(self, text: str) -> None:
-        message = _parsed(text)
-        if self._initialize is not None and _answers(message, self._initialize[0]):
+    async def send(
+        self, text: str, message: Message | None = None, answers: RequestId | None = None
+    ) -> None:
+        if self._initialize is not None and answers == self._initialize[0]:
             answer = self._initialize[1]
             if not answer.done():
                 answer.set_result(text)
                 return
-        match self.streams.deliver(message, text):
+        match self.streams.deliver(text, message, answers):
             case Write(key, holder):
                 stream = self.writers[holder]
                 if not await stream.write(event(text)):
@@ -270,17 +271,6 @@ class HttpConnection:
         if self.streams.release(key, holder):
             self.metrics.http_streams.dec()
             self.touch()
-
-
-def _parsed(text: str) -> Message | None:
-    try:
-        return parse(text)
-    except ProtocolError:
-        return None
-
-
-def _answers(message: Message | None, request_id: RequestId) -> bool:
-    return isinstance(message, Response) and message.id == request_id
 
 
 def accepts_events(accept: str | None) -> bool:

@@ -20,6 +20,7 @@ from aiohttp import web
 from aiohttp.http_websocket import WebSocketError
 from aiohttp.web_request import BaseRequest
 
+from router.protocol.jsonrpc import Message, RequestId
 from router.server.client import ClientConnection
 from router.server.metrics import Metrics
 
@@ -153,7 +154,9 @@ class WebSocketChannel:
         #: None: no frame written since the loop last turned; False: one; True: corked
         self._burst: bool | None = None
 
-    async def send(self, text: str) -> None:
+    async def send(
+        self, text: str, message: Message | None = None, answers: RequestId | None = None
+    ) -> None:
         if self._burst is None:
             self._burst = False
             asyncio.get_running_loop().call_soon(self._end_burst)

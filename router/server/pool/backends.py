@@ -24,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from router.core import health, latency, listing, membership
+from router.core import health, listing, membership
 from router.core.directory import Bounds, Directory
 from router.core.effects import Change
 from router.core.fleet import Fleet
@@ -35,7 +35,6 @@ from router.core.health import (
     Event,
     Health,
     Instance,
-    ProbeSilent,
 )
 from router.core.locate import AdminState, Snapshot, hint_after_answer, lasting
 from router.core.membership import Member, MembershipChange
@@ -44,10 +43,10 @@ from router.protocol import acp
 from router.protocol.acp import ProbeResult
 from router.protocol.errors import NoBackendAvailable
 from router.protocol.ids import BackendId, SessionId
-from router.server import fanout
 from router.server.config import BackendSection, Settings
 from router.server.control import ControlLink
 from router.server.metrics import Metrics
+from router.server.pool.probes import Prober
 from router.server.tls import backend_context
 
 logger = logging.getLogger(__name__)
@@ -55,9 +54,6 @@ logger = logging.getLogger(__name__)
 #: backends removed from the pool whose address is kept for client links still using
 #: them; beyond this many, the oldest are forgotten
 MAX_RETIRED = 1024
-
-#: the session id a liveness probe asks about: no agent has it (the router's own space)
-LIVENESS = SessionId("acp-router:liveness")
 
 
 def member_of(spec: BackendSection) -> Member:
@@ -82,13 +78,11 @@ class Pool:
     """The backends, their control links and what the router knows of them."""
 
     def __init__(self, settings: Settings, metrics: Metrics, http: aiohttp.ClientSession) -> None:
-        self.settings = settings
-        self.aliases = settings.probe.aliases
         self.metrics = metrics
         self._http = http
         self._clock = time.monotonic
         self.fleet = Fleet(settings.control.down_grace_ms / 1000)
-        self.links: dict[BackendId, ControlLink] = {}
+        self.prober = Prober(self.fleet, metrics, self._health_event, self.spawn)
         # a random salt: replicas break their placement ties differently
         self.directory = Directory(bounds_of(settings), self._clock, salt=uuid.uuid4().hex)
         metrics.watch_cache(self.directory.hints.__len__)
@@ -101,17 +95,32 @@ class Pool:
         #: the configured backends, and those each discovery source found
         self._static: tuple[BackendSection, ...] = tuple(settings.backends)
         self._discovered: dict[str, tuple[BackendSection, ...]] = {}
-        #: how long each backend's last probe took
-        self.probe_seconds: dict[BackendId, float] = {}
-        #: their moving average (:mod:`router.core.latency`)
-        self.probe_average: dict[BackendId, float] = {}
         #: the address of backends that left, for client links still open to them
         self._retired: dict[BackendId, BackendSection] = {}
         self._controls: dict[BackendId, asyncio.Task[None]] = {}
-        #: silent backends being probed until they answer
-        self._watches: dict[BackendId, asyncio.Task[None]] = {}
         self._group: asyncio.TaskGroup | None = None
+        self._take(settings)
         self._apply(self._static)
+
+    def _take(self, settings: Settings) -> None:
+        self.settings = settings
+        self.prober.timeout = settings.probe.timeout_ms / 1000
+        self.prober.aliases = settings.probe.aliases
+
+    @property
+    def links(self) -> dict[BackendId, ControlLink]:
+        """The members' control links, in configuration order."""
+        return self.prober.links
+
+    @property
+    def probe_seconds(self) -> dict[BackendId, float]:
+        """How long each backend's last probe took."""
+        return self.prober.seconds
+
+    @property
+    def probe_average(self) -> dict[BackendId, float]:
+        """Their moving average (:mod:`router.core.latency`)."""
+        return self.prober.average
 
     @property
     def states(self) -> dict[BackendId, health.BackendState]:
@@ -141,7 +150,7 @@ class Pool:
                 yield self
             finally:
                 self._group = None
-                for control in (*self._controls.values(), *self._watches.values()):
+                for control in (*self._controls.values(), *self.prober.watches.values()):
                     control.cancel()
 
     def spawn(self, work: Any, name: str) -> asyncio.Task[None] | None:
@@ -166,8 +175,7 @@ class Pool:
     def set_static(self, settings: Settings) -> MembershipChange:
         """Take a reloaded configuration: its backends (with the discovered ones), its
         probe settings and its unknown policy (the caller has kept what needs a restart)."""
-        self.settings = settings
-        self.aliases = settings.probe.aliases
+        self._take(settings)
         self._static = tuple(settings.backends)
         return self._apply(self._members())
 
@@ -212,7 +220,7 @@ class Pool:
             self.links[member.id].spec = by_id[member.id]
             self.metrics.backend_weight.labels(member.id).set(member.weight)
         # configuration order: placement breaks no tie by it, but listings follow it
-        self.links = {backend: self.links[backend] for backend in by_id}
+        self.prober.links = {backend: self.links[backend] for backend in by_id}
         self.fleet.rank(Node(backend, spec.weight) for backend, spec in by_id.items())
         if not change.empty:
             self._pulse(self.ready_changed)
@@ -244,8 +252,7 @@ class Pool:
         if control is not None:
             control.cancel()
         self.fleet.leave(backend)
-        self.probe_seconds.pop(backend, None)
-        self.probe_average.pop(backend, None)
+        self.prober.forget(backend)
         if backend in self.directory.pinned:  # client links still use its address
             self._retired[backend] = link.spec
         while len(self._retired) > MAX_RETIRED:
@@ -304,45 +311,6 @@ class Pool:
     def health(self, backend: BackendId) -> Health:
         """Up, unknown (not probed, but may still run sessions) or gone, as of now."""
         return self.fleet.health(backend, self._clock())
-
-    async def known(self, backend: BackendId, timeout: float) -> Health:
-        """``backend``'s health once it is up or gone (known to have kept, or lost, its
-        memory), waiting up to ``timeout`` seconds; unknown if it is neither by then.
-        It wakes on every change of the pool, and at the latest when the backend's grace
-        runs out (:func:`router.core.health.lapses_at`): never in a loop that does not wait."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while (reading := self.health(backend)) is Health.UNKNOWN:
-            wait = deadline - loop.time()
-            if wait <= 0:
-                return reading
-            state = self.fleet.states.get(backend)
-            lapses = None if state is None else health.lapses_at(state, self.fleet.grace)
-            if lapses is not None:
-                # it lapses then: a wait that ends before it would find it unknown again
-                wait = min(wait, max(lapses - self._clock(), 0.0) + 0.001)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(wait):
-                    await self.ready_changed.wait()
-        return reading
-
-    async def settled(self, backend: BackendId, timeout: float) -> Health:
-        """:meth:`known`, until :func:`router.core.health.settled` says a failover may stop
-        waiting; unknown if it does not by ``timeout``."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            reading = await self.known(backend, deadline - loop.time())
-            answers = await self.alive(backend) if reading is Health.UP else None
-            if health.settled(reading, answers_probe=answers):
-                return reading
-            if loop.time() >= deadline:
-                return Health.UNKNOWN
-            with contextlib.suppress(TimeoutError):  # until its state changes, or a while
-                async with asyncio.timeout(
-                    min(self.settings.probe.timeout_ms / 1000, max(deadline - loop.time(), 0.0))
-                ):
-                    await self.ready_changed.wait()
 
     def ready(self) -> list[BackendId]:
         """Backends that are up: probed, and new sessions may go there."""
@@ -491,20 +459,10 @@ class Pool:
         self, backends: Iterable[BackendId], session_id: SessionId
     ) -> dict[BackendId, acp.StatusAnswer]:
         """Ask each of ``backends`` that can be asked, in one round
-        (:mod:`router.server.fanout`; not one that has left the pool: its client links
-        may still hold sessions there, but it is not probed)."""
-        targets = [b for b in backends if self.can_probe(b)]
-        if not targets:
-            return {}
-        round_ = await self._round(targets, session_id)
-        for backend, seconds in round_.elapsed.items():
-            if backend in self.links:  # not one removed while the round ran
-                self.probe_seconds[backend] = seconds
-                self.probe_average[backend] = latency.smoothed(
-                    self.probe_average.get(backend), seconds
-                )
-        self.directory.hear(session_id, round_.answers)
-        return round_.answers
+        (:meth:`~router.server.pool.probes.Prober.answers`), and keep what they said."""
+        answers = await self.prober.answers(backends, session_id)
+        self.directory.hear(session_id, answers)
+        return answers
 
     async def probe_many(
         self, backends: Iterable[BackendId], session_id: SessionId
@@ -512,59 +470,6 @@ class Pool:
         answers = await self.probe_answers(backends, session_id)
         return {backend: answer.result for backend, answer in answers.items()}
 
-    async def _round(self, targets: list[BackendId], session_id: SessionId) -> fanout.Fanout:
-        """One probe round, and what it says of each backend's health
-        (:func:`router.core.health.after_probe`)."""
-        round_ = await fanout.probe(
-            self.links,
-            targets,
-            session_id,
-            aliases=self.aliases,
-            metrics=self.metrics,
-            timeout=self.settings.probe.timeout_ms / 1000,
-        )
-        heard, silent = set(round_.heard), set(round_.silent)
-        for backend in targets:
-            state = self.fleet.states.get(backend)
-            if state is None:
-                continue
-            event = health.after_probe(
-                state, answered=backend in heard, timed_out=backend in silent
-            )
-            if event is None:
-                continue
-            if isinstance(event, ProbeSilent):
-                logger.warning("backend %s did not answer a probe in time: silent", backend)
-                self._start_watch(backend)
-            else:
-                logger.info("backend %s answers again", backend)
-            self._health_event(backend, event)
-        return round_
-
     async def alive(self, backend: BackendId) -> bool:
-        """Whether ``backend`` answers a probe (of an id nobody has) within the probe
-        timeout: a frozen process does not."""
-        if not self.can_probe(backend):
-            return True  # nothing to ask it with: only its link can tell
-        round_ = await self._round([backend], LIVENESS)
-        return backend in round_.heard
-
-    def _start_watch(self, backend: BackendId) -> None:
-        """Probe a silent backend until it answers (or leaves, or its link drops)."""
-        if backend not in self._watches:
-            task = self.spawn(self._watch(backend), f"silent-{backend}")
-            if task is not None:
-                self._watches[backend] = task
-                task.add_done_callback(lambda _: self._watches.pop(backend, None))
-
-    async def _watch(self, backend: BackendId) -> None:
-        pace = self.settings.probe.timeout_ms / 1000
-        while (state := self.fleet.states.get(backend)) is not None and state.silent:
-            link = self.links.get(backend)
-            if link is None or not link.up or not self.can_probe(backend):
-                return  # its link's own reconnects take over; or nothing to ask it with
-            round_ = await self._round([backend], LIVENESS)  # up to the probe timeout
-            if backend in round_.heard:
-                return
-            if backend not in round_.silent:  # its link took no probe (full, or closing):
-                await asyncio.sleep(pace)  # try again at the pace of a probe that timed out
+        """Whether ``backend`` answers a probe now (a frozen process does not)."""
+        return await self.prober.alive(backend)

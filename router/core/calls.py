@@ -1,0 +1,68 @@
+"""One client connection's calls in flight, and the bounds on its tables, sans-I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from router.protocol import acp
+from router.protocol.ids import BackendId, SessionId
+from router.protocol.jsonrpc import Request
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds on one connection's tables: calls in flight, sessions, agent requests."""
+
+    max_in_flight: int = 1024
+    #: sessions attached, counting those a call in flight may attach (a session/new,
+    #: or a resume of a session not attached here)
+    max_sessions: int = 1024
+    max_agent_requests: int = 1024
+    #: longest ``sessionId`` routed: longer ones are -32602 here, never a probe that an
+    #: agent's frame limit could turn into a dropped control link
+    max_session_id_chars: int = 1024
+    #: backends one resume/load may be forwarded to before the ``-32002`` stands: the
+    #: first, then the ones that cannot be probed, in rank order (:mod:`router.core.locate`)
+    max_resume_attempts: int = 8
+    #: ``[failover]``: a session whose link is lost is kept, its frames waiting, until
+    #: it is resumed where it lives now (:mod:`router.core.failover`)
+    failover: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCall:
+    """A client request awaiting its one answer, and where it was sent."""
+
+    request: Request
+    session_id: SessionId | None
+    backend: BackendId | None = None
+    #: backends that answered this resume/load with ``-32002``, in the order tried
+    tried: tuple[BackendId, ...] = ()
+    #: waiting behind its session's holder (not yet routed anywhere)
+    held: bool = False
+    #: made by the router itself (a failover's resume): its answer is not the client's
+    internal: bool = False
+
+    def may_attach(self, attached_to: Callable[[SessionId], BackendId | None]) -> bool:
+        """Whether its answer may attach a session not attached here now: a
+        ``session/new`` or fork, or a resume or load of a session ``attached_to`` puts
+        nowhere."""
+        method = self.request.method
+        if method in acp.CREATING:
+            return True
+        return (
+            method in acp.ATTACHING
+            and self.session_id is not None
+            and attached_to(self.session_id) is None
+        )
+
+
+#: the client's locate budget: raises :class:`~router.protocol.errors.TooManyLocates`
+#: when it is spent (the shell's buckets and clock; :mod:`router.core.quotas` decides
+#: which requests are charged)
+Charge = Callable[[], None]
+
+
+def free() -> None:
+    """The budget of a connection with none."""
