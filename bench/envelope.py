@@ -1,4 +1,4 @@
-"""Envelope: :func:`router.protocol.jsonrpc.parse` and :func:`router.protocol.jsonrpc.replace_id` on
+"""Envelope: :func:`router.protocol.reading.parse` and :func:`router.protocol.splice.replace_id` on
 ACP-shaped frames, in process.
 
 * ``parse`` against ``json.loads`` of the same text (the stdlib decoder), and against
@@ -24,7 +24,8 @@ import orjson
 from bench.ratios import Budget, Row, micro, row
 from bench.timing import interleaved
 from bench.wire import BenchError
-from router.protocol.jsonrpc import parse, replace_id
+from router.protocol.reading import parse
+from router.protocol.splice import replace_id
 
 BENCH = "envelope"
 HISTORY_BYTES = 74342

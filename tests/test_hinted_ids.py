@@ -14,7 +14,8 @@ from router.core.effects import refusal
 from router.core.hinted_ids import HintedSessions, hinted, read
 from router.protocol.errors import SessionNotFound
 from router.protocol.ids import BackendId
-from router.protocol.jsonrpc import Request, encode_error, parse
+from router.protocol.jsonrpc import Request, encode_error
+from router.protocol.reading import parse
 from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
 from tests.support import AcpClient
 from tests.test_router import answered_by, direct_statuses, resume

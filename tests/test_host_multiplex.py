@@ -18,7 +18,8 @@ from router.host.multiplex import (
 from router.host.stderr import StderrTail
 from router.protocol.errors import InternalError
 from router.protocol.ids import SessionId
-from router.protocol.jsonrpc import Response, parse
+from router.protocol.jsonrpc import Response
+from router.protocol.reading import parse
 
 
 def frame(**members: Any) -> str:

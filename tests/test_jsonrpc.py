@@ -29,12 +29,9 @@ from router.protocol.jsonrpc import (
     encode_request,
     encode_result,
     is_request_id,
-    parse,
-    replace_id,
-    replace_member,
-    replace_param,
-    replace_parsed_member,
 )
+from router.protocol.reading import parse
+from router.protocol.splice import replace_id, replace_member, replace_param, replace_parsed_member
 
 # -- classification --------------------------------------------------------------------------------
 

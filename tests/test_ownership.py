@@ -13,7 +13,8 @@ from router.core.effects import Reply, refusal
 from router.core.frontdoor import principal_of
 from router.core.ownership import Ownership, SessionSeal
 from router.protocol.errors import MethodNotFound, SessionNotAttached, SessionNotFound
-from router.protocol.jsonrpc import Notification, Request, Response, encode_error, parse
+from router.protocol.jsonrpc import Notification, Request, Response, encode_error
+from router.protocol.reading import parse
 
 SEAL = SessionSeal(b"a shared secret of 32 bytes ....")
 ALICE, BOB = principal_of("alice-token"), principal_of("bob-token")

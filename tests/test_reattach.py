@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from router.commands.reattach import EditorState, Reattach, ReplayRefused
-from router.protocol.jsonrpc import Response, parse
+from router.protocol.jsonrpc import Response
+from router.protocol.reading import parse
 
 CWD = "/w"
 

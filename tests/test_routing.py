@@ -38,7 +38,8 @@ from router.core.routes import ClientRoutes, Limits
 from router.protocol import acp
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable
 from router.protocol.ids import BackendId, SessionId
-from router.protocol.jsonrpc import ErrorObject, Request, RequestId, parse
+from router.protocol.jsonrpc import ErrorObject, Request, RequestId
+from router.protocol.reading import parse
 
 # -- frames ----------------------------------------------------------------------------------------
 

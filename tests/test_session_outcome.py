@@ -8,7 +8,8 @@ import json
 import pytest
 
 from router.protocol.acp import SessionOutcome, session_outcome
-from router.protocol.jsonrpc import Request, Response, parse
+from router.protocol.jsonrpc import Request, Response
+from router.protocol.reading import parse
 
 HELD, RELEASED = SessionOutcome.HELD, SessionOutcome.RELEASED
 

@@ -21,7 +21,8 @@ from router.core.streams import (
     Write,
 )
 from router.protocol.ids import SessionId
-from router.protocol.jsonrpc import Message, parse
+from router.protocol.jsonrpc import Message
+from router.protocol.reading import parse
 
 S1, S2 = SessionId("s1"), SessionId("s2")
 

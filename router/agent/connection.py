@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from router.agent.sessions import ConnectionId
-from router.protocol import jsonrpc
+from router.protocol import jsonrpc, reading
 from router.protocol.errors import InternalError, JsonRpcError, ProtocolError
 from router.protocol.jsonrpc import Notification, Request, Response
 
@@ -88,7 +88,7 @@ class Connection:
     async def receive(self, frame: str, tasks: asyncio.TaskGroup) -> None:
         """Handle one text frame; a request is answered in a new task of ``tasks``."""
         try:
-            message = jsonrpc.parse(frame)
+            message = reading.parse(frame)
         except ProtocolError as exc:
             await self.send(jsonrpc.encode_protocol_error(exc))
             return

@@ -49,7 +49,8 @@ from websockets.asyncio.client import ClientConnection
 from router.commands.bearer import auth_headers, refusal_hint
 from router.commands.reattach import EditorState, Reattach, ReplayRefused
 from router.protocol.errors import AcpRouterError, ProtocolError
-from router.protocol.jsonrpc import Message, Response, parse
+from router.protocol.jsonrpc import Message, Response
+from router.protocol.reading import parse
 from router.tasks import cancel_all_and_wait, cancel_and_wait
 
 logger = logging.getLogger(__name__)

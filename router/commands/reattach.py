@@ -33,8 +33,8 @@ from router.protocol.jsonrpc import (
     Response,
     encode_error,
     encode_request,
-    replace_id,
 )
+from router.protocol.splice import replace_id
 
 #: the bridge's own request ids start so (the router reserves ``acp-router:``); no
 #: editor request is in flight on a connection while they are, so they cannot collide

@@ -14,7 +14,8 @@ import websockets
 from router.commands.bearer import auth_headers, refusal_hint
 from router.protocol import acp
 from router.protocol.errors import AcpRouterError
-from router.protocol.jsonrpc import Params, Response, encode_request, parse
+from router.protocol.jsonrpc import Params, Response, encode_request
+from router.protocol.reading import parse
 from router.server.control import INITIALIZE_PARAMS
 
 EXIT_CODES = {"active": 0, "inactive": 3}

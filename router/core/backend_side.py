@@ -60,9 +60,8 @@ from router.protocol.jsonrpc import (
     Response,
     encode_error,
     is_request_id,
-    replace_id,
-    replace_param,
 )
+from router.protocol.splice import replace_id, replace_param
 
 
 def receive(routes: ClientSide, backend: BackendId, message: Message) -> Effects:

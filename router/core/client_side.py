@@ -75,8 +75,8 @@ from router.protocol.jsonrpc import (
     Response,
     encode_result,
     is_request_id,
-    replace_id,
 )
+from router.protocol.splice import replace_id
 
 #: the router's own request ids begin so (its handshake replays, forwarded
 #: ``authenticate``, a failover's resume): a client may not use one, in a request or in a

@@ -25,12 +25,8 @@ from collections import OrderedDict
 from typing import Any
 
 from router.protocol.ids import BackendId, SessionId
-from router.protocol.jsonrpc import (
-    Message,
-    Notification,
-    Request,
-    replace_parsed_member,
-)
+from router.protocol.jsonrpc import Message, Notification, Request
+from router.protocol.splice import replace_parsed_member
 
 HOME = "@"
 CHECK = "."

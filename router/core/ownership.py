@@ -37,13 +37,8 @@ from router.core.frontdoor import Principal
 from router.protocol import acp
 from router.protocol.errors import MethodNotFound, SessionNotFound
 from router.protocol.ids import SessionId
-from router.protocol.jsonrpc import (
-    Message,
-    Notification,
-    Request,
-    Response,
-    replace_parsed_member,
-)
+from router.protocol.jsonrpc import Message, Notification, Request, Response
+from router.protocol.splice import replace_parsed_member
 
 SEPARATOR = "."
 MAC_BYTES = 16

@@ -61,9 +61,8 @@ from router.protocol.jsonrpc import (
     encode_request,
     encode_result,
     is_request_id,
-    replace_id,
-    replace_param,
 )
+from router.protocol.splice import replace_id, replace_param
 
 #: the id of the host's own ``initialize`` to the agent
 HANDSHAKE_ID: Final = "acp-router-host:initialize"

@@ -21,7 +21,8 @@ from collections.abc import AsyncIterator, Sequence
 
 from router.host.stderr import StderrTail
 from router.protocol.errors import ProtocolError
-from router.protocol.jsonrpc import Message, parse
+from router.protocol.jsonrpc import Message
+from router.protocol.reading import parse
 
 logger = logging.getLogger(__name__)
 

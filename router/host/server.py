@@ -44,7 +44,8 @@ from router.host.multiplex import (
 from router.host.process import KILL_WAIT_SECONDS, AgentProcess
 from router.protocol.acp import DEFAULT_STATUS_ALIASES, ProbeResult
 from router.protocol.errors import AcpRouterError, InternalError, ProtocolError
-from router.protocol.jsonrpc import Response, encode_protocol_error, parse, reader_limit
+from router.protocol.jsonrpc import Response, encode_protocol_error, reader_limit
+from router.protocol.reading import parse
 from router.tasks import cancel_all_and_wait, cancel_and_wait
 
 logger = logging.getLogger(__name__)

@@ -31,14 +31,8 @@ from router.outbox import Outbox
 from router.protocol import acp
 from router.protocol.errors import BackendLinkLost, HandshakeRefused
 from router.protocol.ids import BackendId
-from router.protocol.jsonrpc import (
-    Message,
-    Request,
-    Response,
-    reader_limit,
-    replace_id,
-    replace_param,
-)
+from router.protocol.jsonrpc import Message, Request, Response, reader_limit
+from router.protocol.splice import replace_id, replace_param
 from router.server.faults import FOREIGN_FAILURES, backend_faults, describe
 from router.server.metrics import Metrics
 from router.server.wire import messages, read

@@ -62,7 +62,8 @@ from router.protocol.errors import (
     RouterStopping,
 )
 from router.protocol.ids import BackendId, SessionId
-from router.protocol.jsonrpc import Message, Request, RequestId, parse
+from router.protocol.jsonrpc import Message, Request, RequestId
+from router.protocol.reading import parse
 from router.server import log_context
 from router.server.backend_link import BackendLink
 from router.server.gate import Gate, Refusal

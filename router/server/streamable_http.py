@@ -45,7 +45,8 @@ from router.core.streams import (
 from router.protocol import acp
 from router.protocol.errors import InvalidRequest, ParseError
 from router.protocol.ids import ConnectionId, SessionId, new_connection_id
-from router.protocol.jsonrpc import Message, Request, RequestId, parse
+from router.protocol.jsonrpc import Message, Request, RequestId
+from router.protocol.reading import parse
 from router.server import log_context
 from router.server.client import ClientChannel, ClientConnection
 from router.server.config import RouterSection

@@ -22,7 +22,8 @@ import aiohttp
 from aiohttp.http_websocket import WebSocketError
 
 from router.protocol.errors import BackendLinkLost, NestingTooDeep, ParseError, ProtocolError
-from router.protocol.jsonrpc import Message, parse
+from router.protocol.jsonrpc import Message
+from router.protocol.reading import parse
 from router.server.metrics import Metrics
 
 logger = logging.getLogger(__name__)
