@@ -50,6 +50,16 @@ def result_of(response: JsonObject) -> Any:
     return response["result"]
 
 
+def active(response: JsonObject) -> bool:
+    """An ``active`` status answer, which also says when the session last did anything
+    (``_meta.lastActivity``, milliseconds since the epoch)."""
+    result = result_of(response)
+    last = result.get("_meta", {}).get("lastActivity")
+    assert isinstance(last, int), result
+    assert last > 0, result
+    return bool(result.get("status") == "active" and set(result) == {"status", "_meta"})
+
+
 def error_of(response: JsonObject) -> JsonObject:
     assert "error" in response, response
     error: JsonObject = response["error"]
@@ -257,7 +267,7 @@ async def test_list_rejects_an_invalid_cursor(client: AcpClient) -> None:
 
 async def test_close_leaves_the_session_inactive(client: AcpClient) -> None:
     session_id = await client.new_session()
-    assert result_of(await client.status(session_id)) == {"status": "active"}
+    assert active(await client.status(session_id))
 
     assert result_of(await client.request("session/close", {"sessionId": session_id})) == {}
 
@@ -297,7 +307,7 @@ async def test_status_has_no_side_effects(
 ) -> None:
     session_id = await client.new_session()
     async with AcpClient.connect(agent.url) as other:
-        assert result_of(await other.status(session_id)) == {"status": "active"}
+        assert active(await other.status(session_id))
         error = error_of(await other.prompt(session_id, "hi"))  # status did not attach it
         assert error["code"] == -32602
         assert error["message"] == f"session {session_id} {RESUME_FIRST}"
@@ -520,7 +530,7 @@ async def test_a_failing_handler_answers_internal_error_and_the_connection_lives
     response = await client.prompt(session_id, "hi")
 
     assert error_of(response) == {"code": -32603, "message": "Internal error"}
-    assert result_of(await client.status(session_id)) == {"status": "active"}
+    assert active(await client.status(session_id))
     assert (await client.new_session()).startswith("sess_")
 
 
@@ -551,7 +561,7 @@ async def test_idle_sessions_are_evicted_but_attached_ones_stay(store: Path) -> 
             left = await leaver.new_session()
         await agent.wait_for_log(f"session {left} evicted after idle timeout")
         assert result_of(await keeper.status(left)) == {"status": "inactive"}
-        assert result_of(await keeper.status(kept)) == {"status": "active"}
+        assert active(await keeper.status(kept))
         result_of(await keeper.prompt(kept, "still here"))
 
 
@@ -587,7 +597,7 @@ async def test_instances_sharing_a_store_can_resume_each_others_sessions(store: 
             assert [entry["sessionId"] for entry in listed] == [session_id]
 
             result_of(await on_b.request("session/resume", load_params(session_id)))
-            assert result_of(await on_b.status(session_id)) == {"status": "active"}
+            assert active(await on_b.status(session_id))
             result_of(await on_b.prompt(session_id, "hello again"))
             assert text_chunks(on_b.drain_incoming()) == [
                 ("agent_message_chunk", "[agent-b] hello again")
@@ -628,7 +638,7 @@ async def test_a_session_resumed_elsewhere_is_dropped_here_not_appended_to(store
             result_of(await on_b.request("session/resume", load_params(session_id)))
 
             assert result_of(await on_a.status(session_id)) == {"status": "inactive"}
-            assert result_of(await on_b.status(session_id)) == {"status": "active"}
+            assert active(await on_b.status(session_id))
             before = records_of(store, session_id)
             error = error_of(await on_a.prompt(session_id, "two"))
             assert (error["code"], error["message"]) == (-32010, moved(session_id))
@@ -723,3 +733,16 @@ async def test_a_port_in_use_fails_with_one_line(store: Path) -> None:
     assert run.stdout == ""
     (line,) = run.stderr.splitlines()
     assert "address already in use" in line.lower()
+
+
+async def test_status_says_when_the_session_last_did_anything(client: AcpClient) -> None:
+    """``_meta.lastActivity`` of an active answer moves with a prompt, never with a probe
+    (status has no side effects): how router replicas agree which of two copies of a
+    session is the live one."""
+    session_id = await client.new_session()
+    first = result_of(await client.status(session_id))["_meta"]["lastActivity"]
+    assert result_of(await client.status(session_id))["_meta"]["lastActivity"] == first
+    result_of(await client.prompt(session_id, "hello"))
+    after = result_of(await client.status(session_id))["_meta"]["lastActivity"]
+    assert after >= first
+    assert result_of(await client.status(session_id))["_meta"]["lastActivity"] == after

@@ -271,10 +271,20 @@ async def test_a_second_active_instance_is_seen_by_the_audit_once_the_hint_needs
             assert router.metric("acp_router_audits_total", result="split") == detected
             hits = router.metric("acp_router_locate_cache_requests_total", result="hit")
             assert hits == (0 if seen else 1)
-            if seen:  # a suspect now: the next resume asks everyone, and sees it again
+            if seen:  # a suspect now: the next resume asks everyone; the split was ended
+                # ("a" is where the router found it: its home; "b" and "c" cannot close
+                # sessions, so they are kept out of its resumes), so it is not seen again
+                resolved = router.metric("acp_router_split_brain_resolved_total", how="kept_out")
+                assert resolved == 2
                 await _resume_through(router, "sess_split")
                 assert router.metric("acp_router_probe_fanout_size_sum") == 3 + 1 + 3
-                assert router.metric("acp_router_split_brain_detected_total") == 2
+                assert router.metric("acp_router_split_brain_detected_total") == 1
+                resumed = [
+                    b.backend_id
+                    for b in (first, second, third)
+                    if any(m.get("method") == "session/resume" for m in b.received)
+                ]
+                assert resumed == ["a"]  # every resume went to the home
 
 
 # -- [failover]: the router resumes a lost session where it lives now --------------------------------

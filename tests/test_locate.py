@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,12 +19,12 @@ from router.core.locate import (
     Outcome,
     Snapshot,
     Stage,
-    StatusRound,
     UnknownPolicy,
     decide as decide_snapshot,
     evidence,
-    pool_status,
 )
+from router.core.split_brain import How, Verdict, judge
+from router.core.status import StatusRound, pool_status
 from router.protocol.acp import ProbeResult, StatusAnswer, classify_status, read_status
 from router.protocol.errors import (
     ErrorObject,
@@ -98,15 +99,19 @@ def test_one_active_wins_over_inactive_and_unknown() -> None:
 
 def test_several_active_pick_the_best_ranked_and_report_split_brain() -> None:
     answers = {"a": NOT_FOUND, "b": ACTIVE, "c": ACTIVE}
-    assert _decide(answers) == Located("b", Outcome.ACTIVE, ("b", "c"))
+    assert _decide(answers) == Located(
+        "b", Outcome.ACTIVE, ("b", "c"), Verdict("b", ("c",), How.RANK)
+    )
     everywhere = dict.fromkeys(ORDER, ACTIVE)
-    assert _decide(everywhere) == Located("a", Outcome.ACTIVE, ORDER)
+    assert _decide(everywhere) == Located(
+        "a", Outcome.ACTIVE, ORDER, Verdict("a", ("b", "c"), How.RANK)
+    )
 
 
 def test_split_brain_follows_the_ranking_not_the_answer_order() -> None:
     answers = {"c": ACTIVE, "a": ACTIVE}
     located = decide(("c", "b", "a"), answers, session_id="s1")
-    assert located == Located("c", Outcome.ACTIVE, ("c", "a"))
+    assert located == Located("c", Outcome.ACTIVE, ("c", "a"), Verdict("c", ("a",), How.RANK))
 
 
 @pytest.mark.parametrize(
@@ -303,7 +308,7 @@ def test_a_hint_seen_elsewhere_here_asks_the_rest_now_and_sees_a_split() -> None
     round_.start()
     assert round_.hear({BackendId("b"): ACTIVE}) == Ask((BackendId("a"), BackendId("c")))
     located = round_.hear({BackendId("a"): ACTIVE, BackendId("c"): INACTIVE})
-    assert located == Located("a", Outcome.ACTIVE, ("a", "b"))
+    assert located == Located("a", Outcome.ACTIVE, ("a", "b"), Verdict("a", ("b",), How.ATTACHED))
     assert (round_.stage, round_.checked) == (Stage.VERIFY, 100.0)
 
 
@@ -624,3 +629,56 @@ def test_cache_forget_backend_around_expiry(elapsed: float) -> None:
     cache.forget_backend("a")
     assert cache.get("s1") is None
     assert cache.get("s2") == ("b" if elapsed < 30 else None)
+
+
+# -- split brain ended: which copy is the home ------------------------------------------------------
+
+
+def test_the_home_of_a_split_is_the_attached_copy_then_the_placed_then_the_latest_then_rank() -> (
+    None
+):
+    b = [BackendId(x) for x in "abc"]
+    assert judge(b, attached=[b[2]]) == Verdict(b[2], (b[0], b[1]), How.ATTACHED)
+    assert judge(b, placed=b[1]) == Verdict(b[1], (b[0], b[2]), How.PLACED)
+    # attached on two of them: the placed one among those
+    assert judge(b, attached=b[1:], placed=b[2]).home == b[2]
+    latest = {b[0]: 10.0, b[1]: 30.0, b[2]: 20.0}
+    assert judge(b, activity=latest) == Verdict(b[1], (b[0], b[2]), How.ACTIVITY)
+    # a copy with no time, or two copies equally recent: the rank decides
+    assert judge(b, activity={b[0]: 10.0, b[1]: 30.0}).how is How.RANK
+    assert judge(b, activity={b[0]: 30.0, b[1]: 30.0, b[2]: 1.0}) == Verdict(
+        b[0], (b[1], b[2]), How.RANK
+    )
+
+
+def test_a_fresh_replica_keeps_the_copy_that_did_something_last() -> None:
+    """Nothing attached, nothing placed (a replica that just started): the backends' own
+    lastActivity decides, so every replica keeps the same copy, whatever its ranking."""
+    round_ = _round(_snapshot(_up("a"), _up("b"), _up("c")))
+    assert round_.start() == Ask((BackendId("a"), BackendId("b"), BackendId("c")))
+    located = round_.hear(
+        {BackendId("a"): ACTIVE, BackendId("b"): ACTIVE, BackendId("c"): NOT_FOUND},
+        {BackendId("a"): 1_000.0, BackendId("b"): 2_000.0},
+    )
+    assert isinstance(located, Located)
+    assert located.backend == "b"
+    assert located.verdict == Verdict(BackendId("b"), (BackendId("a"),), How.ACTIVITY)
+
+
+def test_a_copy_known_stale_is_not_a_home_and_its_hint_is_not_trusted() -> None:
+    hint = Hint(BackendId("a"), checked=99.0)  # confirmed lately: trusted, were it not stale
+    snapshot = replace(_snapshot(_up("a"), _up("b"), hint=hint), stale=frozenset({BackendId("a")}))
+    round_ = _round(snapshot)
+    assert round_.start() == Ask((BackendId("a"), BackendId("b")))  # no hint trusted
+    located = round_.hear({BackendId("a"): ACTIVE, BackendId("b"): ACTIVE})
+    assert located == Located("b", Outcome.ACTIVE)
+
+
+def test_a_status_answer_says_when_the_session_last_did_anything() -> None:
+    answer = Response(1, {"status": "active", "_meta": {"lastActivity": 1234}}, None, "")
+    assert read_status(answer, "s").last_activity == 1234.0
+    for odd in ("x", True, None, float("nan"), [1]):
+        bad = Response(1, {"status": "active", "_meta": {"lastActivity": odd}}, None, "")
+        assert read_status(bad, "s").last_activity is None
+    inactive = Response(1, {"status": "inactive", "_meta": {"lastActivity": 5}}, None, "")
+    assert read_status(inactive, "s").last_activity is None

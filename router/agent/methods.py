@@ -234,7 +234,8 @@ class Agent:
         session_id = params.session_id(p)
         session = self.sessions.get(session_id)
         if session is not None and self.store.holds(session.lease):
-            return {"status": "active"}
+            meta = {acp.LAST_ACTIVITY_META_KEY: round(session.last_activity)}
+            return {"status": "active", "_meta": meta}
         if self.store.exists(session_id):
             return {"status": "inactive"}
         raise SessionNotFound(session_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterator
 from typing import NewType
 
@@ -87,6 +88,12 @@ class LiveSession:
         self.connections: set[ConnectionId] = set()
         self.turn: Turn | None = None
         self.idle_timer: asyncio.TimerHandle | None = None
+        #: when it last did anything (taken, attached, a turn begun or ended): wall-clock
+        #: milliseconds, what ``session/status`` reports in ``_meta.lastActivity``
+        self.last_activity = _now_ms()
+
+    def touch(self) -> None:
+        self.last_activity = _now_ms()
 
     @property
     def is_idle(self) -> bool:
@@ -139,6 +146,7 @@ class SessionTable:
 
     def attach(self, session: LiveSession, connection_id: ConnectionId) -> None:
         """Attach an open connection (a closed one is not attached: nobody would detach it)."""
+        session.touch()
         if connection_id in self._open_connections:
             session.connections.add(connection_id)
             _stop_idle_timer(session)
@@ -167,10 +175,12 @@ class SessionTable:
                 " wait for it to end or send session/cancel"
             )
         session.turn = Turn(connection_id)
+        session.touch()
         _stop_idle_timer(session)
         return session.turn
 
     def end_turn(self, session: LiveSession, turn: Turn) -> None:
+        session.touch()
         if session.turn is turn:
             session.turn = None
         turn.finished.set()
@@ -194,6 +204,10 @@ class SessionTable:
         if self._sessions.get(session.session_id) is session and session.is_idle:
             del self._sessions[session.session_id]
             logger.info("session %s evicted after idle timeout", session.session_id)
+
+
+def _now_ms() -> float:
+    return time.time() * 1000
 
 
 def _stop_idle_timer(session: LiveSession) -> None:

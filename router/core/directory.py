@@ -45,6 +45,11 @@ class Directory:
             bounds.max_entries, bounds.ttl, timer=clock
         )
         self.absences = Absences(bounds.max_entries, bounds.negative, clock)
+        #: sessions whose copies on these backends are known to be stale (a split brain
+        #: judged, or a fenced backend's): no resume goes there while the entry lives
+        self.stale: TTLCache[SessionId, frozenset[BackendId]] = TTLCache(
+            bounds.max_entries, bounds.ttl, timer=clock
+        )
         self.spread = Spread(bounds.decay, salt=salt, max_sessions=bounds.max_entries)
         #: session -> backend -> how many connections of this router have it attached there
         self.attachments: dict[SessionId, dict[BackendId, int]] = {}
@@ -148,6 +153,10 @@ class Directory:
         self, session_id: SessionId, backend: BackendId, checked: float | None, *, lasting: bool
     ) -> None:
         self.hints.put(session_id, backend, checked=checked, lasting=lasting)
+
+    def mark_stale(self, session_id: SessionId, backends: Iterable[BackendId]) -> None:
+        """The copies of ``session_id`` on ``backends`` are stale (another is its home)."""
+        self.stale[session_id] = self.stale.get(session_id, frozenset()) | frozenset(backends)
 
     def forget(self, session_id: SessionId) -> None:
         self.hints.invalidate(session_id)

@@ -18,8 +18,9 @@ The evidence about one backend (:func:`evidence`):
 
 The rules (design.md, "Routing"), over that evidence, in rendezvous order:
 
-1. Exactly one ``active`` → that backend. Several → the best-ranked of them, and the
-   caller is told (split brain).
+1. Exactly one ``active`` → that backend. Several (split brain) → the home
+   :mod:`router.core.split_brain` chooses, and the caller is told which copies are
+   stale. A copy the directory already knows is stale counts as not there.
 2. No ``active`` and some backend unknown → fail closed with a retryable error, unless
    the policy is ``place_anyway``: that backend may hold the session in memory, and
    resuming elsewhere could run it twice.
@@ -40,11 +41,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from router.core.health import Health
 from router.core.hints import Hint
-from router.protocol.acp import ProbeResult, StatusAnswer
+from router.core.split_brain import Verdict, judge
+from router.protocol.acp import ProbeResult
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
 from router.protocol.ids import BackendId, SessionId
 
@@ -128,6 +129,11 @@ class Snapshot:
     #: backends that answered a probe ``-32002`` lately (:class:`~router.core.hints.Absences`):
     #: not asked again, they count as not knowing the session
     absent: frozenset[BackendId] = frozenset()
+    #: backends whose copy of the session is known to be stale (:mod:`router.core.split_brain`):
+    #: their ``active`` is not believed, and no resume goes there
+    stale: frozenset[BackendId] = frozenset()
+    #: ask the whole pool, whatever the hint says (an audit; a session seen split lately)
+    ask_all: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +144,8 @@ class Located:
     outcome: Outcome
     #: every backend that said ``active``, best-ranked first, when more than one did
     split_brain: tuple[BackendId, ...] = ()
+    #: then: which copy is the home, which are stale, and by which rule
+    verdict: Verdict | None = None
     #: trusted on the hinted backend's word alone: the rest of the pool is to be asked
     #: off the request path (an audit), so a second ``active`` copy is still seen
     audit: bool = False
@@ -193,6 +201,8 @@ class LocateRound:
         #: when a fan-out last confirmed the result (for the hint to remember); None:
         #: nothing confirmed it
         self.checked: float | None = None
+        #: when each backend that said ``active`` last saw the session do anything
+        self.activity: dict[BackendId, float] = {}
 
     def start(self) -> Ask | Located:
         hint = self.snapshot.hint
@@ -203,6 +213,8 @@ class LocateRound:
             and hinted.probeable
             and hinted.admin is not AdminState.MAINT
             and hint.backend not in self.answers
+            and hint.backend not in self.snapshot.stale
+            and not self.snapshot.ask_all
         ):
             self._hinted = hint
             return self._ask((hint.backend,))
@@ -212,8 +224,16 @@ class LocateRound:
         self.probes += len(backends)
         return Ask(backends)
 
-    def hear(self, answers: Mapping[BackendId, ProbeResult]) -> Ask | Located:
+    def hear(
+        self,
+        answers: Mapping[BackendId, ProbeResult],
+        activity: Mapping[BackendId, float] | None = None,
+    ) -> Ask | Located:
+        """Take the answers to the last :class:`Ask` (and the ``lastActivity`` the active
+        ones reported)."""
         self.answers.update(answers)
+        if activity:
+            self.activity.update(activity)
         hint, self._hinted = self._hinted, None
         if hint is None:
             return self._decided()
@@ -239,13 +259,17 @@ class LocateRound:
         return self._ask(rest)
 
     def _decided(self) -> Located:
-        located = decide(self.snapshot, self.answers)
+        located = decide(self.snapshot, self.answers, self.activity)
         if located.outcome is Outcome.ACTIVE:
             self.checked = self._now
         return located
 
 
-def decide(snapshot: Snapshot, answers: Mapping[BackendId, ProbeResult]) -> Located:
+def decide(
+    snapshot: Snapshot,
+    answers: Mapping[BackendId, ProbeResult],
+    activity: Mapping[BackendId, float] | None = None,
+) -> Located:
     """Choose a backend for the session, from every answer heard (rules 1 to 5 above).
 
     Raises :class:`NoBackendAvailable` when no backend may take the session,
@@ -256,12 +280,13 @@ def decide(snapshot: Snapshot, answers: Mapping[BackendId, ProbeResult]) -> Loca
     session_id, tried = snapshot.session_id, snapshot.tried
     pool = [c for c in snapshot.candidates if c.health is not Health.GONE]
     seen = {c.id: evidence(c, answers.get(c.id)) for c in pool}
-    active = [c for c in pool if seen[c.id] is ProbeResult.ACTIVE]
+    active = [c for c in pool if seen[c.id] is ProbeResult.ACTIVE and c.id not in snapshot.stale]
+    if len(active) > 1:
+        return _split(snapshot, active, activity or {})
     if active:
         if active[0].admin is AdminState.MAINT:
             raise _held_in_maintenance(session_id, active[0].id)
-        split = tuple(c.id for c in active) if len(active) > 1 else ()
-        return Located(active[0].id, Outcome.ACTIVE, split)
+        return Located(active[0].id, Outcome.ACTIVE)
     up = [c for c in pool if c.health is Health.UP]
     if not up:
         raise NoBackendAvailable(None, {"sessionId": session_id})
@@ -290,6 +315,22 @@ def decide(snapshot: Snapshot, answers: Mapping[BackendId, ProbeResult]) -> Loca
     if not fresh:
         raise NoBackendAvailable(None, {"sessionId": session_id})
     return Located(fresh[0].id, Outcome.DEFAULT)
+
+
+def _split(
+    snapshot: Snapshot, active: list[Candidate], activity: Mapping[BackendId, float]
+) -> Located:
+    """Several copies are active: the home by :func:`router.core.split_brain.judge`."""
+    verdict = judge(
+        [c.id for c in active],
+        attached=[c.id for c in active if c.attached],
+        placed=snapshot.hint.backend if snapshot.hint is not None else None,
+        activity=activity,
+    )
+    home = next(c for c in active if c.id == verdict.home)
+    if home.admin is AdminState.MAINT:
+        raise _held_in_maintenance(snapshot.session_id, home.id)
+    return Located(home.id, Outcome.ACTIVE, tuple(c.id for c in active), verdict)
 
 
 def _held_in_maintenance(session_id: str, backend: BackendId) -> LocateInconclusive:
@@ -328,89 +369,3 @@ def lasting(*, has_status: bool) -> bool:
     session is, so it lasts (``cache.remember_seconds``); others are guesses that a
     probe checks (``cache.ttl_seconds``)."""
     return not has_status
-
-
-# -- the router's own session/status -------------------------------------------------------------
-
-
-class StatusRound:
-    """The router's ``session/status`` answer for one session, from the pool.
-
-    Where the session is attached through this router, those backends are asked first
-    (one round trip, and the v2 foreground ``state`` they report); the rest of the pool
-    only when none of them says ``active``. Then :func:`pool_status` rules over the
-    evidence: the backends' own answers, and an attachment here where a backend cannot
-    answer. A close (even one a backend answered ``-32002``) detaches, so a session
-    closed through the router is no longer ``active`` here.
-    """
-
-    def __init__(self, snapshot: Snapshot) -> None:
-        self.snapshot = snapshot
-        self.answers: dict[BackendId, StatusAnswer] = {}
-        self._asked_all = False
-
-    def start(self) -> Ask | dict[str, Any]:
-        attached = [c for c in self.snapshot.candidates if c.attached]
-        if not attached:
-            return self._ask_the_rest()
-        first = tuple(c.id for c in attached if c.probeable)
-        if not first:  # attached where nobody can say: the attachment is the evidence
-            return self._ruled()
-        return Ask(first)
-
-    def hear(self, answers: Mapping[BackendId, StatusAnswer]) -> Ask | dict[str, Any]:
-        self.answers.update(answers)
-        if self._asked_all or any(a.result is ProbeResult.ACTIVE for a in answers.values()):
-            return self._ruled()
-        return self._ask_the_rest()
-
-    def _ask_the_rest(self) -> Ask | dict[str, Any]:
-        self._asked_all = True
-        rest = tuple(
-            c.id for c in self.snapshot.candidates if c.probeable and c.id not in self.answers
-        )
-        return Ask(rest) if rest else self._ruled()
-
-    def _ruled(self) -> dict[str, Any]:
-        pool = [c for c in self.snapshot.candidates if c.health is not Health.GONE]
-        if not any(c.health is Health.UP or c.attached for c in pool):
-            raise NoBackendAvailable(None, {"sessionId": self.snapshot.session_id})
-        heard = {b: a.result for b, a in self.answers.items()}
-        seen = {c.id: evidence(c, heard.get(c.id)) for c in pool}
-        states = {b: a.state for b, a in self.answers.items() if a.state is not None}
-        return pool_status(
-            {b: r for b, r in seen.items() if r is not None},
-            session_id=self.snapshot.session_id,
-            states=states,
-        )
-
-
-def pool_status(
-    answers: Mapping[BackendId, ProbeResult],
-    *,
-    session_id: str,
-    states: Mapping[BackendId, Mapping[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """The router's own ``session/status`` result from the pool's evidence.
-
-    ``active`` if any backend has it in memory; ``inactive`` if any knows it; the
-    RFD's ``-32002`` when every backend answered and none knows it. When none knows
-    it but some did not answer, nobody can say it is unknown: retryable error.
-    An active answer carries the v2 foreground ``state`` one of the backends that
-    has it in memory reported (``states``), and none when none did: a state that was
-    not reported is never made up.
-    """
-    values = set(answers.values())
-    if ProbeResult.ACTIVE in values:
-        reported = states or {}
-        state = next(
-            (reported[b] for b, r in answers.items() if r is ProbeResult.ACTIVE and b in reported),
-            None,
-        )
-        return {"status": "active"} if state is None else {"status": "active", "state": state}
-    if ProbeResult.INACTIVE in values:
-        return {"status": "inactive"}
-    if ProbeResult.UNKNOWN in values:
-        unknown = sorted(b for b, r in answers.items() if r is ProbeResult.UNKNOWN)
-        raise LocateInconclusive(None, {"sessionId": session_id, "backends": unknown})
-    raise SessionNotFound(session_id)

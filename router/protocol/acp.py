@@ -24,6 +24,12 @@ PROTOCOL_VERSION: Final = 1
 #: health reads it to see a restarted process)
 INSTANCE_META_KEY: Final = "instanceId"
 
+#: where a backend may report when an active session last did anything (its last
+#: prompt, turn or attach): ``_meta`` of a ``session/status`` result, milliseconds since
+#: the Unix epoch. The reference agent does; when two backends report one session
+#: active, every router replica reads the same times and keeps the same copy.
+LAST_ACTIVITY_META_KEY: Final = "lastActivity"
+
 #: The transport RFD's headers: the connection (on initialize's 200 and a WebSocket's
 #: 101, then on every HTTP request of the connection), and the session a POST or an
 #: event stream is about.
@@ -248,6 +254,8 @@ class StatusAnswer:
 
     result: ProbeResult
     state: Mapping[str, Any] | None = None
+    #: when it last did anything there (:data:`LAST_ACTIVITY_META_KEY`), if reported
+    last_activity: float | None = None
 
 
 def read_status(
@@ -259,8 +267,16 @@ def read_status(
     result = classify_status(response, session_id, aliases)
     body = response.result if response.error is None else None
     if result is ProbeResult.ACTIVE and isinstance(body, dict):
-        return StatusAnswer(result, foreground_state(body.get("state")))
+        return StatusAnswer(result, foreground_state(body.get("state")), _last_activity(body))
     return StatusAnswer(result)
+
+
+def _last_activity(result: dict[str, Any]) -> float | None:
+    meta = result.get("_meta")
+    value = meta.get(LAST_ACTIVITY_META_KEY) if isinstance(meta, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        return None  # not a number (NaN included)
+    return float(value)
 
 
 def _names_session(data: Any, session_id: str) -> bool:

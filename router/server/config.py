@@ -32,6 +32,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from router.core.locate import UnknownPolicy
+from router.core.split_brain import SplitBrainPolicy
 from router.protocol import acp
 from router.protocol.acp import ProbeResult
 from router.protocol.errors import ConfigError
@@ -92,6 +93,9 @@ class RouterSection(_Section):
     workers: Annotated[int, Field(gt=0, le=256)] = 1
     #: what to do when no backend says active and some backend did not answer
     unknown_policy: Literal["fail_closed", "place_anyway"] = "fail_closed"
+    #: what to do with the stale copies of a session active on two backends: close them
+    #: (its home chosen as router.core.split_brain says), or only report them
+    split_brain: Literal["close_stale", "report"] = "close_stale"
     max_connections: Annotated[int, Field(gt=0)] = 10_000
     max_message_bytes: Annotated[int, Field(gt=0)] = DEFAULT_MAX_MESSAGE_BYTES
     max_sessions_per_connection: Annotated[int, Field(gt=0)] = 1024
@@ -186,6 +190,10 @@ class RouterSection(_Section):
     @property
     def policy(self) -> UnknownPolicy:
         return UnknownPolicy(self.unknown_policy)
+
+    @property
+    def split_brain_policy(self) -> SplitBrainPolicy:
+        return SplitBrainPolicy(self.split_brain)
 
 
 class BackendSection(_Section):

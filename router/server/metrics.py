@@ -29,6 +29,7 @@ from prometheus_client.samples import Sample
 from router import __version__
 from router.core.health import Health
 from router.core.locate import AdminState
+from router.core.split_brain import How
 from router.protocol.ids import BackendId
 
 LATENCY_BUCKETS = (
@@ -247,6 +248,15 @@ class Metrics:
             "Locates where more than one backend said active",
             registry=registry,
         )
+        self.split_brain_resolved = Counter(
+            "acp_router_split_brain_resolved_total",
+            "Stale copies of a session closed on their backend, by the rule that chose the"
+            " home (kept_out: the backend cannot close sessions; it gets no resume of it)",
+            ["how"],
+            registry=registry,
+        )
+        for how in (*(h.value for h in How), "kept_out"):
+            self.split_brain_resolved.labels(how)
         self.backend_up = Gauge(
             "acp_router_backend_up",
             "1 when the control connection to the backend is up",

@@ -39,9 +39,10 @@ from router.core.health import (
 from router.core.locate import AdminState, Snapshot, hint_after_answer, lasting
 from router.core.membership import Member, MembershipChange
 from router.core.placement import Node, Ranking
+from router.core.split_brain import How
 from router.protocol import acp
 from router.protocol.acp import ProbeResult
-from router.protocol.errors import NoBackendAvailable
+from router.protocol.errors import BackendLinkLost, NoBackendAvailable
 from router.protocol.ids import BackendId, SessionId
 from router.server.config import BackendSection, Settings
 from router.server.control import ControlLink
@@ -50,6 +51,9 @@ from router.server.pool.probes import Prober
 from router.server.tls import backend_context
 
 logger = logging.getLogger(__name__)
+
+#: stale copies of sessions being closed at once, at most
+MAX_CLOSING = 1024
 
 #: backends removed from the pool whose address is kept for client links still using
 #: them; beyond this many, the oldest are forgotten
@@ -98,6 +102,8 @@ class Pool:
         #: the address of backends that left, for client links still open to them
         self._retired: dict[BackendId, BackendSection] = {}
         self._controls: dict[BackendId, asyncio.Task[None]] = {}
+        #: stale copies being closed (:meth:`close_stale`)
+        self._closing: set[tuple[SessionId, BackendId]] = set()
         self._group: asyncio.TaskGroup | None = None
         self._take(settings)
         self._apply(self._static)
@@ -326,21 +332,26 @@ class Pool:
 
     # -- what a locate starts from -------------------------------------------------------------------
 
-    def snapshot(self, session_id: SessionId, tried: tuple[BackendId, ...] = ()) -> Snapshot:
-        """What a locate of ``session_id`` starts from (:class:`router.core.locate.Snapshot`)."""
+    def snapshot(
+        self, session_id: SessionId, tried: tuple[BackendId, ...] = (), *, ask_all: bool = False
+    ) -> Snapshot:
+        """What a locate of ``session_id`` starts from (:class:`router.core.locate.Snapshot`);
+        ``ask_all``: the whole pool is asked (an audit), as it is for a session seen split
+        lately."""
         directory = self.directory
         candidates = self.fleet.candidates(
             session_id, directory.attached_to(session_id), self._retired, self._clock()
         )
         refused = directory.absences.resumed(session_id)
-        suspect = session_id in directory.suspects  # split brain lately: ask everyone
         return Snapshot(
             session_id,
             candidates,
-            None if suspect else directory.hint(session_id),
+            directory.hint(session_id),
             self.settings.router.policy,
             (*tried, *(b for b in sorted(refused) if b not in tried)),
             directory.absences.probed(session_id),
+            directory.stale.get(session_id, frozenset()),
+            ask_all or session_id in directory.suspects,
         )
 
     def only_backend(self) -> BackendId | None:
@@ -453,6 +464,62 @@ class Pool:
         """What the router advertises: the pool's common ground, plus what it answers itself."""
         return listing.merge_capabilities(self.fleet.advertised())
 
+    # -- stale copies --------------------------------------------------------------------------
+
+    def close_stale(self, session_id: SessionId, backend: BackendId, how: How) -> None:
+        """Close the stale copy of ``session_id`` on ``backend`` (``session/close`` on its
+        control link), in the background; where the backend cannot close sessions, it is
+        only kept out of that session's resumes (the directory's stale mark), and said."""
+        key = (session_id, backend)
+        if key in self._closing or len(self._closing) >= MAX_CLOSING:
+            return  # under way, or too many at once: the stale mark keeps resumes off it
+        if not self.fleet.can_ask(backend, "close"):
+            logger.warning(
+                "backend %s holds a stale copy of session %s and cannot close it"
+                " (no session/close): it gets no resume of that session while the router"
+                " remembers; its operator should restart it",
+                backend,
+                session_id,
+            )
+            self.metrics.split_brain_resolved.labels("kept_out").inc()
+            return
+        self._closing.add(key)
+        task = self.spawn(self._close(session_id, backend, how), f"close-stale-{backend}")
+        if task is None:
+            self._closing.discard(key)
+        else:
+            task.add_done_callback(lambda _: self._closing.discard(key))
+
+    async def _close(self, session_id: SessionId, backend: BackendId, how: How) -> None:
+        link = self.links.get(backend)
+        if link is None:
+            return
+        timeout = self.settings.probe.list_timeout_ms / 1000
+        try:
+            response = await link.call(
+                acp.SESSION_CLOSE, {"sessionId": session_id}, timeout=timeout
+            )
+        except (TimeoutError, BackendLinkLost) as exc:
+            logger.warning(
+                "closing the stale copy of session %s on backend %s failed (%s): it gets no"
+                " resume of it meanwhile",
+                session_id,
+                backend,
+                type(exc).__name__,
+            )
+            return
+        error = response.error
+        if error is not None and error.code != acp.RESOURCE_NOT_FOUND:
+            logger.warning(
+                "backend %s refused to close the stale copy of session %s: %s",
+                backend,
+                session_id,
+                error.message,
+            )
+            return
+        logger.info("closed the stale copy of session %s on backend %s", session_id, backend)
+        self.metrics.split_brain_resolved.labels(how.value).inc()
+
     # -- probes ----------------------------------------------------------------------------------
 
     async def probe_answers(
@@ -466,9 +533,13 @@ class Pool:
 
     async def probe_many(
         self, backends: Iterable[BackendId], session_id: SessionId
-    ) -> dict[BackendId, ProbeResult]:
+    ) -> tuple[dict[BackendId, ProbeResult], dict[BackendId, float]]:
+        """What each backend said, and when those that said ``active`` last saw the
+        session do anything (where they report it)."""
         answers = await self.probe_answers(backends, session_id)
-        return {backend: answer.result for backend, answer in answers.items()}
+        results = {backend: answer.result for backend, answer in answers.items()}
+        activity = {b: a.last_activity for b, a in answers.items() if a.last_activity is not None}
+        return results, activity
 
     async def alive(self, backend: BackendId) -> bool:
         """Whether ``backend`` answers a probe now (a frozen process does not)."""

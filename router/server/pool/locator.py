@@ -14,10 +14,10 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
-from dataclasses import replace
 
 from router.core.locate import Ask, Located, LocateRound, hint_after
 from router.core.quotas import AuditBudget
+from router.core.split_brain import SplitBrainPolicy, Verdict
 from router.protocol.acp import ProbeResult
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
 from router.protocol.ids import BackendId, SessionId
@@ -106,14 +106,12 @@ async def run_round(
     (absences, the hint), and a split brain it saw. An ``audit`` asks the whole pool
     (the hint left out) and is not a lookup of the hint."""
     settings = pool.settings.cache
-    snapshot = pool.snapshot(session_id, tried)
-    if audit:
-        snapshot = replace(snapshot, hint=None)
+    snapshot = pool.snapshot(session_id, tried, ask_all=audit)
     round_ = LocateRound(snapshot, now=pool.now(), verify_after=settings.verify_seconds)
     try:
         step = round_.start()
         while isinstance(step, Ask):
-            step = round_.hear(await pool.probe_many(step.backends, session_id))
+            step = round_.hear(*await pool.probe_many(step.backends, session_id))
     finally:
         if not audit:
             pool.metrics.locate_cache.labels(round_.stage.value).inc()
@@ -124,18 +122,39 @@ async def run_round(
         absent = [b for b, r in heard if r is ProbeResult.NOT_FOUND]
         known_before = round_.snapshot.absent  # remembered, not heard again
         pool.directory.absences.add(session_id, probed=[b for b in absent if b not in known_before])
-    if step.split_brain:
-        pool.metrics.split_brain.inc()
-        logger.warning(
-            "split brain: session %s is active on %s; routing to %s",
-            session_id,
-            ", ".join(step.split_brain),
-            step.backend,
-        )
+    if step.verdict is not None:
+        split_brain(pool, session_id, step.verdict)
     checked = hint_after(round_, step)
     if checked is not False:
         pool.remember(session_id, step.backend, checked)
     return step
+
+
+def split_brain(pool: Pool, session_id: SessionId, verdict: Verdict) -> None:
+    """A locate saw ``session_id`` active on more than one backend: count it, and end it
+    as ``router.split_brain`` says (:mod:`router.core.split_brain`)."""
+    pool.metrics.split_brain.inc()
+    stale = ", ".join(verdict.stale)
+    if pool.settings.router.split_brain_policy is SplitBrainPolicy.REPORT:
+        logger.warning(
+            "split brain: session %s is active on %s too; routing to %s (by %s; reported only)",
+            session_id,
+            stale,
+            verdict.home,
+            verdict.how.value,
+        )
+        return
+    logger.warning(
+        "split brain: session %s is active on %s too; its home is %s (by %s): closing the"
+        " stale copies",
+        session_id,
+        stale,
+        verdict.home,
+        verdict.how.value,
+    )
+    pool.directory.mark_stale(session_id, verdict.stale)
+    for backend in verdict.stale:
+        pool.close_stale(session_id, backend, verdict.how)
 
 
 class Audit:
