@@ -54,7 +54,9 @@ async def _swaps(fleet: Fleet, backends: Scripted) -> list[Result]:
             pool.set_static(settings)
             await up(pool, 1)
         after = _series(metrics)
-        tables = len(pool.states) + len(pool.directory.spread._fading) + len(pool.probe_seconds)
+        tables = (
+            len(pool.fleet.states) + len(pool.directory.spread._fading) + len(pool.prober.seconds)
+        )
     return [
         Figure(BENCH, f"/metrics series after {SWAPS} backend swaps / with one backend", after / baseline, "x", FLAT),
         Figure(BENCH, "/metrics series with one backend (before the swaps)", baseline, "series"),

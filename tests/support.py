@@ -406,3 +406,49 @@ def text_chunks(messages: list[JsonObject]) -> list[tuple[str, str]]:
         if content.get("type") == "text":
             chunks.append((update["sessionUpdate"], content["text"]))
     return chunks
+
+
+# -- conversations with the reference agent ---------------------------------------------
+
+CWD = "/work/project"
+
+
+def chunk_texts(messages: list[JsonObject], session_id: str) -> list[str]:
+    return [
+        m["params"]["update"]["content"]["text"]
+        for m in messages
+        if m.get("method") == "session/update"
+        and m["params"]["sessionId"] == session_id
+        and m["params"]["update"].get("sessionUpdate") == "agent_message_chunk"
+    ]
+
+
+def speaker(text: str) -> str:
+    """The agent id an echo chunk names: ``[agent-2] hello`` -> ``agent-2``."""
+    assert text.startswith("["), text
+    return text[1 : text.index("]")]
+
+
+async def answered_by(client: AcpClient, session_id: str, text: str = "hello") -> str:
+    """Prompt ``session_id`` and return the id of the agent that answered."""
+    client.drain_incoming()
+    response = await client.prompt(session_id, text)
+    assert response.get("result") == {"stopReason": "end_turn"}, response
+    texts = chunk_texts(client.drain_incoming(), session_id)
+    assert texts, "the prompt produced no chunk"
+    assert len({speaker(t) for t in texts}) == 1
+    return speaker(texts[0])
+
+
+async def resume(client: AcpClient, session_id: str) -> JsonObject:
+    return await client.request("session/resume", {"sessionId": session_id, "cwd": CWD})
+
+
+async def direct_statuses(agents_urls: dict[str, str], session_id: str) -> dict[str, str]:
+    """Ask every agent directly (not through the router) for the session's status."""
+    statuses: dict[str, str] = {}
+    for agent_id, url in agents_urls.items():
+        async with AcpClient.connect(url) as direct:
+            answer = await direct.status(session_id)
+            statuses[agent_id] = answer["result"]["status"] if "result" in answer else "unknown"
+    return statuses

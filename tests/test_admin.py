@@ -12,8 +12,7 @@ import aiohttp
 import pytest
 
 from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
-from tests.support import AcpClient
-from tests.test_router import answered_by, resume
+from tests.support import AcpClient, answered_by, resume
 
 TOKEN = "admin-token-for-tests"
 ADMIN = {"tokens": [TOKEN]}

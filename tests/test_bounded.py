@@ -35,8 +35,7 @@ from tests.fleet import (
     start_router,
     start_scripted,
 )
-from tests.support import WAIT, AcpClient, AgentProcess, JsonObject
-from tests.test_router import answered_by, resume
+from tests.support import WAIT, AcpClient, AgentProcess, JsonObject, answered_by, resume
 
 
 def _series(registry: CollectorRegistry) -> int:
@@ -71,12 +70,12 @@ async def test_every_series_and_table_keyed_by_a_backend_leaves_with_it() -> Non
         # on the old main: from 98 to 7,698 series after 200 swaps
         assert _series(router.metrics.registry) <= baseline, "series outlived their backend"
         pool = router.pool
-        assert set(pool.states) == set(pool.links) == {BackendId("b-200")}
+        assert set(pool.fleet.states) == set(pool.links) == {BackendId("b-200")}
         assert set(pool.directory.attached) <= {BackendId("b-200")}
         assert pool.directory.pinned == {}
         assert pool._retired == {}
         assert set(pool.directory.spread._fading) <= {BackendId("b-200")}
-        assert set(pool.probe_seconds) <= {BackendId("b-200")}
+        assert set(pool.prober.seconds) <= {BackendId("b-200")}
 
 
 # -- a probe budget ---------------------------------------------------------------------------------

@@ -187,5 +187,5 @@ async def test_a_reload_starts_and_stops_discovery(tmp_path: Path) -> None:
                 f'[[backends]]\nid = "static-1"\nurl = "{static}"\n'
             )
             assert isinstance(await reloader.reload(), Reloaded)
-            assert router.pool.leaving == {BackendId("agent-1")}
+            assert router.pool.fleet.leaving == {BackendId("agent-1")}
             assert router.pool.place_new() == "static-1"

@@ -19,8 +19,15 @@ import pytest
 from router.core.health import Health
 from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router, start_scripted
 from tests.relay import Relay, start_relay
-from tests.support import WAIT, AcpClient, JsonObject, start_agent
-from tests.test_router import answered_by, direct_statuses, resume
+from tests.support import (
+    WAIT,
+    AcpClient,
+    JsonObject,
+    answered_by,
+    direct_statuses,
+    resume,
+    start_agent,
+)
 
 CWD = "/work/project"
 FIVE_MB = 5 * 1024 * 1024

@@ -14,6 +14,7 @@ from router.core.health import (
     ClientLinkDown,
     ClientLinkUp,
     Event,
+    Fenced,
     Health,
     Instance,
     LinkDown,
@@ -162,12 +163,40 @@ def test_a_new_process_coming_back_lost_the_memory() -> None:
     assert step.restarted
 
 
-def test_coming_back_after_the_grace_reports_the_lost_memory() -> None:
+def test_coming_back_after_the_grace_reports_the_lost_memory_and_is_fenced() -> None:
+    """Given up is final for what it held: the same process back after the grace is
+    unknown (no traffic) until its stale copies are closed, then up."""
     down = _step(UP, LinkDown(), 10.0).state
     step = _step(down, CameUp(_instance()), 45.0)
-    assert step.state.health is Health.UP
+    assert step.state.health is Health.UNKNOWN
+    assert step.state.fencing
+    assert step.fence
     assert step.lost_memory
     assert not step.restarted
+    assert step.state.at(1_000.0, GRACE) is Health.UNKNOWN  # alive: it does not lapse
+    fenced = _step(step.state, Fenced(), 46.0)
+    assert fenced.state == BackendState(Health.UP, 46.0, _instance())
+
+
+def test_a_backend_being_fenced_whose_link_drops_is_fenced_again_when_it_returns() -> None:
+    down = _step(UP, LinkDown(), 10.0).state
+    fencing = _step(down, CameUp(_instance()), 45.0).state
+    dropped = _step(fencing, LinkDown(), 50.0)
+    assert dropped.state.health is Health.UNKNOWN
+    assert dropped.state.fencing  # still to be fenced
+    back = _step(dropped.state, CameUp(_instance()), 55.0)  # within the grace
+    assert back.fence
+    assert back.state.health is Health.UNKNOWN
+    assert _step(dropped.state, Fenced(), 56.0).state == dropped.state  # not while down
+    assert dropped.state.at(50.0 + GRACE, GRACE) is Health.GONE  # down past the grace
+
+
+def test_a_new_process_back_after_the_grace_needs_no_fence() -> None:
+    down = _step(UP, LinkDown(), 10.0).state
+    step = _step(down, CameUp(_instance("n2")), 45.0)
+    assert step.state.health is Health.UP
+    assert not step.fence
+    assert step.restarted
 
 
 def test_the_first_answer_loses_nothing() -> None:

@@ -17,8 +17,7 @@ from router.protocol.ids import BackendId
 from router.protocol.jsonrpc import Request, encode_error
 from router.protocol.reading import parse
 from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
-from tests.support import AcpClient
-from tests.test_router import answered_by, direct_statuses, resume
+from tests.support import AcpClient, answered_by, direct_statuses, resume
 
 CWD = "/work/project"
 HINTED = {"hinted_ids": True}

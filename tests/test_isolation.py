@@ -21,8 +21,7 @@ from websockets.protocol import State
 
 from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
 from tests.hostile import LINK_INITIALIZE, start_hostile
-from tests.support import WAIT, AcpClient, AgentProcess, JsonObject, start_agent
-from tests.test_router import answered_by
+from tests.support import WAIT, AcpClient, AgentProcess, JsonObject, answered_by, start_agent
 
 CWD = "/work/project"
 NEW = {"cwd": CWD, "mcpServers": []}

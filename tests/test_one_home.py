@@ -19,8 +19,15 @@ from pathlib import Path
 
 from tests.fleet import CLOSE, backends_of, error_reply, start_fleet, start_router, start_scripted
 from tests.relay import start_relay
-from tests.support import WAIT, AcpClient, JsonObject, start_agent
-from tests.test_router import answered_by, direct_statuses, resume
+from tests.support import (
+    WAIT,
+    AcpClient,
+    JsonObject,
+    answered_by,
+    direct_statuses,
+    resume,
+    start_agent,
+)
 
 CWD = "/work/project"
 

@@ -410,4 +410,4 @@ async def test_a_backend_removed_while_its_probe_runs_leaves_no_latency_behind()
         pool.set_static(router_settings([("fast", fast.url)]))
         answers = await asyncio.wait_for(probing, WAIT)
         assert answers[BackendId("fast")].result is ProbeResult.INACTIVE
-        assert set(pool.probe_seconds) == set(pool.probe_average) == {"fast"}
+        assert set(pool.prober.seconds) == set(pool.prober.average) == {"fast"}

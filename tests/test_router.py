@@ -23,51 +23,18 @@ from tests.fleet import (
     start_router,
     start_scripted,
 )
-from tests.support import WAIT, AcpClient, JsonObject, start_agent
-
-CWD = "/work/project"
-
-
-def chunk_texts(messages: list[JsonObject], session_id: str) -> list[str]:
-    return [
-        m["params"]["update"]["content"]["text"]
-        for m in messages
-        if m.get("method") == "session/update"
-        and m["params"]["sessionId"] == session_id
-        and m["params"]["update"].get("sessionUpdate") == "agent_message_chunk"
-    ]
-
-
-def speaker(text: str) -> str:
-    """The agent id an echo chunk names: ``[agent-2] hello`` -> ``agent-2``."""
-    assert text.startswith("["), text
-    return text[1 : text.index("]")]
-
-
-async def answered_by(client: AcpClient, session_id: str, text: str = "hello") -> str:
-    """Prompt ``session_id`` and return the id of the agent that answered."""
-    client.drain_incoming()
-    response = await client.prompt(session_id, text)
-    assert response.get("result") == {"stopReason": "end_turn"}, response
-    texts = chunk_texts(client.drain_incoming(), session_id)
-    assert texts, "the prompt produced no chunk"
-    assert len({speaker(t) for t in texts}) == 1
-    return speaker(texts[0])
-
-
-async def resume(client: AcpClient, session_id: str) -> JsonObject:
-    return await client.request("session/resume", {"sessionId": session_id, "cwd": CWD})
-
-
-async def direct_statuses(agents_urls: dict[str, str], session_id: str) -> dict[str, str]:
-    """Ask every agent directly (not through the router) for the session's status."""
-    statuses: dict[str, str] = {}
-    for agent_id, url in agents_urls.items():
-        async with AcpClient.connect(url) as direct:
-            answer = await direct.status(session_id)
-            statuses[agent_id] = answer["result"]["status"] if "result" in answer else "unknown"
-    return statuses
-
+from tests.support import (
+    CWD,
+    WAIT,
+    AcpClient,
+    JsonObject,
+    answered_by,
+    chunk_texts,
+    direct_statuses,
+    resume,
+    speaker,
+    start_agent,
+)
 
 # -- routing to where the session is -----------------------------------------------------------
 
@@ -80,7 +47,7 @@ async def test_resume_from_another_connection_lands_on_the_active_instance(tmp_p
             # Keep creating until one session lives where the hash default would NOT put
             # it: only the probe can find that one.
             while len(owners) < 3 or all(
-                router.pool.ranking.rank(s)[0] == o for s, o in owners.items()
+                router.pool.fleet.ranking.rank(s)[0] == o for s, o in owners.items()
             ):
                 assert len(owners) < 30
                 session_id = await first.new_session(CWD)

@@ -45,6 +45,12 @@ class Directory:
             bounds.max_entries, bounds.ttl, timer=clock
         )
         self.absences = Absences(bounds.max_entries, bounds.negative, clock)
+        #: backend given up -> the sessions it held as far as this replica knows (hinted
+        #: or attached there when it was given up, or moved away from it since): what a
+        #: fence asks it about if it comes back as the same process
+        self.given_up: dict[BackendId, set[SessionId]] = {}
+        self._max_given_up = bounds.max_entries
+        self._given_up_count = 0
         #: sessions whose copies on these backends are known to be stale (a split brain
         #: judged, or a fenced backend's): no resume goes there while the entry lives
         self.stale: TTLCache[SessionId, frozenset[BackendId]] = TTLCache(
@@ -153,6 +159,37 @@ class Directory:
         self, session_id: SessionId, backend: BackendId, checked: float | None, *, lasting: bool
     ) -> None:
         self.hints.put(session_id, backend, checked=checked, lasting=lasting)
+
+    def give_up(self, backend: BackendId) -> None:
+        """``backend`` is given up (gone): keep the sessions hinted or attached there, for
+        a fence should it come back as the same process."""
+        held = {s for s, h in self.hints.items() if h.backend == backend}
+        held |= {s for s, where in self.attachments.items() if backend in where}
+        self.moved_away(backend, held)
+
+    def moved_away(self, backend: BackendId, sessions: Iterable[SessionId]) -> None:
+        """``sessions`` left ``backend`` (given up) for another: a fence asks about them."""
+        kept = self.given_up.setdefault(backend, set())
+        for session_id in sessions:
+            if self._given_up_count >= self._max_given_up:
+                return  # bounded: a split brain missed here is still found by a locate
+            if session_id not in kept:
+                kept.add(session_id)
+                self._given_up_count += 1
+
+    def to_fence(self, backend: BackendId) -> list[SessionId]:
+        """The sessions a fence of ``backend`` asks about (handed out once)."""
+        sessions = self.given_up.pop(backend, set())
+        self._given_up_count -= len(sessions)
+        return sorted(sessions)
+
+    def lives_elsewhere(self, session_id: SessionId, backend: BackendId) -> bool:
+        """Whether this replica knows ``session_id`` to live on another backend than
+        ``backend`` now: attached there, or hinted there."""
+        if any(b != backend for b in self.attached_to(session_id)):
+            return True
+        hint = self.hints.hint(session_id)
+        return hint is not None and hint.backend != backend
 
     def mark_stale(self, session_id: SessionId, backends: Iterable[BackendId]) -> None:
         """The copies of ``session_id`` on ``backends`` are stale (another is its home)."""

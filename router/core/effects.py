@@ -13,7 +13,8 @@ else (docs/architecture.md, "The effects channel"). Four kinds:
   :class:`Initialize`, :class:`Place`, :class:`Locate`, :class:`AskPool`,
   :class:`AwaitBackend`;
 * what the router learned, for the shell to record (the replica's directory, metrics,
-  the log): :class:`Attach`, :class:`Detach`, :class:`Learned`, :class:`Released`,
+  the log): :class:`Attach`, :class:`Detach`, :class:`Learned`, :class:`MovedAway`,
+  :class:`Released`,
   :class:`NotThere`, :class:`ResumeSent`, :class:`Resumed`, :class:`FailedOver`,
   :class:`Dropped`.
 """
@@ -200,6 +201,15 @@ class Learned:
 
 
 @dataclass(frozen=True, slots=True)
+class MovedAway:
+    """``sessions`` are resumed elsewhere because ``backend`` was given up: should it come
+    back as the same process, it is asked about them first (a fence)."""
+
+    backend: BackendId
+    sessions: tuple[SessionId, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Released:
     """``session_id`` was closed through this router: it weighs on no backend now."""
 
@@ -264,6 +274,7 @@ Effect = (
     | Attach
     | Detach
     | Learned
+    | MovedAway
     | Released
     | NotThere
     | ResumeSent

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from router.core.calls import PendingCall
 from router.core.client_side import ClientSide
-from router.core.effects import NOTHING, Effect, Effects, FailedOver, Locate
+from router.core.effects import NOTHING, Effect, Effects, FailedOver, Locate, MovedAway
 from router.core.health import Health
 from router.core.phases import orphan_holder
 from router.protocol import acp
@@ -37,6 +37,8 @@ def known(
     """``backend``'s ``health`` after the wait: what becomes of each of ``sessions``
     (orphaned when its link to ``backend`` was lost)."""
     effects: list[Effect] = []
+    if health is Health.GONE:
+        effects.append(MovedAway(backend, sessions))
     for session_id in sessions:
         if health is not Health.UNKNOWN:
             effects += _resume(routes, session_id)

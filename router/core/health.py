@@ -12,6 +12,13 @@ positive evidence that its process lost its memory, and only two things are:
 * no link of any kind to it (the control link, or a client connection's link) has been
   alive for the grace (``control.down_grace_ms``).
 
+Given up is final for what it held. A backend given up that is reached again as the same
+process may still run the sessions it held, some of them resumed elsewhere since: it is
+*fenced* before it takes traffic. It stays unknown (no placements, no probes for
+locates; resumes that find no copy elsewhere fail closed, retryably) while the shell
+closes its copies of the sessions that live elsewhere now
+(:func:`router.core.split_brain.stale_on_return`), then turns up (:class:`Fenced`).
+
 A client link that is alive proves the process is alive, however often the control
 link's reconnects are refused. A backend whose control link is up but whose probes time
 out (a frozen process: it accepts TCP and answers nothing) is *silent*: unknown too,
@@ -111,7 +118,13 @@ class ClientLinkDown:
     """A client connection's link to the backend that had opened has ended."""
 
 
-Event = CameUp | LinkDown | ClientLinkUp | ClientLinkDown | ProbeSilent | ProbeHeard
+@dataclass(frozen=True, slots=True)
+class Fenced:
+    """The copies a backend back after it was given up held of sessions that live
+    elsewhere now are closed (or kept out): it may take traffic."""
+
+
+Event = CameUp | LinkDown | ClientLinkUp | ClientLinkDown | ProbeSilent | ProbeHeard | Fenced
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +140,10 @@ class BackendState:
     live_links: int = 0
     #: its control link is up but its last probe went unanswered
     silent: bool = False
+    #: it came back as the same process after it was given up: unknown until fenced
+    fencing: bool = False
+    #: while fencing: its control link is up (it is alive, and does not lapse)
+    linked: bool = False
 
     @classmethod
     def starting(cls, now: float) -> BackendState:
@@ -141,8 +158,14 @@ class BackendState:
 
     def at(self, now: float, grace: float) -> Health:
         """The health at ``now``: unknown turns into gone once ``grace`` has passed with no
-        link of any kind alive; a silent backend is unknown."""
-        if self.health is Health.UNKNOWN and not self.live_links and now - self.since >= grace:
+        link of any kind alive (a backend being fenced has its control link up); a
+        silent backend is unknown."""
+        if (
+            self.health is Health.UNKNOWN
+            and not self.live_links
+            and not self.linked
+            and now - self.since >= grace
+        ):
             return Health.GONE
         if self.health is Health.UP and self.silent:
             return Health.UNKNOWN
@@ -157,6 +180,8 @@ class Transition:
     lost_memory: bool = False
     #: it came back as another process
     restarted: bool = False
+    #: it came back as the same process after it was given up: fence it now
+    fence: bool = False
 
 
 def transition(state: BackendState, event: Event, *, now: float, grace: float) -> Transition:
@@ -165,6 +190,10 @@ def transition(state: BackendState, event: Event, *, now: float, grace: float) -
     lapsed = health is Health.GONE and state.health is not Health.GONE
     if isinstance(event, CameUp | ClientLinkUp):
         return _answered(state, event, health, lapsed, now)
+    if isinstance(event, Fenced):
+        if not (state.fencing and state.linked):  # not being fenced, or its link dropped
+            return Transition(state)
+        return Transition(replace(state, health=Health.UP, since=now, fencing=False, linked=False))
     if isinstance(event, ProbeSilent | ProbeHeard):
         silent = isinstance(event, ProbeSilent) and state.health is Health.UP
         return Transition(state if silent == state.silent else replace(state, silent=silent))
@@ -173,8 +202,9 @@ def transition(state: BackendState, event: Event, *, now: float, grace: float) -
         if health is Health.UP:
             return Transition(replace(state, live_links=live))
         return Transition(replace(state, since=now, live_links=live))
-    if state.health is Health.UP:
-        return Transition(replace(state, health=Health.UNKNOWN, since=now, silent=False))
+    if state.health is Health.UP or state.linked:
+        down = replace(state, health=Health.UNKNOWN, since=now, silent=False, linked=False)
+        return Transition(down)
     if lapsed:
         return Transition(replace(state, health=Health.GONE), lost_memory=state.seen)
     return Transition(state)
@@ -185,8 +215,17 @@ def _answered(
 ) -> Transition:
     """A process answered ``initialize``, on the control link or on a client link."""
     restarted = state.instance is not None and not state.instance.same_process(event.instance)
+    returned = health is Health.GONE and state.seen and not restarted
+    fencing = (returned or state.fencing) and not restarted
     if isinstance(event, CameUp):
-        after = BackendState(Health.UP, now, event.instance, state.live_links)
+        after = BackendState(
+            Health.UNKNOWN if fencing else Health.UP,
+            now,
+            event.instance,
+            state.live_links,
+            fencing=fencing,
+            linked=fencing,
+        )
     else:
         stays_up = state.health is Health.UP and not restarted
         after = BackendState(
@@ -195,9 +234,12 @@ def _answered(
             event.instance,
             state.live_links + 1,
             silent=stays_up and state.silent,
+            fencing=fencing,
+            linked=state.linked,
         )
     lost = (lapsed and state.seen) or (restarted and health is not Health.GONE)
-    return Transition(after, lost_memory=lost, restarted=restarted)
+    fence = fencing and isinstance(event, CameUp)
+    return Transition(after, lost_memory=lost, restarted=restarted, fence=fence)
 
 
 # -- what the shell's waits and probe rounds mean ---------------------------------------------------
@@ -221,7 +263,7 @@ def lapses_at(state: BackendState, grace: float) -> float | None:
     up, silent, gone, or a client link to it is alive). A wait for its health wakes at
     this time at the latest, and never before ``now``: a wait with nothing to wait for
     but events waits for them (docs/architecture.md, "Waits")."""
-    if state.health is not Health.UNKNOWN or state.live_links:
+    if state.health is not Health.UNKNOWN or state.live_links or state.linked:
         return None
     return state.since + grace
 

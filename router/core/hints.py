@@ -140,5 +140,8 @@ class LocationCache:
         for session_id in [s for s, h in self._cache.items() if h.backend == backend]:
             self._cache.pop(session_id, None)
 
+    def items(self) -> list[tuple[SessionId, Hint]]:
+        return list(self._cache.items())
+
     def __len__(self) -> int:
         return len(self._cache)

@@ -364,6 +364,17 @@ def hint_after_answer(
     return previous.checked if previous is not None and previous.backend == backend else None
 
 
+def moved_from(snapshot: Snapshot, located: Located) -> BackendId | None:
+    """The backend the session was hinted at, when it is given up (gone) and the locate
+    found the session elsewhere: should that backend come back as the same process, a
+    fence asks it about this session first (:mod:`router.core.health`)."""
+    hint = snapshot.hint
+    if hint is None or hint.backend == located.backend:
+        return None
+    gone = any(c.id == hint.backend and c.health is Health.GONE for c in snapshot.candidates)
+    return hint.backend if gone or hint.backend not in {c.id for c in snapshot.candidates} else None
+
+
 def lasting(*, has_status: bool) -> bool:
     """A hint to a backend that cannot be probed is the router's only memory of where the
     session is, so it lasts (``cache.remember_seconds``); others are guesses that a

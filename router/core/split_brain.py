@@ -86,3 +86,10 @@ def _home(
         if len(recent) == 1 and len(times) == len(candidates):
             return recent[0], How.ACTIVITY
     return candidates[0], How.RANK
+
+
+def stale_on_return(*, active_here: bool, lives_elsewhere: bool) -> bool:
+    """The fencing rule: a backend back after it was given up holds a stale copy of a
+    session when it still has it active and the session lives elsewhere now (resumed on
+    another backend since, through this router or seen active there)."""
+    return active_here and lives_elsewhere

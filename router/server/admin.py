@@ -146,15 +146,15 @@ def _answer(answer: StatusAnswer | None) -> dict[str, Any]:
 
 def _backend(pool: Pool, backend: BackendId) -> dict[str, Any]:
     spec = pool.links[backend].spec
-    last = pool.probe_seconds.get(backend)
-    average = pool.probe_average.get(backend)
+    last = pool.prober.seconds.get(backend)
+    average = pool.prober.average.get(backend)
     return {
         "id": backend,
         "url": spec.url,
         "weight": spec.weight,
         "health": pool.health(backend).value,
         "admin": pool.admin_state(backend).value,
-        "leaving": backend in pool.leaving,
+        "leaving": backend in pool.fleet.leaving,
         "attachedSessions": pool.directory.attached.get(backend, 0),
         "pinnedConnections": pool.directory.pinned.get(backend, 0),
         "probeLatencyMs": _milliseconds(last),

@@ -37,6 +37,7 @@ from router.core.effects import (
     Initialize,
     Learned,
     Locate,
+    MovedAway,
     Notify,
     NotThere,
     OpenLink,
@@ -72,6 +73,9 @@ from router.server.pool import waits
 from router.server.pool.upstream import Upstream
 
 logger = logging.getLogger(__name__)
+
+#: what the core learned, for the shell to record
+Noted = Learned | MovedAway | Released | NotThere | ResumeSent | Resumed | FailedOver | Dropped
 
 
 class ClientChannel(Protocol):
@@ -206,9 +210,7 @@ class ClientConnection:
                 case _:
                     self._note(effect)
 
-    def _note(
-        self, effect: Learned | Released | NotThere | ResumeSent | Resumed | FailedOver | Dropped
-    ) -> None:
+    def _note(self, effect: Noted) -> None:
         """Record what the core learned: the replica's directory, metrics, the log."""
         directory = self.pool.directory
         match effect:
@@ -218,6 +220,8 @@ class ClientConnection:
                     directory.created(backend)
             case Released(session_id):
                 directory.released(session_id)
+            case MovedAway(backend, sessions):
+                directory.moved_away(backend, sessions)
             case NotThere(session_id, backend):
                 directory.forget(session_id)
                 directory.absences.add(session_id, resumed=[backend])

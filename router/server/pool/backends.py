@@ -19,12 +19,12 @@ import logging
 import ssl
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
 import aiohttp
 
-from router.core import health, listing, membership
+from router.core import listing, membership
 from router.core.directory import Bounds, Directory
 from router.core.effects import Change
 from router.core.fleet import Fleet
@@ -38,11 +38,10 @@ from router.core.health import (
 )
 from router.core.locate import AdminState, Snapshot, hint_after_answer, lasting
 from router.core.membership import Member, MembershipChange
-from router.core.placement import Node, Ranking
-from router.core.split_brain import How
+from router.core.placement import Node
 from router.protocol import acp
 from router.protocol.acp import ProbeResult
-from router.protocol.errors import BackendLinkLost, NoBackendAvailable
+from router.protocol.errors import NoBackendAvailable
 from router.protocol.ids import BackendId, SessionId
 from router.server.config import BackendSection, Settings
 from router.server.control import ControlLink
@@ -52,12 +51,13 @@ from router.server.tls import backend_context
 
 logger = logging.getLogger(__name__)
 
-#: stale copies of sessions being closed at once, at most
-MAX_CLOSING = 1024
-
 #: backends removed from the pool whose address is kept for client links still using
 #: them; beyond this many, the oldest are forgotten
 MAX_RETIRED = 1024
+
+
+def _no_fence(backend: BackendId) -> None:
+    logger.warning("backend %s returned after it was given up, and nothing fences it", backend)
 
 
 def member_of(spec: BackendSection) -> Member:
@@ -86,7 +86,7 @@ class Pool:
         self._http = http
         self._clock = time.monotonic
         self.fleet = Fleet(settings.control.down_grace_ms / 1000)
-        self.prober = Prober(self.fleet, metrics, self._health_event, self.spawn)
+        self.prober = Prober(self.fleet, metrics, self.hear, self.spawn)
         # a random salt: replicas break their placement ties differently
         self.directory = Directory(bounds_of(settings), self._clock, salt=uuid.uuid4().hex)
         metrics.watch_cache(self.directory.hints.__len__)
@@ -102,8 +102,9 @@ class Pool:
         #: the address of backends that left, for client links still open to them
         self._retired: dict[BackendId, BackendSection] = {}
         self._controls: dict[BackendId, asyncio.Task[None]] = {}
-        #: stale copies being closed (:meth:`close_stale`)
-        self._closing: set[tuple[SessionId, BackendId]] = set()
+        #: called when a backend given up comes back as the same process: it is fenced
+        #: (:class:`router.server.pool.healing.Healer`)
+        self.on_return: Callable[[BackendId], None] = _no_fence
         self._group: asyncio.TaskGroup | None = None
         self._take(settings)
         self._apply(self._static)
@@ -117,28 +118,6 @@ class Pool:
     def links(self) -> dict[BackendId, ControlLink]:
         """The members' control links, in configuration order."""
         return self.prober.links
-
-    @property
-    def probe_seconds(self) -> dict[BackendId, float]:
-        """How long each backend's last probe took."""
-        return self.prober.seconds
-
-    @property
-    def probe_average(self) -> dict[BackendId, float]:
-        """Their moving average (:mod:`router.core.latency`)."""
-        return self.prober.average
-
-    @property
-    def states(self) -> dict[BackendId, health.BackendState]:
-        return self.fleet.states
-
-    @property
-    def leaving(self) -> set[BackendId]:
-        return self.fleet.leaving
-
-    @property
-    def ranking(self) -> Ranking:
-        return self.fleet.ranking
 
     def now(self) -> float:
         """The pool's clock (monotonic seconds)."""
@@ -195,14 +174,14 @@ class Pool:
         leaving = self.fleet.still_leaving((BackendId(s.id) for s in missing), self._clock())
         kept = [s for s in missing if BackendId(s.id) in leaving]
         for spec in missing:
-            if spec not in kept and BackendId(spec.id) in self.leaving:
+            if spec not in kept and BackendId(spec.id) in self.fleet.leaving:
                 logger.info("backend %s left DNS and is gone: out of the pool", spec.id)
-        for backend in sorted(leaving - self.leaving):
+        for backend in sorted(leaving - self.fleet.leaving):
             logger.info(
                 "backend %s left DNS: no new sessions; it stays in the pool until it is gone",
                 backend,
             )
-        self.fleet.leaving = (self.leaving - now) | leaving
+        self.fleet.leaving = (self.fleet.leaving - now) | leaving
         self._discovered[source] = (*found, *kept)
         return self._apply(self._members())
 
@@ -274,20 +253,22 @@ class Pool:
         if self.links.get(link.id) is link:  # not a link the pool has let go of
             if isinstance(event, CameUp):
                 self.fleet.capabilities[link.id] = link.capabilities
-            self._health_event(link.id, event)
+            self.hear(link.id, event)
 
     def client_link_up(self, backend: BackendId, initialize_result: Any) -> None:
         """A client connection's link to ``backend`` opened: the process is alive (and
         says which process it is)."""
         if backend in self.fleet:
-            self._health_event(backend, ClientLinkUp(Instance.of(initialize_result)))
+            self.hear(backend, ClientLinkUp(Instance.of(initialize_result)))
 
     def client_link_down(self, backend: BackendId) -> None:
         """A client connection's link to ``backend`` that had opened has ended."""
         if backend in self.fleet:
-            self._health_event(backend, ClientLinkDown())
+            self.hear(backend, ClientLinkDown())
 
-    def _health_event(self, backend: BackendId, event: Event) -> None:
+    def hear(self, backend: BackendId, event: Event) -> None:
+        """What a link (or a fence) saw of ``backend``: its state moves, and what that
+        means is logged, counted and acted on."""
         heard = self.fleet.hear(backend, event, self._clock())
         before, step = heard.before, heard.step
         if heard.up_changed:
@@ -300,11 +281,14 @@ class Pool:
         if heard.now_gone and not before.seen:
             logger.info("backend %s has not been reached since the router started", backend)
         if step.lost_memory:
-            if step.state.health is Health.GONE:
+            if step.state.health is Health.GONE or step.fence:
                 logger.warning("backend %s is gone: its sessions are no longer in memory", backend)
                 self.metrics.backend_state_changes.labels(backend, "gone").inc()
+                self.directory.give_up(backend)  # what a fence asks, should it return
             self.directory.forget_backend(backend, member=True)
-        if backend in self.leaving and step.state.health is Health.GONE:
+        if step.fence:
+            self.on_return(backend)
+        if backend in self.fleet.leaving and step.state.health is Health.GONE:
             logger.info("backend %s left DNS and is gone: out of the pool", backend)
             self._drop_leaving(backend)
         self._pulse(self.ready_changed)
@@ -463,62 +447,6 @@ class Pool:
     def capabilities(self) -> dict[str, Any]:
         """What the router advertises: the pool's common ground, plus what it answers itself."""
         return listing.merge_capabilities(self.fleet.advertised())
-
-    # -- stale copies --------------------------------------------------------------------------
-
-    def close_stale(self, session_id: SessionId, backend: BackendId, how: How) -> None:
-        """Close the stale copy of ``session_id`` on ``backend`` (``session/close`` on its
-        control link), in the background; where the backend cannot close sessions, it is
-        only kept out of that session's resumes (the directory's stale mark), and said."""
-        key = (session_id, backend)
-        if key in self._closing or len(self._closing) >= MAX_CLOSING:
-            return  # under way, or too many at once: the stale mark keeps resumes off it
-        if not self.fleet.can_ask(backend, "close"):
-            logger.warning(
-                "backend %s holds a stale copy of session %s and cannot close it"
-                " (no session/close): it gets no resume of that session while the router"
-                " remembers; its operator should restart it",
-                backend,
-                session_id,
-            )
-            self.metrics.split_brain_resolved.labels("kept_out").inc()
-            return
-        self._closing.add(key)
-        task = self.spawn(self._close(session_id, backend, how), f"close-stale-{backend}")
-        if task is None:
-            self._closing.discard(key)
-        else:
-            task.add_done_callback(lambda _: self._closing.discard(key))
-
-    async def _close(self, session_id: SessionId, backend: BackendId, how: How) -> None:
-        link = self.links.get(backend)
-        if link is None:
-            return
-        timeout = self.settings.probe.list_timeout_ms / 1000
-        try:
-            response = await link.call(
-                acp.SESSION_CLOSE, {"sessionId": session_id}, timeout=timeout
-            )
-        except (TimeoutError, BackendLinkLost) as exc:
-            logger.warning(
-                "closing the stale copy of session %s on backend %s failed (%s): it gets no"
-                " resume of it meanwhile",
-                session_id,
-                backend,
-                type(exc).__name__,
-            )
-            return
-        error = response.error
-        if error is not None and error.code != acp.RESOURCE_NOT_FOUND:
-            logger.warning(
-                "backend %s refused to close the stale copy of session %s: %s",
-                backend,
-                session_id,
-                error.message,
-            )
-            return
-        logger.info("closed the stale copy of session %s on backend %s", session_id, backend)
-        self.metrics.split_brain_resolved.labels(how.value).inc()
 
     # -- probes ----------------------------------------------------------------------------------
 

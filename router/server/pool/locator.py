@@ -15,7 +15,7 @@ import logging
 import time
 from collections import OrderedDict
 
-from router.core.locate import Ask, Located, LocateRound, hint_after
+from router.core.locate import Ask, Located, LocateRound, hint_after, moved_from
 from router.core.quotas import AuditBudget
 from router.core.split_brain import SplitBrainPolicy, Verdict
 from router.protocol.acp import ProbeResult
@@ -23,6 +23,7 @@ from router.protocol.errors import LocateInconclusive, NoBackendAvailable, Sessi
 from router.protocol.ids import BackendId, SessionId
 from router.server import log_context
 from router.server.pool.backends import Pool
+from router.server.pool.healing import Healer
 
 logger = logging.getLogger(__name__)
 
@@ -44,11 +45,12 @@ _FAILED = {
 
 
 class Locator:
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, healer: Healer) -> None:
         self._pool = pool
+        self._healer = healer
         self._inflight: dict[_LocateKey, asyncio.Task[Located]] = {}
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_LOCATES)
-        self.audit = Audit(pool)
+        self.audit = Audit(pool, healer)
 
     async def locate(self, session_id: SessionId, tried: tuple[BackendId, ...] = ()) -> Located:
         """Where ``session_id`` should be resumed, skipping the backends in ``tried`` that
@@ -93,14 +95,19 @@ class Locator:
             metrics.locate_duration.labels(outcome).observe(time.perf_counter() - started)
 
     async def _run(self, session_id: SessionId, tried: tuple[BackendId, ...]) -> Located:
-        located = await run_round(self._pool, session_id, tried)
+        located = await run_round(self._pool, self._healer, session_id, tried)
         if located.audit:
             self.audit.request(session_id)
         return located
 
 
 async def run_round(
-    pool: Pool, session_id: SessionId, tried: tuple[BackendId, ...] = (), *, audit: bool = False
+    pool: Pool,
+    healer: Healer,
+    session_id: SessionId,
+    tried: tuple[BackendId, ...] = (),
+    *,
+    audit: bool = False,
 ) -> Located:
     """One locate round, from the pool's snapshot; its metrics, what it learned
     (absences, the hint), and a split brain it saw. An ``audit`` asks the whole pool
@@ -123,14 +130,17 @@ async def run_round(
         known_before = round_.snapshot.absent  # remembered, not heard again
         pool.directory.absences.add(session_id, probed=[b for b in absent if b not in known_before])
     if step.verdict is not None:
-        split_brain(pool, session_id, step.verdict)
+        split_brain(pool, healer, session_id, step.verdict)
+    moved = moved_from(snapshot, step)
+    if moved is not None:
+        pool.directory.moved_away(moved, [session_id])
     checked = hint_after(round_, step)
     if checked is not False:
         pool.remember(session_id, step.backend, checked)
     return step
 
 
-def split_brain(pool: Pool, session_id: SessionId, verdict: Verdict) -> None:
+def split_brain(pool: Pool, healer: Healer, session_id: SessionId, verdict: Verdict) -> None:
     """A locate saw ``session_id`` active on more than one backend: count it, and end it
     as ``router.split_brain`` says (:mod:`router.core.split_brain`)."""
     pool.metrics.split_brain.inc()
@@ -154,7 +164,7 @@ def split_brain(pool: Pool, session_id: SessionId, verdict: Verdict) -> None:
     )
     pool.directory.mark_stale(session_id, verdict.stale)
     for backend in verdict.stale:
-        pool.close_stale(session_id, backend, verdict.how)
+        healer.close_stale(session_id, backend, verdict.how)
 
 
 class Audit:
@@ -172,8 +182,9 @@ class Audit:
     queue is bounded (:data:`MAX_QUEUED`: the oldest requests go first).
     """
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, healer: Healer) -> None:
         self._pool = pool
+        self._healer = healer
         self._queue: OrderedDict[SessionId, None] = OrderedDict()
         self._budget = AuditBudget(pool.now())
         self._wake = asyncio.Event()
@@ -209,7 +220,7 @@ class Audit:
         log_context.session.set(session_id)
         outcome = "clean"
         try:
-            located = await run_round(pool, session_id, audit=True)
+            located = await run_round(pool, self._healer, session_id, audit=True)
             if located.split_brain:
                 outcome = "split"
                 pool.directory.suspects[session_id] = None

@@ -1,6 +1,7 @@
 """Everything behind the front door that a client connection uses: the pool, its
-locator (with the split-brain audit) and its pool-wide queries, and the HTTP session
-backend links are opened with; run together for the application's life."""
+locator (with the split-brain audit), its pool-wide queries, its healer (stale copies
+closed, returning backends fenced), and the HTTP session backend links are opened with;
+run together for the application's life."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import aiohttp
 from router.server.config import Settings
 from router.server.metrics import Metrics
 from router.server.pool.backends import Pool
+from router.server.pool.healing import Healer
 from router.server.pool.locator import Locator
 from router.server.pool.queries import Queries
 
@@ -22,13 +24,15 @@ class Upstream:
     pool: Pool
     locator: Locator
     queries: Queries
+    healer: Healer
     #: where client connections open their backend links
     http: aiohttp.ClientSession
 
     @classmethod
     def of(cls, settings: Settings, metrics: Metrics, http: aiohttp.ClientSession) -> Upstream:
         pool = Pool(settings, metrics, http)
-        return cls(pool, Locator(pool), Queries(pool), http)
+        healer = Healer(pool)
+        return cls(pool, Locator(pool, healer), Queries(pool), healer, http)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Upstream]:
