@@ -97,7 +97,9 @@ async def test_a_link_flap_fails_resumes_closed_and_the_session_comes_back_to_it
     ):
         urls = {a.agent_id: a.url for a in agents}
         backends = [("agent-1", relay.url), ("agent-2", agents[1].url)]
-        async with start_router(backends, router=FAST_CONTROL) as router:
+        # without failover: a client's own resume of the session is answered at once
+        off = {"enabled": False}
+        async with start_router(backends, router=FAST_CONTROL, failover=off) as router:
             session_id = await _session_on(agents[0].url)
             async with AcpClient.connect(router.url) as client:
                 await client.initialize()
@@ -330,7 +332,11 @@ async def test_with_failover_the_next_prompt_after_a_kill_is_answered_by_another
 async def test_without_failover_a_lost_session_must_be_resumed_by_the_client(
     tmp_path: Path,
 ) -> None:
-    async with start_fleet(tmp_path, 2) as agents, start_router(backends_of(agents)) as router:
+    off = {"enabled": False}
+    async with (
+        start_fleet(tmp_path, 2) as agents,
+        start_router(backends_of(agents), failover=off) as router,
+    ):
         async with AcpClient.connect(router.url) as client:
             await client.initialize()
             session_id = await client.new_session(CWD)

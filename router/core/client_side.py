@@ -53,7 +53,7 @@ from router.core.effects import (
     refusal,
 )
 from router.core.links import Links
-from router.core.phases import Frame, SessionTable
+from router.core.phases import Frame, Phase, SessionTable
 from router.protocol import acp
 from router.protocol.errors import (
     ErrorObject,
@@ -174,7 +174,14 @@ class ClientSide:
         if message.method not in acp.SESSION_SCOPED:
             return None
         session_id = acp.session_id_of(message)
-        return session_id if session_id is not None and self.sessions.holding(session_id) else None
+        if session_id is None or not self.sessions.holding(session_id):
+            return None
+        if (
+            message.method == acp.SESSION_STATUS
+            and self.sessions.phase(session_id) is Phase.ORPHANED
+        ):
+            return None  # read-only, and answered from the pool: it need not wait a failover
+        return session_id
 
     def _classify(self, request: Request) -> tuple[PendingCall, Effects]:
         method = request.method

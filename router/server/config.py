@@ -327,7 +327,9 @@ class FailoverSection(_Section):
     gone, and are then resumed where they live: the same backend, or, when it lost them,
     the one that knows them (a shared store)."""
 
-    enabled: bool = False
+    #: on by default: a crashed or partitioned agent's sessions go on where they live now
+    #: (fencing and the split-brain rule keep a returning backend from running a second copy)
+    enabled: bool = True
     #: how long a session waits for its backend to be known back or gone; past it, its
     #: frames go on as for a session not attached (the client resumes it itself)
     wait_ms: Annotated[int, Field(gt=0)] = 60_000
