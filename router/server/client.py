@@ -63,7 +63,7 @@ from router.protocol.jsonrpc import ErrorObject, Message, Request, RequestId, pa
 from router.server import log_context
 from router.server.backend_link import BackendLink
 from router.server.gate import Gate, Refusal
-from router.server.metrics import TO_BACKEND, TO_CLIENT, Metrics
+from router.server.metrics import TO_BACKEND, TO_CLIENT, Metrics, error_code_label
 from router.server.pool import Pool
 
 logger = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ class ClientConnection:
         if refusal.text is None:
             logger.debug("dropped a notification the gate refused (%d)", refusal.code)
             return
-        self.metrics.client_errors.labels(str(refusal.code)).inc()
+        self.metrics.client_errors.labels(error_code_label(refusal.code)).inc()
         await self.channel.send(refusal.text)  # as it is: never through gate.reply
 
     async def _do(self, action: Action) -> None:
@@ -198,7 +198,7 @@ class ClientConnection:
                 await self._send(backend, text)
             case Reply(text, error):
                 if error is not None:  # every error the core makes passes here, once
-                    self.metrics.client_errors.labels(str(error)).inc()
+                    self.metrics.client_errors.labels(error_code_label(error)).inc()
                 await self.channel.send(self.gate.reply(text))
             case Broadcast(backends, text):
                 for backend in backends:

@@ -43,6 +43,19 @@ logger = logging.getLogger(__name__)
 TO_BACKEND = "client_to_backend"
 TO_CLIENT = "backend_to_client"
 
+#: the codes ``acp_router_client_errors_total`` names: JSON-RPC's, ACP's and the
+#: router's own range (-32010..-32019); a backend's error may carry any integer, and
+#: each would be a series of its own
+KNOWN_ERROR_CODES = frozenset(
+    {-32700, -32600, -32601, -32602, -32603, -32000, -32001, -32002, -32003, *range(-32019, -32009)}
+)
+
+
+def error_code_label(code: int) -> str:
+    """The ``code`` label of an error the router answered: the code when it is one of
+    :data:`KNOWN_ERROR_CODES`, else ``other``."""
+    return str(code) if code in KNOWN_ERROR_CODES else "other"
+
 
 class _RememberedLabels(MetricWrapperBase):
     """A metric whose ``labels(...)`` answers from a dict after the first call.
@@ -315,7 +328,8 @@ class Metrics:
         }
         self.client_errors = Counter(
             "acp_router_client_errors_total",
-            "Errors the router answered itself, by JSON-RPC code",
+            "Errors the router answered itself, by JSON-RPC code (a code outside the known"
+            " ones, such as a backend's own, is other)",
             ["code"],
             registry=registry,
         )
