@@ -15,6 +15,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from router.core import hinted_ids
 from router.protocol.ids import ConnectionId
 from router.server.app import CLIENTS, HTTP_FRONT, OpenClients
 from router.server.shutdown import close_spread
@@ -360,6 +361,24 @@ async def test_the_rfd_statuses(tmp_path: Path) -> None:
             answers = {m["id"]: m for m in [await events.message(), await events.message()]}
             assert "sessions" in answers[2]["result"]
             assert answers[3]["error"]["code"] == -32600
+
+
+async def test_crafted_ids_get_answers_and_the_connection_goes_on(tmp_path: Path) -> None:
+    home = "\u00e9"  # not base64url, with the check it needs (no secret is)
+    crafted = f"sess_x@{home}.{hinted_ids._check('sess_x', home)}"
+    async with one_agent(tmp_path, hinted_ids=True) as router, aiohttp.ClientSession() as http:
+        client = HttpClient(http, http_url(router))
+        await client.initialize()
+        async with client.stream() as events:
+            # on the old main: 500, and the connection ended
+            assert await client.post(rpc(1, "session/status", {"sessionId": crafted})) == 202
+            assert (await events.message())["error"]["code"] == -32002
+            assert await client.post(rpc(2, "session/list")) == 202
+            assert "sessions" in (await events.message())["result"]
+        for tagged in ("9" * 5000 + ".x", "\u00b2.x", "0." + "\u00e9" * 40):
+            stranger = HttpClient(http, http_url(router))
+            stranger.connection_id = tagged.encode().decode("latin-1")  # as sent on the wire
+            assert await stranger.post(rpc(3, "session/list")) == 404
 
 
 async def test_the_door_checks_every_request(tmp_path: Path) -> None:

@@ -611,6 +611,17 @@ async def test_affinity_reads_only_ascii_digits_as_a_worker(tmp_path: Path) -> N
             writer.close()
 
 
+async def test_affinity_reads_a_worker_index_of_any_length_without_failing(
+    tmp_path: Path,
+) -> None:
+    async with front_door_of_worker(tmp_path, 0) as url, aiohttp.ClientSession() as http:
+        # int() refuses more than 4,300 digits: on the old main, a 500 and a traceback
+        for tagged in ("1" * 4301 + ".x", "0" * 5000 + "1.x", "00.x"):
+            async with http.post(url, headers={"Acp-Connection-Id": tagged}) as answer:
+                assert answer.status == 200, tagged  # not a worker's: passed through
+                assert await answer.text() == tagged
+
+
 def _accepts(listening: list[socket.socket]) -> list[int]:
     """How many pending connections each socket holds (accepting them all)."""
     counts = []

@@ -272,6 +272,16 @@ _HOP_BY_HOP = frozenset(
 _NO_CONNECTION = "no such connection\n"
 
 
+def worker_of(tagged: str, count: int) -> tuple[int, str] | None:
+    """The worker (of ``count``) a tagged ``Acp-Connection-Id`` names, and its bare id;
+    None for any other text (read without ``int()`` on a number of any length)."""
+    owner, dot, bare = tagged.partition(".")
+    if not (dot and owner.isascii() and owner.isdigit() and len(owner) <= len(str(count))):
+        return None
+    index = int(owner)
+    return (index, bare) if index < count else None
+
+
 class Affinity:
     """Streamable HTTP connections across workers: each request reaches the worker that
     holds its connection (the index before the dot of its ``Acp-Connection-Id``).
@@ -308,14 +318,15 @@ class Affinity:
         tagged = request.headers.get(acp.CONNECTION_ID_HEADER)
         if tagged is None:
             return self._tag(await handler(request))
-        owner, dot, bare = tagged.partition(".")
-        if not (dot and owner.isascii() and owner.isdigit() and int(owner) < self._role.count):
+        tag = worker_of(tagged, self._role.count)
+        if tag is None:
             return await handler(request)  # not a worker's id: no such connection
+        owner, bare = tag
         headers = request.headers.copy()
         headers[acp.CONNECTION_ID_HEADER] = bare
-        if int(owner) == self._role.index:
+        if owner == self._role.index:
             return await handler(request.clone(headers=headers))
-        return await self._pass_on(request, int(owner), headers)
+        return await self._pass_on(request, owner, headers)
 
     def _tag(self, response: web.StreamResponse) -> web.StreamResponse:
         """An ``initialize`` answered here: its connection id names this worker."""
