@@ -21,6 +21,7 @@ from router.server.app import CLIENTS, HTTP_FRONT, OpenClients
 from router.server.shutdown import close_spread
 from router.server.streamable_http import HttpConnection, accepts_events, event
 from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
+from tests.raw_http import raw_connection, raw_post, status_of
 from tests.support import WAIT, AcpClient, JsonObject
 
 CWD = "/work/project"
@@ -379,6 +380,33 @@ async def test_crafted_ids_get_answers_and_the_connection_goes_on(tmp_path: Path
             stranger = HttpClient(http, http_url(router))
             stranger.connection_id = tagged.encode().decode("latin-1")  # as sent on the wire
             assert await stranger.post(rpc(3, "session/list")) == 404
+
+
+async def test_bodies_are_read_within_max_held_bytes(tmp_path: Path) -> None:
+    most = 256 * 1024
+    async with (
+        one_agent(tmp_path, max_message_bytes=most, max_held_bytes=most) as router,
+        raw_connection(router.base) as (first, first_writer),
+        raw_connection(router.base) as (second, second_writer),
+        aiohttp.ClientSession() as http,
+    ):
+        budget = router.app[HTTP_FRONT].budget
+        for writer in (first_writer, second_writer):  # both being read, neither whole
+            writer.write(raw_post("c", most) + b"{" * 1000)
+        # one body fits: the other is refused before it is read
+        answers = [asyncio.create_task(status_of(reader)) for reader in (first, second)]
+        done, pending = await asyncio.wait(answers, return_when=asyncio.FIRST_COMPLETED)
+        status, headers = done.pop().result()
+        assert (status, headers["retry-after"]) == (503, "1")
+        assert budget.held == most
+        assert router.metric("acp_router_limited_total", limit="held_bytes") == 1
+        (held,) = pending
+        held.cancel()
+        for writer in (first_writer, second_writer):
+            writer.close()
+        client = HttpClient(http, http_url(router))
+        await client.initialize()  # the budget is given back: bodies are read again
+        assert budget.held == 0
 
 
 async def test_the_door_checks_every_request(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """Limits per client address and per process, sans-I/O: open connections counted per
-address, and token buckets for new sessions.
+address, token buckets for new sessions and locates, and the bytes held over every
+connection.
 
 The buckets read no clock: every call takes ``now`` (seconds, from any monotonic
 clock the shell chooses), so tests move time by passing a larger number.
@@ -141,3 +142,24 @@ def admit_all(limits: tuple[tuple[str, TokenBucket], ...], now: float) -> tuple[
     for _, limit in limits:
         limit.take()
     return None
+
+
+class ByteBudget:
+    """Bytes held at once over every connection (``router.max_held_bytes``): request
+    bodies being read and frames held for event streams the client has not opened.
+    Each connection's share is bounded on its own too; this bounds their sum."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.held = 0
+
+    def take(self, size: int) -> bool:
+        """Hold ``size`` more bytes (given back with :meth:`give`); False (none held)
+        when that would pass the budget."""
+        if self.held + size > self.most:
+            return False
+        self.held += size
+        return True
+
+    def give(self, size: int) -> None:
+        self.held -= size

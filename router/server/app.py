@@ -497,8 +497,7 @@ def _as_worker(app: web.Application, worker: WorkerRole) -> Affinity:
         worker.sockets, own=(worker.index, app[METRICS])
     )
     app[EXPOSITION] = every_worker
-    handshake_seconds = app[SETTINGS].router.handshake_timeout_ms / 1000
-    affinity = Affinity(worker, app[METRICS], handshake_seconds=handshake_seconds)
+    affinity = Affinity(worker, app[HTTP_FRONT])
     app.middlewares.append(affinity.middleware)
     return affinity
 

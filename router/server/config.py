@@ -151,6 +151,10 @@ class RouterSection(_Section):
     #: Streamable HTTP: frames held for one event stream the client has not opened yet;
     #: one more ends the connection (the client is not reading)
     http_held_frames: Annotated[int, Field(gt=0)] = 4096
+    #: bytes held at once over every connection: POST bodies being read and frames held
+    #: for event streams not open yet; a POST past it is answered 503 with Retry-After,
+    #: a frame past it ends its connection as an overflow (README: Limits)
+    max_held_bytes: Annotated[int, Field(gt=0)] = 256 * 1024 * 1024
 
     @field_validator("listen", "metrics_listen")
     @classmethod
@@ -173,6 +177,15 @@ class RouterSection(_Section):
     @model_validator(mode="after")
     def _tls_pair(self) -> Self:
         _check_pair(self.tls_cert, self.tls_key)
+        return self
+
+    @model_validator(mode="after")
+    def _one_body_fits(self) -> Self:
+        if self.max_held_bytes < self.max_message_bytes:
+            raise ValueError(
+                f"'max_held_bytes' ({self.max_held_bytes}) must be at least"
+                f" 'max_message_bytes' ({self.max_message_bytes}): one whole frame must fit"
+            )
         return self
 
     @property

@@ -344,7 +344,8 @@ class Metrics:
         self.limited = Counter(
             "acp_router_limited_total",
             "Clients held back by a limit: connections_per_address (HTTP 429), sessions_per_address,"
-            " sessions, locates_per_connection and locates_per_address (-32014)",
+            " sessions, locates_per_connection and locates_per_address (-32014), held_bytes"
+            " (HTTP 503: router.max_held_bytes)",
             ["limit"],
             registry=registry,
         )

@@ -48,8 +48,7 @@ import aiohttp
 from aiohttp import hdrs, web
 
 from router.protocol import acp
-from router.server.metrics import Metrics
-from router.server.streamable_http import read_body
+from router.server.streamable_http import HttpFront, drop_unread
 from router.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
@@ -292,13 +291,17 @@ class Affinity:
     answered here gets this worker's index in front of its new connection id. A request
     for a worker that is gone (starting again) gets 404: its connections went with it.
     WebSocket upgrades and other paths pass untouched.
+
+    A request passed on is held to the rules of this worker's ``front`` first: its
+    origin and token are checked before any of its body is read, the body is read within
+    the bytes the front may hold (``router.max_held_bytes``), and each write of the
+    answer has the deadline of a local event stream's.
     """
 
-    def __init__(self, role: WorkerRole, metrics: Metrics, *, handshake_seconds: float) -> None:
+    def __init__(self, role: WorkerRole, front: HttpFront) -> None:
         self._role = role
-        self._metrics = metrics
-        #: how long a body may take to arrive (``router.handshake_timeout_ms``)
-        self._handshake_seconds = handshake_seconds
+        self._front = front
+        self._metrics = front.metrics
         self._siblings: dict[int, aiohttp.ClientSession] = {}
 
     async def __aenter__(self) -> Affinity:
@@ -350,26 +353,41 @@ class Affinity:
     async def _pass_on(
         self, request: web.Request, owner: int, headers: Mapping[str, str]
     ) -> web.StreamResponse:
+        admission = self._front.door.admit(request)
+        if isinstance(admission, web.Response):
+            return admission  # the origin and the token before a byte of the body
         self._metrics.http_passed_on.inc()
         forward = {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
-        body = await read_body(request, self._handshake_seconds)
-        if isinstance(body, web.Response):
-            return body
-        try:
-            upstream = await self._sibling(owner).request(
-                request.method, "http://worker/acp", headers=forward, data=body or None
-            )
-        except (OSError, aiohttp.ClientError) as exc:
-            logger.debug("worker %d did not take a request passed on: %s", owner, exc)
-            return web.Response(status=404, text=_NO_CONNECTION)
+        async with self._front.bodies.read(request) as body:
+            if isinstance(body, web.Response):
+                return body
+            try:  # answered once the owner has read the body: it is held no longer here
+                upstream = await self._sibling(owner).request(
+                    request.method, "http://worker/acp", headers=forward, data=body or None
+                )
+            except (OSError, aiohttp.ClientError) as exc:
+                logger.debug("worker %d did not take a request passed on: %s", owner, exc)
+                return web.Response(status=404, text=_NO_CONNECTION)
         async with upstream:
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for name, value in upstream.headers.items():
                 if name.lower() not in _HOP_BY_HOP:
                     response.headers.add(name, value)
             await response.prepare(request)
-            with contextlib.suppress(ConnectionError, aiohttp.ClientError):
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
-                await response.write_eof()
+            await self._stream_back(request, response, upstream)
         return response
+
+    async def _stream_back(
+        self, request: web.Request, response: web.StreamResponse, upstream: aiohttp.ClientResponse
+    ) -> None:
+        """Write the owner's answer as it comes, each write within a local event
+        stream's deadline (past it, the client is dropped as a local one is)."""
+        try:
+            async for chunk in upstream.content.iter_any():
+                async with asyncio.timeout(self._front.write_timeout):
+                    await response.write(chunk)
+            await response.write_eof()
+        except (ConnectionError, aiohttp.ClientError):
+            pass  # the client, or the owner, went
+        except TimeoutError:
+            drop_unread(request.transport)
