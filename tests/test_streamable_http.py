@@ -415,7 +415,7 @@ async def test_the_door_checks_every_request(tmp_path: Path) -> None:
         start_router(
             backends_of(agents),
             auth={"tokens": [TOKEN, OTHER]},
-            router={"max_connections_per_address": 1, "allowed_origins": ["https://ok.example"]},
+            router={"max_connections_per_principal": 1, "allowed_origins": ["https://ok.example"]},
         ) as router,
         aiohttp.ClientSession() as http,
     ):
@@ -428,12 +428,13 @@ async def test_the_door_checks_every_request(tmp_path: Path) -> None:
             assert response.status == 403
         client = HttpClient(http, url, TOKEN)
         await client.initialize()
-        # one connection per address: the next is 429, on either profile
+        # one connection per token: the next is 429, on either profile
         async with http.post(url, json=INITIALIZE, headers=client.auth) as response:
             assert response.status == 429
         with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
             await http.ws_connect(router.url, headers=client.auth)
         assert refused.value.status == 429
+        assert router.metric("acp_router_limited_total", limit="connections_per_principal") == 2
         # the connection answers only the token that opened it
         assert await HttpClient(http, url, OTHER).post(rpc(1, "session/list")) == 400
         stranger = HttpClient(http, url, OTHER)
@@ -462,18 +463,52 @@ async def test_http_and_websocket_connections_share_max_connections(tmp_path: Pa
     ):
         client = HttpClient(http, http_url(router))
         await client.initialize()
+        connection = connection_of(router, client)
         async with AcpClient.connect(router.url) as ws_client:
             assert "result" in await ws_client.initialize()
-            # two client connections, one of each profile: a third of either is refused
-            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
-                await http.ws_connect(router.url)
-            assert refused.value.status == 503
-            async with http.post(http_url(router), json=INITIALIZE) as response:
-                assert response.status == 503
-            assert await client.delete() == 202  # answered once the connection has ended
+            # two client connections, one of each profile; the HTTP one has no stream open
+            # and no POST under way: it is idle, and its place goes to a newcomer (on the
+            # old main: 503 until it had been idle for 300 s)
             async with AcpClient.connect(router.url) as again:
                 assert "result" in await again.initialize()
+                assert await ended(connection) == "reclaimed"
+                # two in use: a third of either is refused
+                with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                    await http.ws_connect(router.url)
+                assert refused.value.status == 503
+                async with http.post(http_url(router), json=INITIALIZE) as response:
+                    assert response.status == 503
         assert router.metric("acp_router_connections_total", result="rejected") == 2
+        assert router.metric("acp_router_http_connections_ended_total", reason="reclaimed") == 1
+
+
+async def test_one_token_cannot_lock_out_another_from_its_address(tmp_path: Path) -> None:
+    # token A opens 1,000 HTTP connections (its share) and keeps them: token B, from the
+    # same address, is served on both profiles (on the old main: 429 for 300 s)
+    async with (
+        start_fleet(tmp_path, 1) as agents,
+        start_router(backends_of(agents), auth={"tokens": [TOKEN, OTHER]}) as router,
+        aiohttp.ClientSession() as http,
+    ):
+        url = http_url(router)
+        lock = asyncio.Semaphore(32)
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+
+        async def opened() -> int:
+            async with lock, http.post(url, json=INITIALIZE, headers=bearer) as response:
+                return response.status
+
+        statuses = await asyncio.gather(*(opened() for _ in range(1001)))
+        assert sorted(statuses) == [200] * 1000 + [429]  # a principal has its own share
+        async with AcpClient.connect(router.url, token=OTHER) as ws_client:
+            assert "result" in await ws_client.initialize()
+            session_id = await ws_client.new_session(CWD)
+            assert (await ws_client.prompt(session_id, "hi"))["result"]["stopReason"] == "end_turn"
+        client = HttpClient(http, url, OTHER)
+        await client.initialize()
+        async with client.stream() as events:
+            assert await client.post(rpc(1, "session/list")) == 202
+            assert "sessions" in (await events.message())["result"]
 
 
 # -- the pieces --------------------------------------------------------------------------------

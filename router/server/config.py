@@ -129,9 +129,12 @@ class RouterSection(_Section):
     #: with any other Origin header gets 403; requests without one (not browsers) pass
     allowed_origins: list[str] = []
     #: connections open at once from one client address: TCP connections from accept on
-    #: (handshakes, WebSockets, keep-alive HTTP), and Streamable HTTP connections (more
-    #: get HTTP 429)
+    #: (handshakes, WebSockets, keep-alive HTTP), and, without [auth], client connections
+    #: (WebSocket and Streamable HTTP; more get HTTP 429)
     max_connections_per_address: Annotated[int, Field(gt=0)] = 1000
+    #: with [auth]: client connections (WebSocket and Streamable HTTP) open at once under
+    #: one token, from any address (more get HTTP 429); the address no longer counts them
+    max_connections_per_principal: Annotated[int, Field(gt=0)] = 1000
     #: session/new and session/fork per minute, from one address and in all (-32014)
     new_sessions_per_minute_per_address: Annotated[int, Field(gt=0)] = 600
     new_sessions_per_minute: Annotated[int, Field(gt=0)] = 60_000
@@ -143,6 +146,8 @@ class RouterSection(_Section):
     #: per address (-32014); what goes to where a session is attached costs nothing
     locates_per_minute_per_connection: Annotated[int, Field(gt=0)] = 600
     locates_per_minute_per_address: Annotated[int, Field(gt=0)] = 6000
+    #: with [auth], the budget of one token's connections in place of their address's
+    locates_per_minute_per_principal: Annotated[int, Field(gt=0)] = 6000
     #: Streamable HTTP: an event stream with nothing to say this long gets ": keepalive"
     http_keepalive_seconds: Annotated[float, Field(gt=0)] = 15.0
     #: Streamable HTTP: a connection with no event stream open and no POST for this long

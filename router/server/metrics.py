@@ -135,7 +135,7 @@ class Histogram(_RememberedLabels, prometheus_client.Histogram):
 DROP_REASONS = ("not_json", "not_jsonrpc", "binary", "too_deep", "too_big")
 
 #: why a Streamable HTTP connection ended (``acp_router_http_connections_ended_total``)
-HTTP_END_REASONS = ("deleted", "idle", "overflow", "closed", "error")
+HTTP_END_REASONS = ("deleted", "idle", "overflow", "reclaimed", "closed", "error")
 
 
 class Metrics:
@@ -153,8 +153,8 @@ class Metrics:
             "acp_router_connections_total",
             "Client connections (WebSocket, or Streamable HTTP at initialize), by result:"
             " accepted (upgraded, or an HTTP initialize), refused at the door (draining,"
-            " forbidden_origin, unauthorized, not_websocket, address_limit, rejected, fd_limit),"
-            " or closed (handshake_timeout, initialize_timeout, revoked)",
+            " forbidden_origin, unauthorized, not_websocket, address_limit, principal_limit,"
+            " rejected, fd_limit), or closed (handshake_timeout, initialize_timeout, revoked)",
             ["result"],
             registry=registry,
         )
@@ -328,8 +328,8 @@ class Metrics:
         }
         self.client_errors = Counter(
             "acp_router_client_errors_total",
-            "Errors the router answered itself, by JSON-RPC code (a code outside the known"
-            " ones, such as a backend's own, is other)",
+            "Errors the router answered itself, by JSON-RPC code (a code outside JSON-RPC's,"
+            " ACP's and the router's, such as a backend's own, is other)",
             ["code"],
             registry=registry,
         )
@@ -343,9 +343,10 @@ class Metrics:
         )
         self.limited = Counter(
             "acp_router_limited_total",
-            "Clients held back by a limit: connections_per_address (HTTP 429), sessions_per_address,"
-            " sessions, locates_per_connection and locates_per_address (-32014), held_bytes"
-            " (HTTP 503: router.max_held_bytes)",
+            "Clients held back by a limit: connections_per_address and connections_per_principal"
+            " (HTTP 429), sessions_per_address, sessions, locates_per_connection,"
+            " locates_per_address and locates_per_principal (-32014), held_bytes (HTTP 503:"
+            " router.max_held_bytes)",
             ["limit"],
             registry=registry,
         )
@@ -353,10 +354,13 @@ class Metrics:
             self.auth.labels(outcome)
         for limit in (
             "connections_per_address",
+            "connections_per_principal",
             "sessions_per_address",
             "sessions",
             "locates_per_connection",
             "locates_per_address",
+            "locates_per_principal",
+            "held_bytes",
         ):
             self.limited.labels(limit)
         self.backend_frames_dropped = Counter(
@@ -393,8 +397,10 @@ class Metrics:
             "acp_router_http_connections_ended_total",
             "Streamable HTTP connections ended, by reason: deleted (DELETE), idle (no stream"
             " and no POST for router.http_idle_seconds), overflow (frames held for a stream"
-            " past router.http_held_frames or 2 x router.max_message_bytes), closed (by the"
-            " router: shutdown), error (a router bug)",
+            " past router.http_held_frames or 2 x router.max_message_bytes, or over every"
+            " connection past router.max_held_bytes), reclaimed (idle, its place given to a"
+            " newcomer at router.max_connections), closed (by the router: shutdown), error (a"
+            " router bug)",
             ["reason"],
             registry=registry,
         )

@@ -26,14 +26,14 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
 from aiohttp import hdrs, web
 
 from router.core.frontdoor import Admitted
-from router.core.quotas import ByteBudget
+from router.core.quotas import ByteBudget, ClientPlaces, Place
 from router.core.streams import (
     Attached,
     EventStreams,
@@ -65,11 +65,14 @@ _EVENT_STREAM_RANGES = frozenset({"text/event-stream", "text/*", "*/*"})
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """A client let in as a new connection; its place in the per-address count is
-    held until :meth:`Door.finish`."""
+    """A client let in as a new connection; its ``place`` among ``places`` is held
+    until :meth:`Door.finish` (or until it is reclaimed while idle:
+    :meth:`HttpFront.reclaim`)."""
 
     admission: Admitted
     address: str
+    place: Place
+    places: ClientPlaces
 
 
 class Door(Protocol):
@@ -190,6 +193,8 @@ class HttpConnection:
         #: POSTs may come at once, on several HTTP connections: their frames enter the
         #: client connection one at a time, as a WebSocket's read loop hands them over
         self._receiving = asyncio.Lock()
+        #: POSTs and event streams running now (:meth:`in_use`)
+        self._uses = 0
 
     def end(self, reason: str) -> None:
         if not self.ending.is_set():
@@ -198,6 +203,20 @@ class HttpConnection:
 
     def touch(self) -> None:
         self.active_at = asyncio.get_running_loop().time()
+
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[None]:
+        """A POST or an event stream of the connection runs for the block: between them
+        the connection is idle, and its place may go to a newcomer (README: Limits)."""
+        entry = self.entry
+        self._uses += 1
+        entry.places.use(entry.place)
+        try:
+            yield
+        finally:
+            self._uses -= 1
+            if not self._uses:
+                entry.places.rest(entry.place)
 
     async def receive(self, text: str) -> bool:
         """Hand one POSTed frame to the client connection; False when the connection
@@ -432,14 +451,15 @@ class HttpFront:
         )
         stream = EventStream(request, response, write_timeout=self.write_timeout)
         connection.opened(attached, stream)
-        try:
-            await response.prepare(request)
-            await self._flush(connection, key, attached.holder, stream)
-            await stream.keep_alive(self.settings.http_keepalive_seconds)
-        except ConnectionError:
-            pass  # the client went while the stream opened
-        finally:
-            connection.closed(key, attached.holder)
+        with connection.in_use():
+            try:
+                await response.prepare(request)
+                await self._flush(connection, key, attached.holder, stream)
+                await stream.keep_alive(self.settings.http_keepalive_seconds)
+            except ConnectionError:
+                pass  # the client went while the stream opened
+            finally:
+                connection.closed(key, attached.holder)
         return response
 
     async def delete(self, request: web.Request) -> web.Response:
@@ -493,7 +513,8 @@ class HttpFront:
         connection.touch()
         log_context.connection.set(connection.number)
         try:
-            received = await connection.receive(body)
+            with connection.in_use():
+                received = await connection.receive(body)
         except Exception:  # the one boundary catch of a connection: log it, end it
             logger.exception("client connection failed")
             return _failed(connection)
@@ -517,7 +538,8 @@ class HttpFront:
         task.add_done_callback(self._tasks.discard)
         try:
             async with asyncio.timeout(self.settings.connect_timeout_ms / 1000):
-                answer = await connection.initialize(initialize)
+                with connection.in_use():
+                    answer = await connection.initialize(initialize)
         except TimeoutError:
             connection.end("closed")
             return _refusal(504, "initialize was not answered in time")
@@ -602,6 +624,16 @@ class HttpFront:
         connection.end("deleted")
         await connection.done.wait()
         return web.Response(status=202)
+
+    def reclaim(self, places: Iterable[Place]) -> None:
+        """End the idle connections whose places went to newcomers."""
+        reclaimed = set(places)
+        if not reclaimed:
+            return
+        for connection in self.connections.values():
+            if connection.entry.place in reclaimed:
+                logger.info("Streamable HTTP connection idle: ending it, its place is needed")
+                connection.end("reclaimed")
 
     def _find(self, connection_id: str, admission: Admitted) -> HttpConnection | None:
         """The connection, if it is there and the same client opened it."""
