@@ -173,6 +173,9 @@ class ScriptedBackend:
     #: per method, the frames sent instead of the usual answer: as they are, except
     #: that ``$ID`` becomes the request's id, and :data:`CLOSE` closes the connection
     scripted: dict[str, list[str]] = field(default_factory=dict)
+    #: how long it takes to answer a router's control link's ``initialize`` (a backend
+    #: slow to come up for a router that starts); client links are answered at once
+    control_initialize_seconds: float = 0.0
 
     async def _serve(self, ws: websockets.ServerConnection) -> None:
         answers: set[asyncio.Task[None]] = set()
@@ -201,6 +204,9 @@ class ScriptedBackend:
                         await ws.send(text.replace("$ID", json.dumps(message.get("id"))))
             return
         if method == "initialize":
+            client = params.get("clientInfo") or {}
+            if client.get("title") == "acp-router control link":
+                await asyncio.sleep(self.control_initialize_seconds)
             session_caps: dict[str, Any] = {"resume": {}, "list": {}}
             if self.advertise_status:
                 session_caps["status"] = {}

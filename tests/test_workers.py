@@ -40,7 +40,7 @@ from router.server.workers import (
     reuse_port_balances,
     sibling_socket,
 )
-from tests.fleet import router_settings, start_fleet
+from tests.fleet import router_settings, start_fleet, start_scripted
 from tests.raw_http import post_body, raw_connection, raw_post, status_of
 from tests.support import WAIT, AcpClient, AgentProcess, CliProcess, run_cli, run_cli_to_exit
 from tests.test_cli import write_config
@@ -246,6 +246,48 @@ async def test_a_killed_worker_is_started_again(tmp_path: Path) -> None:
             _, found = await clients_on_both_workers(stack, url)
         assert value(found, "acp_router_worker_up", worker="1") == 1.0
         assert await router.stop() == 0
+
+
+async def test_a_worker_started_again_takes_no_connection_before_its_backends_are_up(
+    tmp_path: Path,
+) -> None:
+    async def inactive(session_id: str) -> dict[str, Any]:
+        return {"status": "inactive"}
+
+    created = '{"jsonrpc":"2.0","id":$ID,"result":{"sessionId":"sess_1"}}'
+    async with start_scripted("slow", inactive) as backend:
+        backend.scripted = {"session/new": [created]}
+        backend.control_initialize_seconds = 1.0  # up a second after each worker starts
+        config = tmp_path / "router.toml"
+        config.write_text(
+            f'[router]\nlisten = "127.0.0.1:0"\nworkers = 2\n'
+            f'[[backends]]\nid = "slow"\nurl = "{backend.url}"\n'
+        )
+        async with run_cli("serve", "--config", str(config)) as router:
+            url = router_url(router)
+            pids = await worker_pids(router, 2)
+            os.kill(pids[1], signal.SIGKILL)
+            killed = await router.wait_for_log(f"worker 1 (pid {pids[1]}) was killed")
+            start = router.stderr.lines.index(killed)
+            await router.wait_for_log(") started", start=start)
+            listening = asyncio.create_task(router.wait_for_log("listening again", start=start))
+            # new clients from the moment worker 1 starts again until it has taken some:
+            # none is told no backend is available (on the old main, those that reached
+            # it in its first second got -32011)
+            answers, after = [], 0
+            while after < CLIENTS:
+                async with AcpClient.connect(url) as client:
+                    await client.initialize()
+                    answers.append(
+                        await client.request("session/new", {"cwd": "/w", "mcpServers": []})
+                    )
+                after += listening.done()
+            assert [a for a in answers if "error" in a] == []
+            found = samples(await scrape(f"{base_of(url)}/metrics"))
+            accepted = value(found, "acp_router_connections_total", result="accepted", worker="1")
+            assert accepted, found  # worker 1 took some, once up
+            assert await router.stop() == 0
+    assert "Traceback" not in router.stderr.text, router.stderr.text
 
 
 async def test_workers_stop_when_their_parent_is_gone(tmp_path: Path) -> None:
@@ -834,6 +876,11 @@ def test_each_worker_gets_its_own_socket_on_one_reserved_port() -> None:
         assert {s.getsockname()[1] for s in first + second} == {listeners.port}
         with socket.socket() as outsider, pytest.raises(OSError, match="in use"):
             outsider.bind(("127.0.0.1", listeners.port))  # reserved, even between workers
+        # a worker's socket takes no connection until the worker makes it listen (ready)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", listeners.port)).close()
+        for sock in first + second:
+            sock.listen()
         clients = [socket.create_connection(("127.0.0.1", listeners.port)) for _ in range(CLIENTS)]
         counts = _accepts(first + second)
         assert all(counts), counts

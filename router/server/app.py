@@ -58,7 +58,13 @@ from router.server.shutdown import StopSignals, close_spread, reloading_on_hangu
 from router.server.streamable_http import Entry, HttpFront
 from router.server.tls import backend_context, server_context
 from router.server.websocket import WebSocketChannel
-from router.server.workers import Affinity, ParentChannel, WorkerRole, serving_siblings
+from router.server.workers import (
+    Affinity,
+    ParentChannel,
+    WorkerRole,
+    ready_to_serve,
+    serving_siblings,
+)
 from router.tasks import cancel_all_and_wait
 
 logger = logging.getLogger(__name__)
@@ -468,6 +474,7 @@ async def serve(
             host, port = settings.router.address
             if worker is not None and affinity is not None:
                 await stack.enter_async_context(affinity)
+                await ready_to_serve(app[POOL], settings.router.connect_timeout_ms / 1000)
                 await _listen_on(runner, app[GUARD], worker.listening_sockets(), tls)
                 await stack.enter_async_context(serving_siblings(worker, _sibling_app(app)))
                 channel = await stack.enter_async_context(ParentChannel(worker.channel_fd))

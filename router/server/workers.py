@@ -48,6 +48,7 @@ import aiohttp
 from aiohttp import hdrs, web
 
 from router.protocol import acp
+from router.server.pool import Pool
 from router.server.streamable_http import HttpFront, drop_unread
 from router.tasks import cancel_and_wait
 
@@ -111,7 +112,7 @@ class WorkerRole:
         return [sibling_socket(self.folder, index) for index in range(self.count)]
 
     def listening_sockets(self) -> list[socket.socket]:
-        """The listening sockets the parent handed over."""
+        """The sockets the parent handed over (each listens once the worker serves on it)."""
         return [socket.socket(fileno=fd) for fd in self.listen_fds]
 
 
@@ -143,10 +144,12 @@ def _socket(family: int, *, reuse_port: bool) -> socket.socket:
 class Listeners:
     """The sockets of ``router.listen``, made by the parent for its workers.
 
-    ``balanced`` (Linux): a new listening socket per worker start, on the addresses
-    bound at first (port 0 resolved then), while the parent holds one bound socket
-    per address that never listens, so the port stays reserved. Otherwise: one set of
-    listening sockets that every worker is given.
+    ``balanced`` (Linux): a new socket per worker start, on the addresses bound at
+    first (port 0 resolved then), which the worker makes listen once it is ready (the
+    kernel hands connections only to sockets that listen, so none waits on a worker
+    still starting), while the parent holds one bound socket per address that never
+    listens, so the port stays reserved. Otherwise: one set of listening sockets that
+    every worker is given (a worker still starting accepts none).
 
     Raises:
         OSError: an address cannot be bound (in use, not this host's).
@@ -176,8 +179,8 @@ class Listeners:
         return port
 
     def for_worker(self) -> list[socket.socket]:
-        """Listening sockets for a worker about to start; give them to :meth:`handed_over`
-        once it has them."""
+        """Sockets for a worker about to start (balanced: bound, not listening yet); give
+        them to :meth:`handed_over` once it has them."""
         if not self.balanced:
             return list(self._held)
         made: list[socket.socket] = []
@@ -186,7 +189,6 @@ class Listeners:
                 sock = _socket(family, reuse_port=True)
                 made.append(sock)
                 sock.bind(address)
-                sock.listen(BACKLOG)
         except BaseException:
             for sock in made:
                 sock.close()
@@ -248,6 +250,17 @@ class ParentChannel:
             await reader.read()  # the parent writes nothing: this returns at end-of-file
         logger.warning("the parent process is gone: stopping")
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+async def ready_to_serve(pool: Pool, timeout: float) -> None:
+    """Wait until ``pool`` is ready as ``/readyz`` says (a backend is up), or knows it
+    will not be soon (no backend is unknown), for ``timeout`` seconds at most: a worker
+    started again after a crash takes no connection before then (its clients would be
+    told no backend is available while the other workers have some)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            while not pool.ready() and pool.unreachable():
+                await pool.ready_changed.wait()
 
 
 @contextlib.asynccontextmanager
