@@ -187,6 +187,10 @@ class ScriptedBackend:
             self.arrived.clear()
             await self.arrived.wait()
 
+    #: how long it takes to answer a router's control link's ``initialize`` (a backend
+    #: slow to come up for a router that starts); client links are answered at once
+    control_initialize_seconds: float = 0.0
+
     async def _serve(self, ws: websockets.ServerConnection) -> None:
         answers: set[asyncio.Task[None]] = set()
         try:
@@ -215,6 +219,9 @@ class ScriptedBackend:
                         await ws.send(text.replace("$ID", json.dumps(message.get("id"))))
             return
         if method == "initialize":
+            client = params.get("clientInfo") or {}
+            if client.get("title") == "acp-router control link":
+                await asyncio.sleep(self.control_initialize_seconds)
             session_caps: dict[str, Any] = {"resume": {}, "list": {}}
             if self.advertise_status:
                 session_caps["status"] = {}

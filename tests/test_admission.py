@@ -16,7 +16,16 @@ from router.core.frontdoor import (
     normal_origin,
     principal_of,
 )
-from router.core.quotas import ConnectionCounts, RateTable, SessionQuota, TokenBucket
+from router.core.quotas import (
+    Client,
+    ClientPlaces,
+    ConnectionCounts,
+    Full,
+    RateTable,
+    SessionQuota,
+    Taken,
+    TokenBucket,
+)
 
 CREDENTIALS = Credentials.of(["alpha-token", "bravo-token"])
 
@@ -105,6 +114,48 @@ def test_connection_counts_per_address() -> None:
     for address in ("a", "a", "b"):
         counts.close(address)
     assert len(counts) == 0  # nothing kept for addresses with no connection
+
+
+ALPHA, BRAVO = (
+    Client.of(principal_of("alpha"), "10.0.0.1"),
+    Client.of(principal_of("bravo"), "10.0.0.1"),
+)
+
+
+def taken(places: ClientPlaces, client: Client) -> Taken:
+    place = places.take(client)
+    assert isinstance(place, Taken), place
+    return place
+
+
+def test_a_client_is_its_token_with_credentials_and_its_address_without() -> None:
+    assert Client("principal", principal_of("alpha")) == ALPHA
+    assert ALPHA != BRAVO  # one address, two tokens: two clients
+    assert Client.of(ANONYMOUS, "10.0.0.1") == Client("address", "10.0.0.1")
+
+
+def test_each_client_has_its_share_and_idle_places_make_room_for_others() -> None:
+    places = ClientPlaces(per_principal=3, per_address=1, most=4)
+    alphas = [taken(places, ALPHA).place for _ in range(3)]
+    assert places.take(ALPHA) == Full("principal")  # its share, idle or not
+    for place in alphas:
+        places.rest(place)
+    assert places.take(ALPHA) == Full("principal")  # never renewed past its share
+    first = taken(places, BRAVO)
+    assert first.reclaimed == ()  # room left in all
+    second = taken(places, BRAVO)  # the ceiling: alpha, which holds the most, gives one
+    assert second.reclaimed == (alphas[0],)  # the longest idle
+    places.use(alphas[1])
+    places.use(alphas[2])
+    # now bravo holds two, alpha two in use: nothing idle to give
+    assert places.take(BRAVO) == Full("process")
+    places.give_back(alphas[0])  # the reclaimed connection ends: counted once only
+    assert (places.open, places.count(ALPHA), places.count(BRAVO)) == (4, 2, 2)
+    anonymous = Client.of(ANONYMOUS, "10.0.0.9")
+    for place in (first.place, second.place, alphas[1]):
+        places.give_back(place)
+    assert taken(places, anonymous).reclaimed == ()
+    assert places.take(anonymous) == Full("address")
 
 
 def test_a_token_bucket_refills_with_time() -> None:

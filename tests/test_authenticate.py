@@ -112,6 +112,24 @@ async def test_an_accepted_authenticate_is_replayed_and_a_refused_replay_is_not_
         assert (await client.request("session/prompt", prompt))["result"] == {}
 
 
+async def test_a_backends_own_codes_are_counted_as_other() -> None:
+    async with lenient_and_picky() as pool:
+        client = pool.client
+        resumed = await client.request("session/resume", {"sessionId": "sess_l", "cwd": "/w"})
+        assert resumed.get("result") == {}
+        assert (await client.request("authenticate", KEY))["result"] == {}
+        # the replay to the picky backend is refused with codes of its own choosing
+        codes = (424242, -1, 7)
+        for request_id, refused in enumerate(codes, 10):
+            pool.picky.scripted = {"authenticate": [error_reply(refused, "no")]}
+            resume = {"sessionId": "sess_p", "cwd": "/w"}
+            answer = await client.request("session/resume", resume, request_id=request_id)
+            assert answer["error"]["code"] == refused, answer
+        metric = "acp_router_client_errors_total"
+        assert pool.router.metric(metric, code="other") == len(codes)
+        assert all(pool.router.metric(metric, code=str(c)) == 0 for c in codes)
+
+
 async def test_backends_that_disagree_fail_closed() -> None:
     async with lenient_and_picky() as pool:
         for session_id in ("sess_l", "sess_p"):

@@ -92,7 +92,9 @@ async def _probes(router: RouterUnderTest) -> float:
 
 
 @contextlib.asynccontextmanager
-async def _nobody_knows(router: dict[str, Any] | None = None) -> AsyncIterator[RouterUnderTest]:
+async def _nobody_knows(
+    router: dict[str, Any] | None = None, auth: dict[str, Any] | None = None
+) -> AsyncIterator[RouterUnderTest]:
     """Three backends that know no session (status and resume: -32002), and a router."""
     async with contextlib.AsyncExitStack() as stack:
         backends = []
@@ -101,7 +103,12 @@ async def _nobody_knows(router: dict[str, Any] | None = None) -> AsyncIterator[R
             backend.scripted["session/status"] = [NOT_FOUND]
             backend.scripted["session/resume"] = [NOT_FOUND]
             backends.append((name, backend.url))
-        yield await stack.enter_async_context(start_router(backends, router=router or {}))
+        started = (
+            start_router(backends, router=router or {}, auth=auth)
+            if auth is not None
+            else start_router(backends, router=router or {})
+        )
+        yield await stack.enter_async_context(started)
 
 
 async def test_a_repeated_resume_of_an_unknown_id_costs_one_fan_out() -> None:
@@ -163,6 +170,31 @@ async def test_locates_are_bounded_per_connection_and_per_address() -> None:
             assert limited["error"]["data"]["limit"] == "address", limited
         assert router.metric("acp_router_limited_total", limit="locates_per_connection") == 1
         assert router.metric("acp_router_limited_total", limit="locates_per_address") == 1
+
+
+async def test_with_tokens_the_locate_budget_is_each_tokens_not_the_addresss() -> None:
+    limits = {"locates_per_minute_per_address": 2, "locates_per_minute_per_principal": 3}
+    auth = {"tokens": ["tok-alpha", "tok-bravo"]}
+    async with _nobody_knows(router=limits, auth=auth) as router:
+        async with (
+            AcpClient.connect(router.url, token="tok-alpha") as alpha,
+            AcpClient.connect(router.url, token="tok-alpha") as alpha_again,
+        ):
+            await alpha.initialize()
+            await alpha_again.initialize()
+            for n in range(3):  # three, over two connections: past the address's two
+                spender = alpha if n % 2 else alpha_again
+                assert (await resume(spender, f"sess_{n}"))["error"]["code"] == -32002
+            limited = await resume(alpha, "sess_3")
+            assert limited["error"]["data"]["limit"] == "principal", limited
+        # another token from the same address has a budget of its own (on the old main,
+        # the address's was spent)
+        async with AcpClient.connect(router.url, token="tok-bravo") as bravo:
+            await bravo.initialize()
+            for n in range(3):
+                assert (await resume(bravo, f"sess_b{n}"))["error"]["code"] == -32002
+        assert router.metric("acp_router_limited_total", limit="locates_per_principal") == 1
+        assert router.metric("acp_router_limited_total", limit="locates_per_address") == 0
 
 
 async def test_requests_for_sessions_attached_here_cost_no_locate(tmp_path: Path) -> None:

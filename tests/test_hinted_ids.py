@@ -3,6 +3,7 @@ and a fresh replica that finds a session with one probe instead of a fan-out."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import orjson
 import pytest
 from hypothesis import given, strategies as st
 
+from router.core import hinted_ids
 from router.core.effects import refusal
 from router.core.hinted_ids import HintedSessions, hinted, read
 from router.protocol.errors import SessionNotFound
@@ -41,6 +43,16 @@ def test_any_agent_id_and_backend_id_survive_the_hint(session_id: str, backend: 
 )
 def test_other_ids_are_not_hinted(client_id: str) -> None:
     assert read(client_id) is None
+
+
+def forged(session_id: str, home: str) -> str:
+    """A hinted id whose home is any text, with the check it needs (no secret is)."""
+    return f"{session_id}@{home}.{hinted_ids._check(session_id, home)}"
+
+
+@pytest.mark.parametrize("home", ["\u00e9", "\ud83d", "YQ\u0661", "\x00"])
+def test_a_home_that_is_not_base64url_is_no_home(home: str) -> None:
+    assert read(forged("sess_x", home)) is None
 
 
 def test_ids_with_the_separators_in_them_are_read_from_the_right() -> None:
@@ -177,3 +189,22 @@ async def test_hinted_ids_are_sealed_when_sessions_are_bound(tmp_path: Path) -> 
             owner = await answered_by(client, sealed)
             _, home = read(hinted_id) or ("", "")
             assert home == owner
+
+
+async def test_a_crafted_hinted_id_is_answered_and_the_connection_goes_on(tmp_path: Path) -> None:
+    async with (
+        start_fleet(tmp_path, 1) as agents,
+        start_router(backends_of(agents), router=HINTED) as router,
+        AcpClient.connect(router.url) as client,
+    ):
+        await client.initialize()
+        client_id = await client.new_session(CWD)
+        turn = asyncio.create_task(client.prompt(client_id, "/slow 1"))
+        await client.next_incoming()  # the turn is under way: its first chunk
+        # a home that is not base64url, with a valid check (on the old main: close 1011)
+        crafted = await client.prompt(forged("sess_x", "\u00e9"), "hi")
+        assert crafted["error"]["code"] in (-32002, -32010), crafted
+        assert (await turn)["result"] == {"stopReason": "end_turn"}
+        assert client.ws.close_code is None
+        assert (await client.prompt(client_id, "again")).get("result") == {"stopReason": "end_turn"}
+    assert router.metric("acp_router_client_errors_total", code="-32603") == 0

@@ -15,11 +15,13 @@ from typing import Any
 import aiohttp
 import pytest
 
+from router.core import hinted_ids
 from router.protocol.ids import ConnectionId
 from router.server.app import CLIENTS, HTTP_FRONT, OpenClients
 from router.server.shutdown import close_spread
 from router.server.streamable_http import HttpConnection, accepts_events, event
 from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
+from tests.raw_http import raw_connection, raw_post, status_of
 from tests.support import WAIT, AcpClient, JsonObject
 
 CWD = "/work/project"
@@ -362,13 +364,58 @@ async def test_the_rfd_statuses(tmp_path: Path) -> None:
             assert answers[3]["error"]["code"] == -32600
 
 
+async def test_crafted_ids_get_answers_and_the_connection_goes_on(tmp_path: Path) -> None:
+    home = "\u00e9"  # not base64url, with the check it needs (no secret is)
+    crafted = f"sess_x@{home}.{hinted_ids._check('sess_x', home)}"
+    async with one_agent(tmp_path, hinted_ids=True) as router, aiohttp.ClientSession() as http:
+        client = HttpClient(http, http_url(router))
+        await client.initialize()
+        async with client.stream() as events:
+            # on the old main: 500, and the connection ended
+            assert await client.post(rpc(1, "session/status", {"sessionId": crafted})) == 202
+            assert (await events.message())["error"]["code"] == -32002
+            assert await client.post(rpc(2, "session/list")) == 202
+            assert "sessions" in (await events.message())["result"]
+        for tagged in ("9" * 5000 + ".x", "\u00b2.x", "0." + "\u00e9" * 40):
+            stranger = HttpClient(http, http_url(router))
+            stranger.connection_id = tagged.encode().decode("latin-1")  # as sent on the wire
+            assert await stranger.post(rpc(3, "session/list")) == 404
+
+
+async def test_bodies_are_read_within_max_held_bytes(tmp_path: Path) -> None:
+    most = 256 * 1024
+    async with (
+        one_agent(tmp_path, max_message_bytes=most, max_held_bytes=most) as router,
+        raw_connection(router.base) as (first, first_writer),
+        raw_connection(router.base) as (second, second_writer),
+        aiohttp.ClientSession() as http,
+    ):
+        budget = router.app[HTTP_FRONT].budget
+        for writer in (first_writer, second_writer):  # both being read, neither whole
+            writer.write(raw_post("c", most) + b"{" * 1000)
+        # one body fits: the other is refused before it is read
+        answers = [asyncio.create_task(status_of(reader)) for reader in (first, second)]
+        done, pending = await asyncio.wait(answers, return_when=asyncio.FIRST_COMPLETED)
+        status, headers = done.pop().result()
+        assert (status, headers["retry-after"]) == (503, "1")
+        assert budget.held == most
+        assert router.metric("acp_router_limited_total", limit="held_bytes") == 1
+        (held,) = pending
+        held.cancel()
+        for writer in (first_writer, second_writer):
+            writer.close()
+        client = HttpClient(http, http_url(router))
+        await client.initialize()  # the budget is given back: bodies are read again
+        assert budget.held == 0
+
+
 async def test_the_door_checks_every_request(tmp_path: Path) -> None:
     async with (
         start_fleet(tmp_path, 1) as agents,
         start_router(
             backends_of(agents),
             auth={"tokens": [TOKEN, OTHER]},
-            router={"max_connections_per_address": 1, "allowed_origins": ["https://ok.example"]},
+            router={"max_connections_per_principal": 1, "allowed_origins": ["https://ok.example"]},
         ) as router,
         aiohttp.ClientSession() as http,
     ):
@@ -381,12 +428,13 @@ async def test_the_door_checks_every_request(tmp_path: Path) -> None:
             assert response.status == 403
         client = HttpClient(http, url, TOKEN)
         await client.initialize()
-        # one connection per address: the next is 429, on either profile
+        # one connection per token: the next is 429, on either profile
         async with http.post(url, json=INITIALIZE, headers=client.auth) as response:
             assert response.status == 429
         with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
             await http.ws_connect(router.url, headers=client.auth)
         assert refused.value.status == 429
+        assert router.metric("acp_router_limited_total", limit="connections_per_principal") == 2
         # the connection answers only the token that opened it
         assert await HttpClient(http, url, OTHER).post(rpc(1, "session/list")) == 400
         stranger = HttpClient(http, url, OTHER)
@@ -415,18 +463,52 @@ async def test_http_and_websocket_connections_share_max_connections(tmp_path: Pa
     ):
         client = HttpClient(http, http_url(router))
         await client.initialize()
+        connection = connection_of(router, client)
         async with AcpClient.connect(router.url) as ws_client:
             assert "result" in await ws_client.initialize()
-            # two client connections, one of each profile: a third of either is refused
-            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
-                await http.ws_connect(router.url)
-            assert refused.value.status == 503
-            async with http.post(http_url(router), json=INITIALIZE) as response:
-                assert response.status == 503
-            assert await client.delete() == 202  # answered once the connection has ended
+            # two client connections, one of each profile; the HTTP one has no stream open
+            # and no POST under way: it is idle, and its place goes to a newcomer (on the
+            # old main: 503 until it had been idle for 300 s)
             async with AcpClient.connect(router.url) as again:
                 assert "result" in await again.initialize()
+                assert await ended(connection) == "reclaimed"
+                # two in use: a third of either is refused
+                with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                    await http.ws_connect(router.url)
+                assert refused.value.status == 503
+                async with http.post(http_url(router), json=INITIALIZE) as response:
+                    assert response.status == 503
         assert router.metric("acp_router_connections_total", result="rejected") == 2
+        assert router.metric("acp_router_http_connections_ended_total", reason="reclaimed") == 1
+
+
+async def test_one_token_cannot_lock_out_another_from_its_address(tmp_path: Path) -> None:
+    # token A opens 1,000 HTTP connections (its share) and keeps them: token B, from the
+    # same address, is served on both profiles (on the old main: 429 for 300 s)
+    async with (
+        start_fleet(tmp_path, 1) as agents,
+        start_router(backends_of(agents), auth={"tokens": [TOKEN, OTHER]}) as router,
+        aiohttp.ClientSession() as http,
+    ):
+        url = http_url(router)
+        lock = asyncio.Semaphore(32)
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+
+        async def opened() -> int:
+            async with lock, http.post(url, json=INITIALIZE, headers=bearer) as response:
+                return response.status
+
+        statuses = await asyncio.gather(*(opened() for _ in range(1001)))
+        assert sorted(statuses) == [200] * 1000 + [429]  # a principal has its own share
+        async with AcpClient.connect(router.url, token=OTHER) as ws_client:
+            assert "result" in await ws_client.initialize()
+            session_id = await ws_client.new_session(CWD)
+            assert (await ws_client.prompt(session_id, "hi"))["result"]["stopReason"] == "end_turn"
+        client = HttpClient(http, url, OTHER)
+        await client.initialize()
+        async with client.stream() as events:
+            assert await client.post(rpc(1, "session/list")) == 202
+            assert "sessions" in (await events.message())["result"]
 
 
 # -- the pieces --------------------------------------------------------------------------------

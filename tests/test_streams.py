@@ -10,6 +10,7 @@ import orjson
 import pytest
 from hypothesis import given, strategies as st
 
+from router.core.quotas import ByteBudget
 from router.core.streams import (
     Attached,
     Delivery,
@@ -44,9 +45,9 @@ def update(session: str) -> Message:
     return message(method="session/update", params={"sessionId": session, "update": {}})
 
 
-def streams(**bounds: int) -> EventStreams:
+def streams(budget: ByteBudget | None = None, **bounds: int) -> EventStreams:
     defaults = {"max_held": 8, "max_held_chars": 1000, "max_sessions": 8, "max_awaited": 8}
-    return EventStreams(**{**defaults, **bounds})
+    return EventStreams(**{**defaults, **bounds}, budget=budget)
 
 
 def send(table: EventStreams, frame: Message) -> Delivery:
@@ -184,6 +185,27 @@ def test_the_characters_held_over_a_connection_are_bounded_too() -> None:
     assert table.take(None, attached.holder) == frame.text  # taking one makes room for one
     assert table.held_chars == len(frame.text)
     assert send(table, frame) == Held(None)
+
+
+def test_the_bytes_held_over_every_connection_are_bounded_too() -> None:
+    frame = update("x")
+    budget = ByteBudget(2 * len(frame.text))
+    first, second = (
+        EventStreams(
+            max_held=100, max_held_chars=1000, max_sessions=8, max_awaited=8, budget=budget
+        )
+        for _ in range(2)
+    )
+    assert send(first, frame) == Held(None)
+    assert send(second, frame) == Held(None)
+    # each holds far less than its own bound: together they hold all they may
+    assert send(first, frame) == Overflow(None, shared=True)
+    _, taken = open_stream(second, None)
+    assert taken == [frame.text]  # a frame written gives its bytes back
+    assert budget.held == len(frame.text)
+    assert send(first, frame) == Held(None)
+    first.drop()  # its connection ended: what it held goes back
+    assert (budget.held, first.held_chars) == (0, 0)
 
 
 def test_a_second_get_displaces_the_first() -> None:

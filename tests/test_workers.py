@@ -21,6 +21,7 @@ import ssl
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -28,11 +29,19 @@ import trustme
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from router.server.app import DOOR, HTTP_FRONT, METRICS, TOKENS, create_app
 from router.server.metrics import Metrics, WorkersExposition, merge
 from router.server.shutdown import StopSignals
 from router.server.supervisor import Supervisor, backoff, ended
-from router.server.workers import Affinity, Listeners, WorkerRole, reuse_port_balances
-from tests.fleet import start_fleet
+from router.server.workers import (
+    Affinity,
+    Listeners,
+    WorkerRole,
+    reuse_port_balances,
+    sibling_socket,
+)
+from tests.fleet import router_settings, start_fleet, start_scripted
+from tests.raw_http import post_body, raw_connection, raw_post, status_of
 from tests.support import WAIT, AcpClient, AgentProcess, CliProcess, run_cli, run_cli_to_exit
 from tests.test_cli import write_config
 from tests.test_streamable_http import HttpClient, rpc
@@ -239,6 +248,48 @@ async def test_a_killed_worker_is_started_again(tmp_path: Path) -> None:
         assert await router.stop() == 0
 
 
+async def test_a_worker_started_again_takes_no_connection_before_its_backends_are_up(
+    tmp_path: Path,
+) -> None:
+    async def inactive(session_id: str) -> dict[str, Any]:
+        return {"status": "inactive"}
+
+    created = '{"jsonrpc":"2.0","id":$ID,"result":{"sessionId":"sess_1"}}'
+    async with start_scripted("slow", inactive) as backend:
+        backend.scripted = {"session/new": [created]}
+        backend.control_initialize_seconds = 1.0  # up a second after each worker starts
+        config = tmp_path / "router.toml"
+        config.write_text(
+            f'[router]\nlisten = "127.0.0.1:0"\nworkers = 2\n'
+            f'[[backends]]\nid = "slow"\nurl = "{backend.url}"\n'
+        )
+        async with run_cli("serve", "--config", str(config)) as router:
+            url = router_url(router)
+            pids = await worker_pids(router, 2)
+            os.kill(pids[1], signal.SIGKILL)
+            killed = await router.wait_for_log(f"worker 1 (pid {pids[1]}) was killed")
+            start = router.stderr.lines.index(killed)
+            await router.wait_for_log(") started", start=start)
+            listening = asyncio.create_task(router.wait_for_log("listening again", start=start))
+            # new clients from the moment worker 1 starts again until it has taken some:
+            # none is told no backend is available (on the old main, those that reached
+            # it in its first second got -32011)
+            answers, after = [], 0
+            while after < CLIENTS:
+                async with AcpClient.connect(url) as client:
+                    await client.initialize()
+                    answers.append(
+                        await client.request("session/new", {"cwd": "/w", "mcpServers": []})
+                    )
+                after += listening.done()
+            assert [a for a in answers if "error" in a] == []
+            found = samples(await scrape(f"{base_of(url)}/metrics"))
+            accepted = value(found, "acp_router_connections_total", result="accepted", worker="1")
+            assert accepted, found  # worker 1 took some, once up
+            assert await router.stop() == 0
+    assert "Traceback" not in router.stderr.text, router.stderr.text
+
+
 async def test_workers_stop_when_their_parent_is_gone(tmp_path: Path) -> None:
     async with (
         start_fleet(tmp_path / "store", 1) as agents,
@@ -251,6 +302,100 @@ async def test_workers_stop_when_their_parent_is_gone(tmp_path: Path) -> None:
                 f"worker {index} router.server.workers: the parent process is gone"
             )
         await asyncio.gather(*(exited(pid) for pid in pids.values()))
+    assert "Traceback" not in router.stderr.text, router.stderr.text
+
+
+def rss(pid: int) -> int:
+    """Process ``pid``'s resident memory, in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+class PeakMemory:
+    """The highest resident memory each of some processes reached while it ran, above
+    where it started (read every 20 ms: a measure, not a wait)."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.start = {pid: rss(pid) for pid in pids}
+        self.peak = dict(self.start)
+
+    @contextlib.asynccontextmanager
+    async def watching(self) -> AsyncIterator[None]:
+        async def sample() -> None:
+            while True:
+                for pid in self.peak:
+                    self.peak[pid] = max(self.peak[pid], rss(pid))
+                await asyncio.sleep(0.02)
+
+        sampler = asyncio.create_task(sample())
+        try:
+            yield
+        finally:
+            sampler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampler
+            for pid in self.peak:
+                self.peak[pid] = max(self.peak[pid], rss(pid))
+
+    def grown(self) -> list[int]:
+        return [self.peak[pid] - self.start[pid] for pid in self.peak]
+
+
+async def test_workers_read_no_body_before_the_token_and_hold_bodies_within_budget(
+    tmp_path: Path,
+) -> None:
+    most = 16 * 1024 * 1024
+    budget = 3 * most
+    extra = (
+        f"max_message_bytes = {most}\nmax_held_bytes = {budget}\nhandshake_timeout_ms = 30000"
+        '\n[auth]\ntokens = ["tok-good"]'
+    )
+    async with (
+        start_fleet(tmp_path / "store", 1) as agents,
+        two_workers(tmp_path, agents, extra) as router,
+    ):
+        url = f"{base_of(router_url(router))}/acp"
+        pids = list((await worker_pids(router, 2)).values())
+        # 16 bodies of 16 MiB, no token, for connections of either worker: answered 401
+        # before they are read, by whichever worker the kernel hands them (on the old
+        # main, a worker passing one on read it whole first: +134 and +215 MB)
+        memory = PeakMemory(pids)
+        async with memory.watching():
+            answers = await asyncio.gather(
+                *(post_body(url, raw_post(f"{n % 2}.x", most), most) for n in range(16))
+            )
+        assert {status for status, _ in answers} == {401}, answers
+        assert max(memory.grown()) < 50 * 1024 * 1024, memory.grown()
+
+        # 20 bodies with the token, held unfinished at once: each worker reads three
+        # (its budget) and answers the rest 503 at once (on the old main: +424 MB)
+        memory = PeakMemory(pids)
+        async with memory.watching():
+            posts = [
+                asyncio.create_task(
+                    post_body(url, raw_post(f"{n % 2}.x", most, "tok-good"), most, hold_last=True)
+                )
+                for n in range(20)
+            ]
+            try:
+                refused: list[tuple[int, dict[str, str]]] = []
+                for answer in asyncio.as_completed(posts):
+                    refused.append(await answer)
+                    if len(refused) == 20 - 2 * 3:
+                        break
+                assert {status for status, _ in refused} == {503}, refused
+                assert all("retry-after" in headers for _, headers in refused)
+                assert sum(not post.done() for post in posts) == 2 * 3  # held, being read
+            finally:
+                for post in posts:
+                    post.cancel()
+                await asyncio.gather(*posts, return_exceptions=True)
+        assert max(memory.grown()) < budget + 16 * 1024 * 1024, memory.grown()
+        # aiohttp goes on reading (and dropping) the rest of a refused body for up to
+        # 10 s, even once its client is gone: the stop may wait that long
+        assert await router.stop(timeout=3 * WAIT) == 0
     assert "Traceback" not in router.stderr.text, router.stderr.text
 
 
@@ -559,20 +704,29 @@ async def test_a_scrape_says_which_workers_did_not_answer(tmp_path: Path) -> Non
 
 
 @contextlib.asynccontextmanager
-async def front_door_of_worker(tmp_path: Path, index: int) -> AsyncIterator[str]:
+async def front_door_of_worker(tmp_path: Path, index: int, **router: Any) -> AsyncIterator[str]:
     """A front door of worker ``index`` of two with :class:`Affinity` in front of a
     handler that answers like the HTTP front: a new connection id for a request without
-    one, and the id it was asked about otherwise. No other worker runs."""
+    one, and the id it was asked about otherwise. No other worker runs, unless the test
+    serves one on its socket. ``router``: settings of the ``[router]`` and ``[auth]``
+    tables (the door and the limits a request passed on meets)."""
 
     async def handler(request: web.Request) -> web.Response:
         asked = request.headers.get("Acp-Connection-Id")
         return web.Response(text=asked or "", headers={"Acp-Connection-Id": asked or "fresh"})
 
     role = WorkerRole(index, 2, tmp_path, (0,), 0)
-    async with Affinity(role, Metrics(), handshake_seconds=5.0) as affinity:
+    tables = {"router": router} | ({"auth": router.pop("auth")} if "auth" in router else {})
+    settings = router_settings([("a", "ws://127.0.0.1:9/acp")], **tables)
+    router_app = create_app(settings)
+    async with Affinity(role, router_app[HTTP_FRONT]) as affinity:
         app = web.Application(middlewares=[affinity.middleware])
+        app[DOOR], app[TOKENS] = router_app[DOOR], router_app[TOKENS]  # what the door reads
+        app[METRICS] = router_app[METRICS]
         app.router.add_route("*", "/acp", handler)
-        runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        # aiohttp reads and drops the rest of a body it answered unread for up to
+        # lingering_time, even once the client is gone; the clean-up waits for it
+        runner = web.AppRunner(app, handle_signals=False, access_log=None, lingering_time=0.5)
         await runner.setup()
         try:
             await web.TCPSite(runner, "127.0.0.1", 0).start()
@@ -611,6 +765,95 @@ async def test_affinity_reads_only_ascii_digits_as_a_worker(tmp_path: Path) -> N
             writer.close()
 
 
+async def test_affinity_reads_a_worker_index_of_any_length_without_failing(
+    tmp_path: Path,
+) -> None:
+    async with front_door_of_worker(tmp_path, 0) as url, aiohttp.ClientSession() as http:
+        # int() refuses more than 4,300 digits: on the old main, a 500 and a traceback
+        for tagged in ("1" * 4301 + ".x", "0" * 5000 + "1.x", "00.x"):
+            async with http.post(url, headers={"Acp-Connection-Id": tagged}) as answer:
+                assert answer.status == 200, tagged  # not a worker's: passed through
+                assert await answer.text() == tagged
+
+
+async def test_a_request_for_another_worker_meets_the_token_before_its_body_is_read(
+    tmp_path: Path,
+) -> None:
+    auth = {"tokens": ["tok-good"]}
+    async with front_door_of_worker(tmp_path, 0, auth=auth) as url:
+        async with raw_connection(url) as (reader, writer):
+            # 16 MiB announced, none of it sent: on the old main the body was awaited
+            # (then 408), the token checked only once it had all arrived
+            writer.write(raw_post("1.abc", 16 * 1024 * 1024))
+            status, headers = await status_of(reader)
+            assert status == 401
+            assert headers["www-authenticate"] == "Bearer"
+
+
+async def test_bodies_passed_on_are_held_within_max_held_bytes(tmp_path: Path) -> None:
+    most = 1024 * 1024
+    async with (
+        front_door_of_worker(tmp_path, 0, max_message_bytes=most, max_held_bytes=most) as url,
+        raw_connection(url) as (first, first_writer),
+        raw_connection(url) as (second, second_writer),
+    ):
+        for writer in (first_writer, second_writer):  # both being read, neither whole
+            writer.write(raw_post("1.abc", most) + b"{" * 1000)
+        # one body fits: the other is refused before it is read
+        answers = [asyncio.create_task(status_of(reader)) for reader in (first, second)]
+        done, pending = await asyncio.wait(answers, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        status, headers = done.pop().result()
+        assert status == 503
+        assert headers["retry-after"] == "1"
+
+
+@contextlib.asynccontextmanager
+async def endless_sibling(tmp_path: Path, index: int) -> AsyncIterator[asyncio.Event]:
+    """Worker ``index``'s socket, serving an event stream that never ends on ``GET
+    /acp``: it writes until a write fails, then sets the event yielded."""
+    ended = asyncio.Event()
+
+    async def stream(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        try:
+            while True:
+                await response.write(b": " + b"x" * 65536 + b"\n\n")
+        except ConnectionError:
+            ended.set()
+        return response
+
+    app = web.Application()
+    app.router.add_get("/acp", stream)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()
+    try:
+        await web.UnixSite(runner, str(sibling_socket(tmp_path, index))).start()
+        yield ended
+    finally:
+        await runner.cleanup()
+
+
+async def test_an_event_stream_passed_on_and_never_read_is_dropped(tmp_path: Path) -> None:
+    async with (
+        front_door_of_worker(tmp_path, 0, http_keepalive_seconds=0.25) as url,
+        endless_sibling(tmp_path, 1) as ended,
+    ):
+        host, port = url.removeprefix("http://").removesuffix("/acp").split(":")
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect((host, int(port)))
+            get = "GET /acp HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n"
+            sock.sendall(f"{get}Acp-Connection-Id: 1.abc\r\n\r\n".encode())
+            # the client reads nothing: the write to it waits past a local stream's
+            # deadline (2 x http_keepalive_seconds), and the stream is dropped (on the old
+            # main the write waited for ever, the owner's stream with it)
+            async with asyncio.timeout(WAIT):
+                await ended.wait()
+
+
 def _accepts(listening: list[socket.socket]) -> list[int]:
     """How many pending connections each socket holds (accepting them all)."""
     counts = []
@@ -633,6 +876,11 @@ def test_each_worker_gets_its_own_socket_on_one_reserved_port() -> None:
         assert {s.getsockname()[1] for s in first + second} == {listeners.port}
         with socket.socket() as outsider, pytest.raises(OSError, match="in use"):
             outsider.bind(("127.0.0.1", listeners.port))  # reserved, even between workers
+        # a worker's socket takes no connection until the worker makes it listen (ready)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", listeners.port)).close()
+        for sock in first + second:
+            sock.listen()
         clients = [socket.create_connection(("127.0.0.1", listeners.port)) for _ in range(CLIENTS)]
         counts = _accepts(first + second)
         assert all(counts), counts

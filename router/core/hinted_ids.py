@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import re
 from collections import OrderedDict
 from typing import Any
 
@@ -31,6 +32,8 @@ from router.protocol.splice import replace_parsed_member
 HOME = "@"
 CHECK = "."
 CHECK_CHARS = 6
+
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
 
 _PARAMS_ID = ("params", "sessionId")
 _RESULT_ID = ("result", "sessionId")
@@ -55,7 +58,9 @@ def read(client_id: str) -> tuple[SessionId, BackendId] | None:
     if not separator or len(check) != CHECK_CHARS:
         return None
     session_id, separator, home = rest.rpartition(HOME)
-    if not separator or not session_id or _check(session_id, home) != check:
+    if not separator or not session_id or not _BASE64URL.fullmatch(home):
+        return None  # a home is base64url: a forged one with any other character is no home
+    if _check(session_id, home) != check:
         return None
     try:
         backend = base64.urlsafe_b64decode(home + "=" * (-len(home) % 4)).decode()

@@ -81,8 +81,8 @@ class SessionSeal:
     def open(self, principal: Principal, sealed: str) -> SessionId | None:
         """The agent's id inside ``sealed``, if it was sealed for ``principal``."""
         session_id, separator, mac = sealed.rpartition(SEPARATOR)
-        if not separator or len(mac) != MAC_CHARS:
-            return None
+        if not separator or len(mac) != MAC_CHARS or not mac.isascii():
+            return None  # a MAC is base64url: any other character (a lone surrogate) is none
         expected = _mac(self.secret, principal, session_id)
         if not hmac.compare_digest(mac.encode(), expected.encode()):
             return None

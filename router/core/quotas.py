@@ -1,26 +1,149 @@
-"""Limits per client address and per process, sans-I/O: open connections counted per
-address, and token buckets for new sessions.
+"""Limits per client and per process, sans-I/O: open connections counted per client
+(a token's principal, or an address), token buckets for new sessions and locates, and
+the bytes held over every connection.
 
 The buckets read no clock: every call takes ``now`` (seconds, from any monotonic
 clock the shell chooses), so tests move time by passing a larger number.
 
-Both tables are bounded. Connection counts hold only addresses with a connection
-open (at most the router's ``max_connections``). The bucket table keeps the
-``max_keys`` addresses used last; an address pushed out comes back with a full bucket,
-which is what it would have after a quiet spell, so under a flood of more addresses
-than that the limit errs on the generous side and memory stays flat.
+Every table is bounded. Connection counts hold only clients with a connection open
+(at most the router's ``max_connections``). A bucket table keeps the ``max_keys``
+clients used last; a client pushed out comes back with a full bucket, which is what it
+would have after a quiet spell, so under a flood of more clients than that the limit
+errs on the generous side and memory stays flat.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
+from router.core.frontdoor import ANONYMOUS, Principal
 from router.protocol import acp
 
 
+@dataclass(frozen=True, slots=True)
+class Client:
+    """Whom a connection and locate limit counts: with credentials configured, the
+    principal of the token a client came with (its address says nothing then: behind a
+    NAT or an ingress every user shares one); without, its address."""
+
+    scope: Literal["principal", "address"]
+    name: str
+
+    @classmethod
+    def of(cls, principal: Principal, address: str) -> Client:
+        if principal == ANONYMOUS:
+            return cls("address", address)
+        return cls("principal", principal)
+
+
+@dataclass(eq=False, slots=True)
+class Place:
+    """One client connection's place among :class:`ClientPlaces` (compared by identity)."""
+
+    client: Client
+    #: it counts (False once given back, or reclaimed)
+    held: bool = True
+    #: open but not in use: it may be reclaimed for a newcomer
+    idle: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Full:
+    """No place: too many connections for the client (``scope``: its principal or its
+    address: HTTP 429) or in all (``process``: 503)."""
+
+    scope: Literal["principal", "address", "process"]
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """A place, and the idle connections that gave theirs up for it (end them)."""
+
+    place: Place
+    reclaimed: tuple[Place, ...] = ()
+
+
+@dataclass(slots=True)
+class _Holder:
+    count: int = 0
+    #: its idle places, the longest idle first
+    idle: OrderedDict[Place, None] = field(default_factory=OrderedDict)
+
+
+class ClientPlaces:
+    """Client connections (WebSocket and Streamable HTTP) open now: at most
+    ``per_principal`` or ``per_address`` for one :class:`Client`, ``most`` in all.
+
+    A Streamable HTTP connection holds no socket between its requests: marked idle
+    (:meth:`rest`), it keeps its place only until a newcomer finds every place taken.
+    Then the idle place of the client that holds the most places goes, its longest idle
+    first: a client that keeps many connections alive cannot lock others out, and
+    cannot renew more than its own share, which is never reclaimed for it.
+    """
+
+    def __init__(self, per_principal: int, per_address: int, most: int) -> None:
+        self._limits = {"principal": per_principal, "address": per_address}
+        self.most = most
+        self.open = 0
+        self._holders: dict[Client, _Holder] = {}
+
+    def take(self, client: Client) -> Taken | Full:
+        holder = self._holders.get(client)
+        if holder is not None and holder.count >= self._limits[client.scope]:
+            return Full(client.scope)
+        reclaimed: tuple[Place, ...] = ()
+        if self.open >= self.most:
+            victim = self._idlest()
+            if victim is None:
+                return Full("process")
+            self.give_back(victim)
+            reclaimed = (victim,)
+        holder = self._holders.setdefault(client, _Holder())
+        holder.count += 1
+        self.open += 1
+        return Taken(Place(client), reclaimed)
+
+    def give_back(self, place: Place) -> None:
+        """The connection has ended (or was reclaimed): its place is free."""
+        if not place.held:
+            return
+        place.held = False
+        holder = self._holders[place.client]
+        holder.idle.pop(place, None)
+        holder.count -= 1
+        self.open -= 1
+        if not holder.count:
+            del self._holders[place.client]
+
+    def rest(self, place: Place) -> None:
+        """The connection is open but not in use: its place may be reclaimed."""
+        if place.held and not place.idle:
+            place.idle = True
+            self._holders[place.client].idle[place] = None
+
+    def use(self, place: Place) -> None:
+        """The connection is in use again."""
+        if place.held and place.idle:
+            place.idle = False
+            del self._holders[place.client].idle[place]
+
+    def count(self, client: Client) -> int:
+        holder = self._holders.get(client)
+        return 0 if holder is None else holder.count
+
+    def _idlest(self) -> Place | None:
+        """The longest idle place of the client holding the most places, if any is idle."""
+        holders = [h for h in self._holders.values() if h.idle]
+        if not holders:
+            return None
+        biggest = max(holders, key=lambda h: h.count)
+        return next(iter(biggest.idle))
+
+
 class ConnectionCounts:
-    """Open client connections per address, with a ceiling per address."""
+    """Open TCP connections per address, with a ceiling per address."""
 
     def __init__(self, per_address: int) -> None:
         self.per_address = per_address
@@ -116,21 +239,27 @@ class SessionQuota:
 
 class LocateQuota:
     """Locates per minute (resumes, loads, closes of sessions not attached, statuses: each
-    may ask the whole pool), per address; each connection holds a bucket of its own
-    (:meth:`connection_bucket`). A token comes from both buckets or from neither."""
+    may ask the whole pool), per :class:`Client` (its principal, or its address without
+    credentials); each connection holds a bucket of its own (:meth:`connection_bucket`).
+    A token comes from both buckets or from neither."""
 
-    def __init__(self, per_connection: int, per_address: int, max_addresses: int) -> None:
+    def __init__(
+        self, per_connection: int, per_address: int, max_clients: int, per_principal: int
+    ) -> None:
         self.per_connection = per_connection
-        self.addresses = RateTable(per_address, max_addresses)
+        self.clients = {
+            "address": RateTable(per_address, max_clients),
+            "principal": RateTable(per_principal, max_clients),
+        }
 
     def connection_bucket(self, now: float) -> TokenBucket:
         return TokenBucket.full(self.per_connection, now)
 
-    def admit(self, address: str, mine: TokenBucket, now: float) -> tuple[str, float] | None:
+    def admit(self, client: Client, mine: TokenBucket, now: float) -> tuple[str, float] | None:
         """None when a locate may go ahead (counted); otherwise which limit said no
-        ("connection" or "address") and the seconds to wait."""
-        theirs = self.addresses.bucket(address, now)
-        return admit_all((("connection", mine), ("address", theirs)), now)
+        ("connection", "principal" or "address") and the seconds to wait."""
+        theirs = self.clients[client.scope].bucket(client.name, now)
+        return admit_all((("connection", mine), (client.scope, theirs)), now)
 
 
 def admit_all(limits: tuple[tuple[str, TokenBucket], ...], now: float) -> tuple[str, float] | None:
@@ -143,6 +272,27 @@ def admit_all(limits: tuple[tuple[str, TokenBucket], ...], now: float) -> tuple[
     for _, limit in limits:
         limit.take()
     return None
+
+
+class ByteBudget:
+    """Bytes held at once over every connection (``router.max_held_bytes``): request
+    bodies being read and frames held for event streams the client has not opened.
+    Each connection's share is bounded on its own too; this bounds their sum."""
+
+    def __init__(self, most: int) -> None:
+        self.most = most
+        self.held = 0
+
+    def take(self, size: int) -> bool:
+        """Hold ``size`` more bytes (given back with :meth:`give`); False (none held)
+        when that would pass the budget."""
+        if self.held + size > self.most:
+            return False
+        self.held += size
+        return True
+
+    def give(self, size: int) -> None:
+        self.held -= size
 
 
 def costs_a_locate(method: str, *, attached: bool) -> bool:

@@ -27,9 +27,11 @@ module keeps:
    ``Acp-Session-Id`` (400 without it) for a session the connection knows (404
    otherwise); a header that disagrees with ``params.sessionId`` is a 400.
 5. Every table is bounded: held frames per stream, and their characters over the
-   connection (past either bound the connection ends: the client is not reading), sessions per connection (the least recently
-   used one with nothing open or held makes room; a stream past the bound is a 429),
-   answers awaited (past the bound an answer goes on the connection stream).
+   connection and over every connection (past any bound the connection ends: the
+   client is not reading, or all of them hold as much as they may), sessions per
+   connection (the least recently used one with nothing open or held makes room; a
+   stream past the bound is a 429), answers awaited (past the bound an answer goes on
+   the connection stream).
 
 A stream is held by one ``GET`` at a time, named by a number (its ``holder``); a
 second ``GET`` for the same stream displaces the first. Nothing here writes, waits or
@@ -44,6 +46,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Final
 
+from router.core.quotas import ByteBudget
 from router.protocol import acp
 from router.protocol.ids import SessionId
 from router.protocol.jsonrpc import Message, Request, RequestId, Response
@@ -84,9 +87,11 @@ class Held:
 
 @dataclass(frozen=True, slots=True)
 class Overflow:
-    """Stream ``key`` holds as many frames as it may: end the connection."""
+    """Stream ``key`` holds as many frames as it may (``shared``: every connection
+    together holds as many bytes as they may): end the connection."""
 
     key: StreamKey
+    shared: bool = False
 
 
 Delivery = Write | Held | Overflow
@@ -122,12 +127,20 @@ class EventStreams:
     """One Streamable HTTP connection's streams: where frames go, what waits."""
 
     def __init__(
-        self, *, max_held: int, max_held_chars: int, max_sessions: int, max_awaited: int
+        self,
+        *,
+        max_held: int,
+        max_held_chars: int,
+        max_sessions: int,
+        max_awaited: int,
+        budget: ByteBudget | None = None,
     ) -> None:
         self.max_held = max_held
         #: characters held over all the connection's streams at most
         self.max_held_chars = max_held_chars
         self.held_chars = 0
+        #: what every connection holds together (a character counted as a byte)
+        self.budget = budget
         self.max_sessions = max_sessions
         self.max_awaited = max_awaited
         self._connection = _Stream()
@@ -188,6 +201,8 @@ class EventStreams:
             return Write(key, stream.holder)
         if len(stream.held) >= self.max_held or self.held_chars + len(text) > self.max_held_chars:
             return Overflow(key)
+        if self.budget is not None and not self.budget.take(len(text)):
+            return Overflow(key, shared=True)
         stream.held.append(text)
         self.held_chars += len(text)
         return Held(key)
@@ -235,7 +250,7 @@ class EventStreams:
             return None
         if stream.held:
             text = stream.held.popleft()
-            self.held_chars -= len(text)
+            self._given_back(len(text))
             return text
         stream.flowing = True
         return None
@@ -250,6 +265,17 @@ class EventStreams:
         stream.flowing = False
         self.open_streams -= 1
         return True
+
+    def drop(self) -> None:
+        """The connection has ended: its held frames go, their bytes back to the budget."""
+        for stream in (self._connection, *self._sessions.values()):
+            stream.held.clear()
+        self._given_back(self.held_chars)
+
+    def _given_back(self, chars: int) -> None:
+        self.held_chars -= chars
+        if self.budget is not None:
+            self.budget.give(chars)
 
     def _stream(self, key: StreamKey, holder: int) -> _Stream | None:
         stream = self._connection if key is None else self._sessions.get(key)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from router.core.quotas import ConnectionCounts
+from router.core.quotas import Client, ClientPlaces, ConnectionCounts, Full, Taken
 from router.server.config import RouterSection
 from router.server.metrics import Metrics
 
@@ -173,18 +173,39 @@ _REASONS = {408: "Request Timeout", 429: "Too Many Requests", 503: "Service Unav
 def admit(
     metrics: Metrics, per_address: ConnectionCounts, address: str, *, open_now: int, most: int
 ) -> tuple[int, str] | None:
-    """Count one more connection from ``address`` (given back with
+    """Count one more TCP connection from ``address`` (given back with
     ``per_address.close``), or why it is refused (HTTP status and text), counted: too
-    many in all (503), or from there (429). Both the accept and the client connections
-    (WebSocket and Streamable HTTP alike) are bounded by these."""
+    many in all (503), or from there (429)."""
     if open_now >= most:
-        metrics.connections.labels("rejected").inc()
-        return 503, "too many connections\n"
+        return _full(metrics, "process")
     if not per_address.open(address):
-        metrics.connections.labels("address_limit").inc()
-        metrics.limited.labels("connections_per_address").inc()
-        return 429, "too many connections from your address\n"
+        return _full(metrics, "address")
     return None
+
+
+def take_place(metrics: Metrics, places: ClientPlaces, client: Client) -> Taken | tuple[int, str]:
+    """A place for a new client connection (WebSocket or Streamable HTTP) of ``client``
+    (given back with ``places.give_back``; end the connections it ``reclaimed``), or why
+    it is refused (HTTP status and text), counted: too many in all (503), or for that
+    token or address (429)."""
+    taken = places.take(client)
+    return _full(metrics, taken.scope) if isinstance(taken, Full) else taken
+
+
+#: each refusal of a connection limit: its result label, the limited label, its answer
+_FULL = {
+    "process": ("rejected", None, 503, "too many connections\n"),
+    "address": ("address_limit", "connections_per_address", 429, "too many connections from your address\n"),
+    "principal": ("principal_limit", "connections_per_principal", 429, "too many connections with your token\n"),
+}  # fmt: skip
+
+
+def _full(metrics: Metrics, scope: str) -> tuple[int, str]:
+    result, limit, status, text = _FULL[scope]
+    metrics.connections.labels(result).inc()
+    if limit is not None:
+        metrics.limited.labels(limit).inc()
+    return status, text
 
 
 def _answer(transport: asyncio.BaseTransport, status: int, text: str) -> None:

@@ -10,9 +10,10 @@ accepted, and must send its request within ``router.handshake_timeout_ms``
 (:mod:`router.server.accepting`: 429 or 503 past a limit, 503 near the open-file limit,
 408 past the deadline). Before a client's connection is accepted (the upgrade, or the
 POSTed ``initialize``), the door checks, in order: draining (503), the ``Origin`` (403),
-the bearer token (401); an HTTP client's connections count against ``max_connections``
-and the per-address limit too, however few TCP connections carry them, and every later
-HTTP request of a connection is checked for origin and token again. The decisions are
+the bearer token (401); then every client connection, of either profile, counts
+against ``max_connections`` and the limit of its token (of its address without
+``[auth]``), however few TCP connections carry it (idle HTTP ones make room), and
+every later HTTP request of a connection is checked for origin and token again. The decisions are
 :mod:`router.core.frontdoor`'s and :mod:`router.core.quotas`'s; this module answers them
 and counts them. An upgraded client must send ``initialize`` within
 ``router.initialize_timeout_ms`` (else close 1008), and a reload that removes the token
@@ -38,12 +39,12 @@ from aiohttp.log import access_logger
 
 from router.core.frontdoor import Admitted, Credentials, DoorPolicy
 from router.core.ownership import SessionSeal
-from router.core.quotas import ConnectionCounts
+from router.core.quotas import Client, ClientPlaces, ConnectionCounts, Place, Taken
 from router.protocol import acp
 from router.protocol.ids import new_connection_id
 from router.protocol.jsonrpc import reader_limit
 from router.server import log_context, websocket
-from router.server.accepting import ConnectionGuard, admit, listen
+from router.server.accepting import ConnectionGuard, listen, take_place
 from router.server.admin import Admin
 from router.server.auth import TokenSource, session_secret
 from router.server.client import ClientChannel, ClientConnection
@@ -58,7 +59,13 @@ from router.server.shutdown import StopSignals, close_spread, reloading_on_hangu
 from router.server.streamable_http import Entry, HttpFront
 from router.server.tls import backend_context, server_context
 from router.server.websocket import WebSocketChannel
-from router.server.workers import Affinity, ParentChannel, WorkerRole, serving_siblings
+from router.server.workers import (
+    Affinity,
+    ParentChannel,
+    WorkerRole,
+    ready_to_serve,
+    serving_siblings,
+)
 from router.tasks import cancel_all_and_wait
 
 logger = logging.getLogger(__name__)
@@ -102,9 +109,9 @@ CONFIG_PATH = web.AppKey("config_path", Path)
 GUARD = web.AppKey("guard", ConnectionGuard)
 #: the Streamable HTTP connections
 HTTP_FRONT = web.AppKey("http_front", HttpFront)
-#: client connections (WebSocket or Streamable HTTP) open from each address: an HTTP
-#: connection holds no TCP connection of its own, so the TCP counts alone miss it
-CLIENTS_PER_ADDRESS = web.AppKey("clients_per_address", ConnectionCounts)
+#: client connections (WebSocket or Streamable HTTP) open per token (or address) and in
+#: all: an HTTP connection holds no TCP connection of its own, so the TCP counts miss it
+PLACES = web.AppKey("places", ClientPlaces)
 ADMIN_TOKENS = web.AppKey("admin_tokens", TokenSource)
 #: what ``GET /metrics`` answers: this router's registry, or, in a worker, every worker's
 EXPOSITION: web.AppKey[Callable[[], Awaitable[bytes]]] = web.AppKey("exposition")
@@ -148,7 +155,11 @@ def create_app(
         backend_context(backend)  # read the TLS files now: a bad one stops the start
     if config_path is not None:
         app[CONFIG_PATH] = config_path
-    app[CLIENTS_PER_ADDRESS] = ConnectionCounts(settings.router.max_connections_per_address)
+    app[PLACES] = ClientPlaces(
+        settings.router.max_connections_per_principal,
+        settings.router.max_connections_per_address,
+        settings.router.max_connections,
+    )
     app[HTTP_FRONT] = HttpFront(settings.router, app[METRICS], _HttpDoor(app))
     app.cleanup_ctx.append(_pool_context)
     app.cleanup_ctx.append(_http_context)  # after the pool: its connections end first
@@ -230,13 +241,13 @@ async def _acp(request: web.Request) -> web.StreamResponse:
     if not isinstance(admission, Admitted):
         return admission
     address = request.remote or "unknown"
-    refused = _take_place(app, address)
-    if refused is not None:
-        return refused
+    place = _take_place(app, admission, address)
+    if isinstance(place, web.Response):
+        return place
     try:
         return await _serve_client(request, admission, address)
     finally:
-        app[CLIENTS_PER_ADDRESS].close(address)
+        app[PLACES].give_back(place)
 
 
 async def _acp_post(request: web.Request) -> web.StreamResponse:
@@ -247,18 +258,15 @@ async def _acp_delete(request: web.Request) -> web.StreamResponse:
     return await request.app[HTTP_FRONT].delete(request)
 
 
-def _take_place(app: web.Application, address: str) -> web.Response | None:
-    """Count a new client connection from ``address`` (given back with
-    ``CLIENTS_PER_ADDRESS.close``), or refuse it: too many from there (429), or in all
-    (503)."""
-    refused = admit(
-        app[METRICS],
-        app[CLIENTS_PER_ADDRESS],
-        address,
-        open_now=len(app[CLIENTS]),
-        most=app[SETTINGS].router.max_connections,
-    )
-    return None if refused is None else web.Response(status=refused[0], text=refused[1])
+def _take_place(app: web.Application, admission: Admitted, address: str) -> Place | web.Response:
+    """A place for a new client connection (given back with ``PLACES.give_back``), idle
+    Streamable HTTP connections ending to make room; or the refusal: too many for that
+    token or address (429), or in all (503)."""
+    taken = take_place(app[METRICS], app[PLACES], Client.of(admission.principal, address))
+    if not isinstance(taken, Taken):
+        return web.Response(status=taken[0], text=taken[1])
+    app[HTTP_FRONT].reclaim(taken.reclaimed)
+    return taken.place
 
 
 def _draining(app: web.Application) -> web.Response | None:
@@ -357,8 +365,8 @@ class _HttpDoor:
     same counts; the origin and token come first, as they do on every HTTP request. An
     HTTP connection holds no TCP connection of its own (its requests and streams come
     and go), so client connections of both profiles are counted against
-    ``max_connections`` and the per-address limit (:func:`_take_place`), besides the TCP
-    connections that carry them."""
+    ``max_connections`` and the limit per token or address (:func:`_take_place`),
+    besides the TCP connections that carry them."""
 
     def __init__(self, app: web.Application) -> None:
         self.app = app
@@ -373,17 +381,17 @@ class _HttpDoor:
             return refused
         app[METRICS].auth.labels(admission.auth.value).inc()
         address = request.remote or "unknown"
-        refused = _take_place(app, address)
-        if refused is not None:
-            return refused
-        return Entry(admission, address)
+        place = _take_place(app, admission, address)
+        if isinstance(place, web.Response):
+            return place
+        return Entry(admission, address, place, app[PLACES])
 
     def start(self, channel: ClientChannel, entry: Entry) -> ClientConnection:
         return _open_client(self.app, channel, entry.admission, entry.address)
 
     def finish(self, connection: ClientConnection, entry: Entry) -> None:
         _close_client(self.app, connection)
-        self.app[CLIENTS_PER_ADDRESS].close(entry.address)
+        self.app[PLACES].give_back(entry.place)
 
 
 def _initialize_deadline_passed(
@@ -465,6 +473,7 @@ async def serve(
             host, port = settings.router.address
             if worker is not None and affinity is not None:
                 await stack.enter_async_context(affinity)
+                await ready_to_serve(app[POOL], settings.router.connect_timeout_ms / 1000)
                 await _listen_on(runner, app[GUARD], worker.listening_sockets(), tls)
                 await stack.enter_async_context(serving_siblings(worker, _sibling_app(app)))
                 channel = await stack.enter_async_context(ParentChannel(worker.channel_fd))
@@ -496,8 +505,7 @@ def _as_worker(app: web.Application, worker: WorkerRole) -> Affinity:
         worker.sockets, own=(worker.index, app[METRICS])
     )
     app[EXPOSITION] = every_worker
-    handshake_seconds = app[SETTINGS].router.handshake_timeout_ms / 1000
-    affinity = Affinity(worker, app[METRICS], handshake_seconds=handshake_seconds)
+    affinity = Affinity(worker, app[HTTP_FRONT])
     app.middlewares.append(affinity.middleware)
     return affinity
 

@@ -68,7 +68,7 @@ from router.protocol.reading import parse
 from router.server import log_context
 from router.server.backend_link import BackendLink
 from router.server.gate import Gate, Refusal
-from router.server.metrics import TO_BACKEND, TO_CLIENT, Metrics
+from router.server.metrics import TO_BACKEND, TO_CLIENT, Metrics, error_code_label
 from router.server.pool import waits
 from router.server.pool.upstream import Upstream
 
@@ -180,7 +180,7 @@ class ClientConnection:
         if refusal.text is None:
             logger.debug("dropped a notification the gate refused (%d)", refusal.code)
             return
-        self.metrics.client_errors.labels(str(refusal.code)).inc()
+        self.metrics.client_errors.labels(error_code_label(refusal.code)).inc()
         await self.channel.send(refusal.text, answers=refusal.answers)  # never gate.reply
 
     async def carry_out(self, effects: Effects) -> None:
@@ -195,7 +195,7 @@ class ClientConnection:
                     await self.channel.send(text, message)
                 case Reply(_, answers, error):
                     if error is not None:  # every error the core makes passes here, once
-                        self.metrics.client_errors.labels(str(error)).inc()
+                        self.metrics.client_errors.labels(error_code_label(error)).inc()
                     await self.channel.send(self.gate.reply(effect), answers=answers)
                 case Notify(text):
                     await self.channel.send(text)

@@ -133,9 +133,12 @@ class RouterSection(_Section):
     #: with any other Origin header gets 403; requests without one (not browsers) pass
     allowed_origins: list[str] = []
     #: connections open at once from one client address: TCP connections from accept on
-    #: (handshakes, WebSockets, keep-alive HTTP), and Streamable HTTP connections (more
-    #: get HTTP 429)
+    #: (handshakes, WebSockets, keep-alive HTTP), and, without [auth], client connections
+    #: (WebSocket and Streamable HTTP; more get HTTP 429)
     max_connections_per_address: Annotated[int, Field(gt=0)] = 1000
+    #: with [auth]: client connections (WebSocket and Streamable HTTP) open at once under
+    #: one token, from any address (more get HTTP 429); the address no longer counts them
+    max_connections_per_principal: Annotated[int, Field(gt=0)] = 1000
     #: session/new and session/fork per minute, from one address and in all (-32014)
     new_sessions_per_minute_per_address: Annotated[int, Field(gt=0)] = 600
     new_sessions_per_minute: Annotated[int, Field(gt=0)] = 60_000
@@ -147,6 +150,8 @@ class RouterSection(_Section):
     #: per address (-32014); what goes to where a session is attached costs nothing
     locates_per_minute_per_connection: Annotated[int, Field(gt=0)] = 600
     locates_per_minute_per_address: Annotated[int, Field(gt=0)] = 6000
+    #: with [auth], the budget of one token's connections in place of their address's
+    locates_per_minute_per_principal: Annotated[int, Field(gt=0)] = 6000
     #: Streamable HTTP: an event stream with nothing to say this long gets ": keepalive"
     http_keepalive_seconds: Annotated[float, Field(gt=0)] = 15.0
     #: Streamable HTTP: a connection with no event stream open and no POST for this long
@@ -155,6 +160,10 @@ class RouterSection(_Section):
     #: Streamable HTTP: frames held for one event stream the client has not opened yet;
     #: one more ends the connection (the client is not reading)
     http_held_frames: Annotated[int, Field(gt=0)] = 4096
+    #: bytes held at once over every connection: POST bodies being read and frames held
+    #: for event streams not open yet; a POST past it is answered 503 with Retry-After,
+    #: a frame past it ends its connection as an overflow (README: Limits)
+    max_held_bytes: Annotated[int, Field(gt=0)] = 256 * 1024 * 1024
 
     @field_validator("listen", "metrics_listen")
     @classmethod
@@ -177,6 +186,15 @@ class RouterSection(_Section):
     @model_validator(mode="after")
     def _tls_pair(self) -> Self:
         _check_pair(self.tls_cert, self.tls_key)
+        return self
+
+    @model_validator(mode="after")
+    def _one_body_fits(self) -> Self:
+        if self.max_held_bytes < self.max_message_bytes:
+            raise ValueError(
+                f"'max_held_bytes' ({self.max_held_bytes}) must be at least"
+                f" 'max_message_bytes' ({self.max_message_bytes}): one whole frame must fit"
+            )
         return self
 
     @property

@@ -18,7 +18,7 @@ from router.core.effects import Reply
 from router.core.frontdoor import Principal
 from router.core.hinted_ids import HintedSessions
 from router.core.ownership import Ownership, SessionSeal
-from router.core.quotas import LocateQuota, SessionQuota
+from router.core.quotas import Client, LocateQuota, SessionQuota
 from router.protocol import acp
 from router.protocol.errors import JsonRpcError, TooManyLocates, TooManyNewSessions
 from router.protocol.ids import BackendId, SessionId
@@ -34,7 +34,11 @@ def _same_id(session_id: str) -> str:
 #: the metric label of each session limit
 _LIMIT_LABELS = {"address": "sessions_per_address", "process": "sessions"}
 #: and of each locate limit
-_LOCATE_LABELS = {"connection": "locates_per_connection", "address": "locates_per_address"}
+_LOCATE_LABELS = {
+    "connection": "locates_per_connection",
+    "address": "locates_per_address",
+    "principal": "locates_per_principal",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +68,8 @@ class Gatekeeper:
         self.locates = LocateQuota(
             router.locates_per_minute_per_connection,
             router.locates_per_minute_per_address,
-            max_addresses=router.max_connections,
+            max_clients=router.max_connections,
+            per_principal=router.locates_per_minute_per_principal,
         )
         self.metrics = metrics
         self.clock = clock
@@ -77,7 +82,7 @@ class Gatekeeper:
         hears the home a hinted session id names (``router.hinted_ids``)."""
         ownership = Ownership(self.seal, principal) if self.seal is not None else None
         hinted = HintedSessions(2 * self.max_sessions) if self.hinted_ids else None
-        return Gate(self, address, ownership, hinted, on_hint)
+        return Gate(self, address, ownership, hinted, on_hint, Client.of(principal, address))
 
 
 #: what the gate tells the pool when a client names a session by a hinted id
@@ -92,9 +97,12 @@ class Gate:
         ownership: Ownership | None,
         hinted: HintedSessions | None = None,
         on_hint: OnHint | None = None,
+        client: Client | None = None,
     ) -> None:
         self._keeper = keeper
         self._address = address
+        #: whom the locate budget counts: the token's principal, or the address
+        self._client = client or Client("address", address)
         self._ownership = ownership
         self._hinted = hinted
         self._on_hint = on_hint
@@ -133,7 +141,7 @@ class Gate:
                 costs no locate, and is never counted).
         """
         keeper = self._keeper
-        refused = keeper.locates.admit(self._address, self._locates, keeper.clock())
+        refused = keeper.locates.admit(self._client, self._locates, keeper.clock())
         if refused is not None:
             scope, wait = refused
             keeper.metrics.limited.labels(_LOCATE_LABELS[scope]).inc()

@@ -44,6 +44,19 @@ logger = logging.getLogger(__name__)
 TO_BACKEND = "client_to_backend"
 TO_CLIENT = "backend_to_client"
 
+#: the codes ``acp_router_client_errors_total`` names: JSON-RPC's, ACP's and the
+#: router's own range (-32010..-32019); a backend's error may carry any integer, and
+#: each would be a series of its own
+KNOWN_ERROR_CODES = frozenset(
+    {-32700, -32600, -32601, -32602, -32603, -32000, -32001, -32002, -32003, *range(-32019, -32009)}
+)
+
+
+def error_code_label(code: int) -> str:
+    """The ``code`` label of an error the router answered: the code when it is one of
+    :data:`KNOWN_ERROR_CODES`, else ``other``."""
+    return str(code) if code in KNOWN_ERROR_CODES else "other"
+
 
 class _RememberedLabels(MetricWrapperBase):
     """A metric whose ``labels(...)`` answers from a dict after the first call.
@@ -123,7 +136,7 @@ class Histogram(_RememberedLabels, prometheus_client.Histogram):
 DROP_REASONS = ("not_json", "not_jsonrpc", "binary", "too_deep", "too_big")
 
 #: why a Streamable HTTP connection ended (``acp_router_http_connections_ended_total``)
-HTTP_END_REASONS = ("deleted", "idle", "overflow", "closed", "error")
+HTTP_END_REASONS = ("deleted", "idle", "overflow", "reclaimed", "closed", "error")
 
 
 class Metrics:
@@ -141,8 +154,8 @@ class Metrics:
             "acp_router_connections_total",
             "Client connections (WebSocket, or Streamable HTTP at initialize), by result:"
             " accepted (upgraded, or an HTTP initialize), refused at the door (draining,"
-            " forbidden_origin, unauthorized, not_websocket, address_limit, rejected, fd_limit),"
-            " or closed (handshake_timeout, initialize_timeout, revoked)",
+            " forbidden_origin, unauthorized, not_websocket, address_limit, principal_limit,"
+            " rejected, fd_limit), or closed (handshake_timeout, initialize_timeout, revoked)",
             ["result"],
             registry=registry,
         )
@@ -325,7 +338,8 @@ class Metrics:
         }
         self.client_errors = Counter(
             "acp_router_client_errors_total",
-            "Errors the router answered itself, by JSON-RPC code",
+            "Errors the router answered itself, by JSON-RPC code (a code outside JSON-RPC's,"
+            " ACP's and the router's, such as a backend's own, is other)",
             ["code"],
             registry=registry,
         )
@@ -339,8 +353,10 @@ class Metrics:
         )
         self.limited = Counter(
             "acp_router_limited_total",
-            "Clients held back by a limit: connections_per_address (HTTP 429), sessions_per_address,"
-            " sessions, locates_per_connection and locates_per_address (-32014)",
+            "Clients held back by a limit: connections_per_address and connections_per_principal"
+            " (HTTP 429), sessions_per_address, sessions, locates_per_connection,"
+            " locates_per_address and locates_per_principal (-32014), held_bytes (HTTP 503:"
+            " router.max_held_bytes)",
             ["limit"],
             registry=registry,
         )
@@ -348,10 +364,13 @@ class Metrics:
             self.auth.labels(outcome)
         for limit in (
             "connections_per_address",
+            "connections_per_principal",
             "sessions_per_address",
             "sessions",
             "locates_per_connection",
             "locates_per_address",
+            "locates_per_principal",
+            "held_bytes",
         ):
             self.limited.labels(limit)
         self.backend_frames_dropped = Counter(
@@ -388,8 +407,10 @@ class Metrics:
             "acp_router_http_connections_ended_total",
             "Streamable HTTP connections ended, by reason: deleted (DELETE), idle (no stream"
             " and no POST for router.http_idle_seconds), overflow (frames held for a stream"
-            " past router.http_held_frames or 2 x router.max_message_bytes), closed (by the"
-            " router: shutdown), error (a router bug)",
+            " past router.http_held_frames or 2 x router.max_message_bytes, or over every"
+            " connection past router.max_held_bytes), reclaimed (idle, its place given to a"
+            " newcomer at router.max_connections), closed (by the router: shutdown), error (a"
+            " router bug)",
             ["reason"],
             registry=registry,
         )

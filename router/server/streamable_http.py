@@ -26,13 +26,14 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
 from aiohttp import hdrs, web
 
 from router.core.frontdoor import Admitted
+from router.core.quotas import ByteBudget, ClientPlaces, Place
 from router.core.streams import (
     Attached,
     EventStreams,
@@ -56,6 +57,8 @@ from router.tasks import cancel_and_wait
 logger = logging.getLogger(__name__)
 
 KEEPALIVE = b": keepalive\n\n"
+#: what a POST refused for ``router.max_held_bytes`` is told to wait
+RETRY_AFTER_SECONDS = 1
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 #: Accept values that include text/event-stream
 _EVENT_STREAM_RANGES = frozenset({"text/event-stream", "text/*", "*/*"})
@@ -63,11 +66,14 @@ _EVENT_STREAM_RANGES = frozenset({"text/event-stream", "text/*", "*/*"})
 
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """A client let in as a new connection; its place in the per-address count is
-    held until :meth:`Door.finish`."""
+    """A client let in as a new connection; its ``place`` among ``places`` is held
+    until :meth:`Door.finish` (or until it is reclaimed while idle:
+    :meth:`HttpFront.reclaim`)."""
 
     admission: Admitted
     address: str
+    place: Place
+    places: ClientPlaces
 
 
 class Door(Protocol):
@@ -126,10 +132,8 @@ class EventStream:
             self.ended.set()
             return False
         except TimeoutError:
-            logger.warning("Streamable HTTP event stream dropped: the client does not read it")
             self.ended.set()
-            if self._transport is not None:
-                self._transport.abort()
+            drop_unread(self._transport)
             return False
         self._written_at = asyncio.get_running_loop().time()
         return True
@@ -148,11 +152,20 @@ class EventStream:
                     await self.ended.wait()
 
 
+def drop_unread(transport: asyncio.Transport | None) -> None:
+    """End an event stream whose client keeps its connection open and reads nothing."""
+    logger.warning("Streamable HTTP event stream dropped: the client does not read it")
+    if transport is not None:
+        transport.abort()
+
+
 class HttpConnection:
     """One Streamable HTTP connection: its event streams, and the
     :class:`~router.server.client.ClientChannel` its client connection writes through."""
 
-    def __init__(self, entry: Entry, settings: RouterSection, metrics: Metrics) -> None:
+    def __init__(
+        self, entry: Entry, settings: RouterSection, metrics: Metrics, budget: ByteBudget
+    ) -> None:
         self.id: ConnectionId = new_connection_id()
         self.entry = entry
         self.metrics = metrics
@@ -163,6 +176,7 @@ class HttpConnection:
             # room for sessions known but closed, beside the ones attached
             max_sessions=2 * settings.max_sessions_per_connection,
             max_awaited=settings.max_in_flight_per_connection,
+            budget=budget,
         )
         #: the open GETs, by holder number
         self.writers: dict[int, EventStream] = {}
@@ -180,6 +194,8 @@ class HttpConnection:
         #: POSTs may come at once, on several HTTP connections: their frames enter the
         #: client connection one at a time, as a WebSocket's read loop hands them over
         self._receiving = asyncio.Lock()
+        #: POSTs and event streams running now (:meth:`in_use`)
+        self._uses = 0
 
     def end(self, reason: str) -> None:
         if not self.ending.is_set():
@@ -188,6 +204,20 @@ class HttpConnection:
 
     def touch(self) -> None:
         self.active_at = asyncio.get_running_loop().time()
+
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[None]:
+        """A POST or an event stream of the connection runs for the block: between them
+        the connection is idle, and its place may go to a newcomer (README: Limits)."""
+        entry = self.entry
+        self._uses += 1
+        entry.places.use(entry.place)
+        try:
+            yield
+        finally:
+            self._uses -= 1
+            if not self._uses:
+                entry.places.rest(entry.place)
 
     async def receive(self, text: str) -> bool:
         """Hand one POSTed frame to the client connection; False when the connection
@@ -235,14 +265,15 @@ class HttpConnection:
                     self.closed(key, holder)
             case Held():
                 pass
-            case Overflow(key):
+            case Overflow(key, shared):
                 logger.warning(
                     "Streamable HTTP client connection ended: the %s stream held its most"
-                    " (%d frames, %d characters over the connection) and the client had"
-                    " not opened it",
+                    " (%s) and the client had not opened it",
                     "connection" if key is None else "session",
-                    self.streams.max_held,
-                    self.streams.max_held_chars,
+                    "router.max_held_bytes over every connection"
+                    if shared
+                    else f"{self.streams.max_held} frames,"
+                    f" {self.streams.max_held_chars} characters over the connection",
                 )
                 self.end("overflow")
 
@@ -301,16 +332,61 @@ async def read_body(request: web.Request, timeout: float) -> bytes | web.Respons
             return await request.read()
     except TimeoutError:
         refusal = _refusal(408, f"the body did not arrive within {round(timeout * 1000)} ms")
-        refusal.force_close()
-        # sent now, and the connection closed after it: aiohttp would otherwise linger,
-        # reading what is left of the body, for seconds more
-        await refusal.prepare(request)
-        await refusal.write_eof()
-        if request.transport is not None:
-            request.transport.close()
-        return refusal
+        return await _sent_and_closed(request, refusal)
     except web.HTTPRequestEntityTooLarge:
-        return _refusal(413, "the body is larger than router.max_message_bytes")
+        return _too_large()
+    except ConnectionError:  # the client went before its body was whole: no one to answer
+        return _refusal(400, "the connection ended before the body did")
+
+
+def _too_large() -> web.Response:
+    return _refusal(413, "the body is larger than router.max_message_bytes")
+
+
+async def _sent_and_closed(request: web.Request, refusal: web.Response) -> web.Response:
+    """Send ``refusal`` now and close the connection after it, the body left unread:
+    aiohttp would otherwise linger, reading what is left of it, for seconds more."""
+    refusal.force_close()
+    await refusal.prepare(request)
+    await refusal.write_eof()
+    if request.transport is not None:
+        request.transport.close()
+    return refusal
+
+
+class Bodies:
+    """Request bodies, read only within the bytes every connection may hold together
+    (``router.max_held_bytes``, shared with the frames held for event streams): a body
+    that would pass it is answered 503 with ``Retry-After``, unread. A body counts from before its first byte is read (its ``Content-Length``, or
+    ``router.max_message_bytes`` when it has none) until its frame is handed on."""
+
+    def __init__(self, budget: ByteBudget, settings: RouterSection, metrics: Metrics) -> None:
+        self.budget = budget
+        self._most = settings.max_message_bytes
+        self._timeout = settings.handshake_timeout_ms / 1000
+        self._metrics = metrics
+
+    @contextlib.asynccontextmanager
+    async def read(self, request: web.Request) -> AsyncIterator[bytes | web.Response]:
+        """The body (held for the block), or the refusal to answer."""
+        if not request.body_exists:
+            yield b""
+            return
+        size = request.content_length
+        if size is not None and size > self._most:
+            yield _too_large()
+            return
+        size = self._most if size is None else size
+        if not self.budget.take(size):
+            self._metrics.limited.labels("held_bytes").inc()
+            full = _refusal(503, "the router holds as many request bytes as it may: retry soon")
+            full.headers[hdrs.RETRY_AFTER] = str(RETRY_AFTER_SECONDS)
+            yield full  # the body unread (aiohttp reads what comes of it, and drops it)
+            return
+        try:
+            yield await read_body(request, self._timeout)
+        finally:
+            self.budget.give(size)
 
 
 class HttpFront:
@@ -321,9 +397,12 @@ class HttpFront:
         self.settings = settings
         #: how long an event stream may keep a frame waiting on a client that does not
         #: read (a WebSocket client is dropped after about as long without a pong)
-        self._write_timeout = 2 * settings.http_keepalive_seconds
+        self.write_timeout = 2 * settings.http_keepalive_seconds
         self.metrics = metrics
         self.door = door
+        #: what every connection holds together: bodies being read, frames held
+        self.budget = ByteBudget(settings.max_held_bytes)
+        self.bodies = Bodies(self.budget, settings, metrics)
         self.connections: dict[ConnectionId, HttpConnection] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -361,16 +440,17 @@ class HttpFront:
                 "X-Accel-Buffering": "no",  # nginx: pass events on as they come
             }
         )
-        stream = EventStream(request, response, write_timeout=self._write_timeout)
+        stream = EventStream(request, response, write_timeout=self.write_timeout)
         connection.opened(attached, stream)
-        try:
-            await response.prepare(request)
-            await self._flush(connection, key, attached.holder, stream)
-            await stream.keep_alive(self.settings.http_keepalive_seconds)
-        except ConnectionError:
-            pass  # the client went while the stream opened
-        finally:
-            connection.closed(key, attached.holder)
+        with connection.in_use():
+            try:
+                await response.prepare(request)
+                await self._flush(connection, key, attached.holder, stream)
+                await stream.keep_alive(self.settings.http_keepalive_seconds)
+            except ConnectionError:
+                pass  # the client went while the stream opened
+            finally:
+                connection.closed(key, attached.holder)
         return response
 
     async def delete(self, request: web.Request) -> web.Response:
@@ -386,9 +466,15 @@ class HttpFront:
             return admission
         if request.content_type != "application/json":
             return _refusal(415, "POST a JSON-RPC message as application/json")
-        raw = await read_body(request, self.settings.handshake_timeout_ms / 1000)
-        if isinstance(raw, web.Response):
-            return raw
+        async with self.bodies.read(request) as raw:
+            if isinstance(raw, web.Response):
+                return raw
+            return await self._handle_post(request, admission, raw)
+
+    async def _handle_post(
+        self, request: web.Request, admission: Admitted, raw: bytes
+    ) -> web.Response:
+        """A POST whose body was read: its frame, to a new connection or an open one."""
         try:
             body = raw.decode()
         except UnicodeDecodeError:
@@ -418,7 +504,8 @@ class HttpFront:
         connection.touch()
         log_context.connection.set(connection.number)
         try:
-            received = await connection.receive(body)
+            with connection.in_use():
+                received = await connection.receive(body)
         except Exception:  # the one boundary catch of a connection: log it, end it
             logger.exception("client connection failed")
             return _failed(connection)
@@ -433,7 +520,7 @@ class HttpFront:
         entry = self.door.enter(request, admission)
         if isinstance(entry, web.Response):
             return entry
-        connection = HttpConnection(entry, self.settings, self.metrics)
+        connection = HttpConnection(entry, self.settings, self.metrics, self.budget)
         connection.number = log_context.new_connection()
         connection.client = self.door.start(connection, entry)
         self.connections[connection.id] = connection
@@ -442,7 +529,8 @@ class HttpFront:
         task.add_done_callback(self._tasks.discard)
         try:
             async with asyncio.timeout(self.settings.connect_timeout_ms / 1000):
-                answer = await connection.initialize(initialize)
+                with connection.in_use():
+                    answer = await connection.initialize(initialize)
         except TimeoutError:
             connection.end("closed")
             return _refusal(504, "initialize was not answered in time")
@@ -467,6 +555,7 @@ class HttpFront:
             try:
                 await connection.end_client()
             finally:
+                connection.streams.drop()  # what it held, the last answers included
                 self.door.finish(connection.client, connection.entry)
                 self.metrics.http_ended.labels(connection.reason or "closed").inc()
                 connection.done.set()
@@ -526,6 +615,16 @@ class HttpFront:
         connection.end("deleted")
         await connection.done.wait()
         return web.Response(status=202)
+
+    def reclaim(self, places: Iterable[Place]) -> None:
+        """End the idle connections whose places went to newcomers."""
+        reclaimed = set(places)
+        if not reclaimed:
+            return
+        for connection in self.connections.values():
+            if connection.entry.place in reclaimed:
+                logger.info("Streamable HTTP connection idle: ending it, its place is needed")
+                connection.end("reclaimed")
 
     def _find(self, connection_id: str, admission: Admitted) -> HttpConnection | None:
         """The connection, if it is there and the same client opened it."""

@@ -48,8 +48,8 @@ import aiohttp
 from aiohttp import hdrs, web
 
 from router.protocol import acp
-from router.server.metrics import Metrics
-from router.server.streamable_http import read_body
+from router.server.pool.backends import Pool
+from router.server.streamable_http import HttpFront, drop_unread
 from router.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ class WorkerRole:
         return [sibling_socket(self.folder, index) for index in range(self.count)]
 
     def listening_sockets(self) -> list[socket.socket]:
-        """The listening sockets the parent handed over."""
+        """The sockets the parent handed over (each listens once the worker serves on it)."""
         return [socket.socket(fileno=fd) for fd in self.listen_fds]
 
 
@@ -144,10 +144,12 @@ def _socket(family: int, *, reuse_port: bool) -> socket.socket:
 class Listeners:
     """The sockets of ``router.listen``, made by the parent for its workers.
 
-    ``balanced`` (Linux): a new listening socket per worker start, on the addresses
-    bound at first (port 0 resolved then), while the parent holds one bound socket
-    per address that never listens, so the port stays reserved. Otherwise: one set of
-    listening sockets that every worker is given.
+    ``balanced`` (Linux): a new socket per worker start, on the addresses bound at
+    first (port 0 resolved then), which the worker makes listen once it is ready (the
+    kernel hands connections only to sockets that listen, so none waits on a worker
+    still starting), while the parent holds one bound socket per address that never
+    listens, so the port stays reserved. Otherwise: one set of listening sockets that
+    every worker is given (a worker still starting accepts none).
 
     Raises:
         OSError: an address cannot be bound (in use, not this host's).
@@ -177,8 +179,8 @@ class Listeners:
         return port
 
     def for_worker(self) -> list[socket.socket]:
-        """Listening sockets for a worker about to start; give them to :meth:`handed_over`
-        once it has them."""
+        """Sockets for a worker about to start (balanced: bound, not listening yet); give
+        them to :meth:`handed_over` once it has them."""
         if not self.balanced:
             return list(self._held)
         made: list[socket.socket] = []
@@ -187,7 +189,6 @@ class Listeners:
                 sock = _socket(family, reuse_port=True)
                 made.append(sock)
                 sock.bind(address)
-                sock.listen(BACKLOG)
         except BaseException:
             for sock in made:
                 sock.close()
@@ -251,6 +252,17 @@ class ParentChannel:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
+async def ready_to_serve(pool: Pool, timeout: float) -> None:
+    """Wait until ``pool`` is ready as ``/readyz`` says (a backend is up), or knows it
+    will not be soon (no backend is unknown), for ``timeout`` seconds at most: a worker
+    started again after a crash takes no connection before then (its clients would be
+    told no backend is available while the other workers have some)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout):
+            while not pool.ready() and pool.unreachable():
+                await pool.ready_changed.wait()
+
+
 @contextlib.asynccontextmanager
 async def serving_siblings(role: WorkerRole, app: web.Application) -> AsyncIterator[None]:
     """Serve ``app`` (what the other workers may ask: ``/metrics``, and the Streamable
@@ -272,6 +284,16 @@ _HOP_BY_HOP = frozenset(
 _NO_CONNECTION = "no such connection\n"
 
 
+def worker_of(tagged: str, count: int) -> tuple[int, str] | None:
+    """The worker (of ``count``) a tagged ``Acp-Connection-Id`` names, and its bare id;
+    None for any other text (read without ``int()`` on a number of any length)."""
+    owner, dot, bare = tagged.partition(".")
+    if not (dot and owner.isascii() and owner.isdigit() and len(owner) <= len(str(count))):
+        return None
+    index = int(owner)
+    return (index, bare) if index < count else None
+
+
 class Affinity:
     """Streamable HTTP connections across workers: each request reaches the worker that
     holds its connection (the index before the dot of its ``Acp-Connection-Id``).
@@ -282,13 +304,17 @@ class Affinity:
     answered here gets this worker's index in front of its new connection id. A request
     for a worker that is gone (starting again) gets 404: its connections went with it.
     WebSocket upgrades and other paths pass untouched.
+
+    A request passed on is held to the rules of this worker's ``front`` first: its
+    origin and token are checked before any of its body is read, the body is read within
+    the bytes the front may hold (``router.max_held_bytes``), and each write of the
+    answer has the deadline of a local event stream's.
     """
 
-    def __init__(self, role: WorkerRole, metrics: Metrics, *, handshake_seconds: float) -> None:
+    def __init__(self, role: WorkerRole, front: HttpFront) -> None:
         self._role = role
-        self._metrics = metrics
-        #: how long a body may take to arrive (``router.handshake_timeout_ms``)
-        self._handshake_seconds = handshake_seconds
+        self._front = front
+        self._metrics = front.metrics
         self._siblings: dict[int, aiohttp.ClientSession] = {}
 
     async def __aenter__(self) -> Affinity:
@@ -308,14 +334,15 @@ class Affinity:
         tagged = request.headers.get(acp.CONNECTION_ID_HEADER)
         if tagged is None:
             return self._tag(await handler(request))
-        owner, dot, bare = tagged.partition(".")
-        if not (dot and owner.isascii() and owner.isdigit() and int(owner) < self._role.count):
+        tag = worker_of(tagged, self._role.count)
+        if tag is None:
             return await handler(request)  # not a worker's id: no such connection
+        owner, bare = tag
         headers = request.headers.copy()
         headers[acp.CONNECTION_ID_HEADER] = bare
-        if int(owner) == self._role.index:
+        if owner == self._role.index:
             return await handler(request.clone(headers=headers))
-        return await self._pass_on(request, int(owner), headers)
+        return await self._pass_on(request, owner, headers)
 
     def _tag(self, response: web.StreamResponse) -> web.StreamResponse:
         """An ``initialize`` answered here: its connection id names this worker."""
@@ -339,26 +366,41 @@ class Affinity:
     async def _pass_on(
         self, request: web.Request, owner: int, headers: Mapping[str, str]
     ) -> web.StreamResponse:
+        admission = self._front.door.admit(request)
+        if isinstance(admission, web.Response):
+            return admission  # the origin and the token before a byte of the body
         self._metrics.http_passed_on.inc()
         forward = {k: v for k, v in headers.items() if k.lower() not in _HOP_BY_HOP}
-        body = await read_body(request, self._handshake_seconds)
-        if isinstance(body, web.Response):
-            return body
-        try:
-            upstream = await self._sibling(owner).request(
-                request.method, "http://worker/acp", headers=forward, data=body or None
-            )
-        except (OSError, aiohttp.ClientError) as exc:
-            logger.debug("worker %d did not take a request passed on: %s", owner, exc)
-            return web.Response(status=404, text=_NO_CONNECTION)
+        async with self._front.bodies.read(request) as body:
+            if isinstance(body, web.Response):
+                return body
+            try:  # answered once the owner has read the body: it is held no longer here
+                upstream = await self._sibling(owner).request(
+                    request.method, "http://worker/acp", headers=forward, data=body or None
+                )
+            except (OSError, aiohttp.ClientError) as exc:
+                logger.debug("worker %d did not take a request passed on: %s", owner, exc)
+                return web.Response(status=404, text=_NO_CONNECTION)
         async with upstream:
             response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
             for name, value in upstream.headers.items():
                 if name.lower() not in _HOP_BY_HOP:
                     response.headers.add(name, value)
             await response.prepare(request)
-            with contextlib.suppress(ConnectionError, aiohttp.ClientError):
-                async for chunk in upstream.content.iter_any():
-                    await response.write(chunk)
-                await response.write_eof()
+            await self._stream_back(request, response, upstream)
         return response
+
+    async def _stream_back(
+        self, request: web.Request, response: web.StreamResponse, upstream: aiohttp.ClientResponse
+    ) -> None:
+        """Write the owner's answer as it comes, each write within a local event
+        stream's deadline (past it, the client is dropped as a local one is)."""
+        try:
+            async for chunk in upstream.content.iter_any():
+                async with asyncio.timeout(self._front.write_timeout):
+                    await response.write(chunk)
+            await response.write_eof()
+        except (ConnectionError, aiohttp.ClientError):
+            pass  # the client, or the owner, went
+        except TimeoutError:
+            drop_unread(request.transport)
