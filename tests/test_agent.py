@@ -666,7 +666,7 @@ async def test_a_session_resumed_elsewhere_is_dropped_here_not_appended_to(store
             before = records_of(store, session_id)
             error = error_of(await on_a.prompt(session_id, "two"))
             assert (error["code"], error["message"]) == (-32010, moved(session_id))
-            assert error["data"]["sessionId"] == session_id
+            assert error["data"] == {"sessionId": session_id, "retryable": False}  # never ran
             assert records_of(store, session_id) == before
             await a.wait_for_log(f"session {session_id} moved to another instance")
             assert result_of(await on_a.status(session_id)) == {"status": "inactive"}
@@ -698,6 +698,12 @@ async def test_a_running_turn_stops_writing_when_its_session_moves(store: Path) 
                 result_of(await on_b.prompt(session_id, "mine now"))
                 error = error_of(await turn)  # at A's next write, not after 5 s
                 assert (error["code"], error["message"]) == (-32010, moved(session_id))
+                # it ran in part: a bridge must not send it again as if it never had
+                assert error["data"] == {
+                    "sessionId": session_id,
+                    "retryable": False,
+                    "turnStarted": True,
+                }
             finally:
                 turn.cancel()
             sent_by_a = ["[agent-a] slow 1", *(t for _, t in text_chunks(on_a.drain_incoming()))]

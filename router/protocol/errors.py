@@ -171,11 +171,17 @@ class SessionNotAttached(RoutingError):
 
 class SessionMoved(SessionNotAttached):
     """An agent instance lost a session it held: another instance sharing the store
-    resumed it (the reference agent's fence). Resume it again to reach its holder."""
+    resumed it (the reference agent's fence). Resume it again to reach its holder.
 
-    def __init__(self, session_id: str) -> None:
+    ``turn_started``: it was lost during a turn that had begun (``data.turnStarted``), so
+    the prompt ran in part; otherwise the request did not run at all."""
+
+    def __init__(self, session_id: str, *, turn_started: bool = False) -> None:
         message = f"session {session_id} moved to another instance: send session/resume again"
         super().__init__(session_id, message)
+        if turn_started:
+            assert self.data is not None
+            self.data["turnStarted"] = True
 
 
 class NoBackendAvailable(RoutingError):
