@@ -206,11 +206,21 @@ async def test_demo_serves_and_stops_cleanly_on_ctrl_c() -> None:
     assert not await asyncio.to_thread(store.exists), "the temporary session store is removed"
 
 
-async def test_connect_to_nothing_fails_with_one_line() -> None:
+async def test_connect_to_nothing_fails_after_reconnect_for() -> None:
     with occupied_port() as port:  # listening, but not a WebSocket server
         url = f"ws://127.0.0.1:{port}/acp"
-    line = one_line_failure(await run_cli_to_exit("connect", url))
-    assert url in line
+    run = await run_cli_to_exit("connect", url, "--reconnect-for", "0.3")
+    assert (run.returncode, run.stdout) == (2, "")
+    assert "Traceback" not in run.stderr, run.stderr
+    retrying, failure = run.stderr.splitlines()
+    assert f"cannot reach {url} yet" in retrying, retrying
+    assert "retrying for up to 0.3 s" in retrying, retrying
+    assert failure.startswith(f"acp-router: cannot connect to {url} within 0.3 s: "), failure
+
+
+async def test_connect_to_a_url_that_is_not_a_websocket_fails_at_once() -> None:
+    run = await run_cli_to_exit("connect", "http://127.0.0.1:1/acp")
+    assert "cannot connect to http://127.0.0.1:1/acp: " in one_line_failure(run)
 
 
 async def test_connect_bridges_stdin_lines_to_the_router_and_back(tmp_path: Path) -> None:
