@@ -24,6 +24,7 @@ from websockets.http11 import Request as HttpRequest, Response as HttpResponse
 from tests.fleet import start_fleet
 from tests.support import (
     WAIT,
+    CliProcess,
     LogLines,
     cli_command,
     occupied_port,
@@ -226,13 +227,19 @@ def router_config(path: Path, listen: str, agents: list[Any]) -> Path:
     return path
 
 
+@asynccontextmanager
+async def serving(tmp_path: Path, agents: list[Any]) -> AsyncIterator[tuple[CliProcess, str]]:
+    """``serve`` in front of ``agents`` on a free port, once every backend is up; its URL."""
+    config = router_config(tmp_path / "router.toml", "127.0.0.1:0", agents)
+    async with run_cli("serve", "--config", str(config)) as router:
+        for agent in agents:
+            await router.wait_for_log(f"backend {agent.agent_id} is up")
+        yield router, router.first_line.removeprefix("acp-router listening on ")
+
+
 async def test_the_bridge_rides_through_a_router_restart(tmp_path: Path) -> None:
     async with start_fleet(tmp_path / "store", 2) as agents:
-        config = router_config(tmp_path / "router.toml", "127.0.0.1:0", agents)
-        async with run_cli("serve", "--config", str(config)) as first:
-            url = first.first_line.removeprefix("acp-router listening on ")
-            for agent in agents:
-                await first.wait_for_log(f"backend {agent.agent_id} is up")
+        async with serving(tmp_path, agents) as (first, url):
             async with bridge(url) as editor:
                 await editor.call(0, "initialize", INIT)
                 params = {"cwd": CWD, "mcpServers": []}
@@ -313,11 +320,7 @@ async def test_an_agent_restart_does_not_leave_the_editor_stuck(tmp_path: Path) 
     session/resume first"), which editors never do in the middle of a thread."""
     store = tmp_path / "store"
     async with start_fleet(store, 2) as agents:
-        config = router_config(tmp_path / "router.toml", "127.0.0.1:0", agents)
-        async with run_cli("serve", "--config", str(config)) as router:
-            url = router.first_line.removeprefix("acp-router listening on ")
-            for agent in agents:
-                await router.wait_for_log(f"backend {agent.agent_id} is up")
+        async with serving(tmp_path, agents) as (router, url):
             async with bridge(url) as editor:
                 await editor.call(0, "initialize", INIT)
                 params = {"cwd": CWD, "mcpServers": []}
