@@ -47,8 +47,8 @@ from router.protocol.jsonrpc import (
     replace_id,
 )
 
-#: the bridge's own request ids start so (the router reserves ``acp-router:``); no
-#: editor request is in flight on a connection while they are, so they cannot collide
+#: the bridge's own request ids start so (the router reserves ``acp-router:``), and
+#: skip any id an editor request in flight uses
 REPLAY_ID_PREFIX: Final = "acp-bridge:"
 #: sessions remembered for the replay (the oldest attached are forgotten first)
 MAX_SESSIONS: Final = 4096
@@ -101,9 +101,12 @@ class EditorState:
         return None if request_id is None else self._owed.get(request_id)
 
     def new_id(self) -> str:
-        """A request id of the bridge's own."""
-        self._next_id += 1
-        return f"{REPLAY_ID_PREFIX}{self._next_id}"
+        """A request id of the bridge's own, none the editor awaits an answer to."""
+        while True:
+            self._next_id += 1
+            request_id = f"{REPLAY_ID_PREFIX}{self._next_id}"
+            if request_id not in self._owed:
+                return request_id
 
     def sending(self, message: Message) -> bool:
         """An editor frame about to go out; False when it must be dropped instead: an
