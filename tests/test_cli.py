@@ -315,6 +315,20 @@ async def test_serve_help_says_what_the_router_serves_and_shows_a_config() -> No
     assert [b.id for b in settings.backends] == ["agent-1"]
 
 
+async def test_connect_help_says_when_it_retries_and_how_it_exits() -> None:
+    """What the bridge does that an editor's user must know (tests/test_connect.py runs it)."""
+    text = " ".join((await run_cli_to_exit("connect", "--help")).stdout.split())
+    for words in (
+        "When the router is not up yet, or goes away, it keeps trying to reach it",
+        "for --reconnect-for seconds, holding what the editor writes",
+        "(-32010, after the agent holding it restarted, say) is held: the bridge resumes (or"
+        " loads) the session again and sends the request once more",
+        "2 when it was never reached",
+        "at the start and each time it goes away, then exit (2 at the start, 1 later)",
+    ):
+        assert words in text, words
+
+
 async def test_the_command_list_points_at_each_command_help() -> None:
     run = await run_cli_to_exit("--help")
     assert run.returncode == 0
