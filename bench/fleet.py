@@ -85,6 +85,13 @@ class Fleet:
         one (``--before``: the same bench against an older commit, in the same run)."""
         return _router(self, name, backends, sections, uvloop, source)
 
+    def agent(
+        self, name: str, store: Path, port: int = 0
+    ) -> contextlib.AbstractAsyncContextManager[Child]:
+        """A reference agent on loopback ``port`` (0: a free one) with its own ``store``:
+        started again on the same port and store, it is the same agent restarted."""
+        return _agent(self.folder, store, name, port)
+
     def scripted(self, count: int) -> contextlib.AbstractAsyncContextManager[Scripted]:
         return _scripted(self, count)
 
@@ -114,8 +121,10 @@ async def start_fleet(agents: int, profile: Path | None = None) -> AsyncIterator
             yield Fleet(root, http, list(started), profile)
 
 
-def _agent(root: Path, store: Path, name: str) -> contextlib.AbstractAsyncContextManager[Child]:
-    args = ["agent", "--listen", "127.0.0.1:0", "--store", str(store), "--id", name]
+def _agent(
+    root: Path, store: Path, name: str, port: int = 0
+) -> contextlib.AbstractAsyncContextManager[Child]:
+    args = ["agent", "--listen", f"127.0.0.1:{port}", "--store", str(store), "--id", name]
     return _child(root, name, _router_args(args), f"agent {name} listening on ")
 
 
@@ -209,8 +218,9 @@ def haproxy_missing() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    """A loopback port free now (HAProxy takes a port in its config, not port 0)."""
+def free_port() -> int:
+    """A loopback port free now (for a process that takes a port in its config, not port
+    0, or must come back on the same one)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
@@ -237,7 +247,7 @@ backend agent
 @contextlib.asynccontextmanager
 async def _haproxy(fleet: Fleet, target: str) -> AsyncIterator[Child]:
     """HAProxy in HTTP mode in front of ``target``: a byte tunnel after the upgrade."""
-    port = _free_port()
+    port = free_port()
     address = target.removeprefix("ws://").partition("/")[0]
     config = fleet.folder / "haproxy.cfg"
     config.write_text(HAPROXY_CONFIG.format(port=port, target=address))

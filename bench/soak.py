@@ -162,7 +162,7 @@ async def _hold(http: aiohttp.ClientSession, router: Child, session_id: str, tal
                 attached = await _request(socket, "session/resume", resume_params(session_id))
                 while attached == "ok":
                     params = prompt_params(session_id, "/slow 1")
-                    outcome, message = await _answer(socket, "session/prompt", params)
+                    outcome, message = await socket.outcome("session/prompt", params)
                     tally.turns[outcome] += 1
                     if any(words in message for words in MOVED):
                         tally.splits += 1
@@ -187,21 +187,8 @@ async def _resume(http: aiohttp.ClientSession, router: Child, session_id: str) -
 
 async def _request(socket: AcpSocket, method: str, params: dict[str, object]) -> str:
     """One request's outcome: ``ok`` or the error code."""
-    outcome, _ = await _answer(socket, method, params)
+    outcome, _ = await socket.outcome(method, params)
     return outcome
-
-
-async def _answer(socket: AcpSocket, method: str, params: dict[str, object]) -> tuple[str, str]:
-    """One request's outcome (``ok`` or the error code) and its error message
-    (notifications are skipped)."""
-    request_id = await socket.send(method, params)
-    while True:
-        message = await socket.receive()
-        if message.get("id") == request_id:
-            error = message.get("error")
-            if error is None:
-                return "ok", ""
-            return str(error.get("code")), str(error.get("message"))
 
 
 if __name__ == "__main__":

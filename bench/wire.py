@@ -66,6 +66,18 @@ class AcpSocket:
             raise BenchError(f"expected the reply to {request_id}, got {reply}")
         return reply["result"]
 
+    async def outcome(self, method: str, params: JsonObject) -> tuple[str, str]:
+        """One request's outcome, ``ok`` or the error code, and the error's message
+        (notifications are skipped; nothing else may be in flight)."""
+        request_id = await self.send(method, params)
+        while True:
+            message = await self.receive()
+            if message.get("id") == request_id and "method" not in message:
+                error = message.get("error")
+                if error is None:
+                    return "ok", ""
+                return str(error.get("code")), str(error.get("message"))
+
     async def new_session(self) -> str:
         result = await self.call("session/new", {"cwd": "/bench", "mcpServers": []})
         session_id: str = result["sessionId"]

@@ -234,12 +234,15 @@ class AgentProcess:
 
 
 @asynccontextmanager
-async def start_agent(store: Path, agent_id: str, *extra_args: str) -> AsyncIterator[AgentProcess]:
-    """Start ``acp-router agent`` on a free loopback port; terminate it on exit.
+async def start_agent(
+    store: Path, agent_id: str, *extra_args: str, port: int = 0
+) -> AsyncIterator[AgentProcess]:
+    """Start ``acp-router agent`` on loopback ``port`` (0: a free one); terminate it on exit.
 
     ``extra_args`` go after the required ones, e.g. ``"--idle-timeout", "0.3"``.
     """
-    args = ("agent", "--listen", "127.0.0.1:0", "--store", str(store), "--id", agent_id)
+    listen = f"127.0.0.1:{port}"
+    args = ("agent", "--listen", listen, "--store", str(store), "--id", agent_id)
     async with run_cli(*args, *extra_args) as cli:
         prefix = f"agent {agent_id} listening on "
         assert cli.first_line.startswith(prefix), cli.first_line

@@ -352,15 +352,49 @@ async def test_cancel_ends_a_slow_turn_promptly(client: AcpClient) -> None:
     try:
         assert await next_chunk(client) == ("agent_message_chunk", f"[{AGENT_ID}] slow 1")
 
-        second = await client.prompt(session_id, "again")
-        assert error_of(second)["code"] == -32602
-        assert "already has a prompt turn running" in error_of(second)["message"]
+        second = error_of(await client.prompt(session_id, "again"))
+        assert second == {
+            "code": -32016,
+            "message": f"session {session_id} has a prompt turn running: send the prompt"
+            " again after it ends, or after session/cancel",
+            "data": {"sessionId": session_id, "retryable": True},
+        }
 
         await client.notify("session/cancel", {"sessionId": session_id})
         assert result_of(await turn) == {"stopReason": "cancelled"}
     finally:
         turn.cancel()
     result_of(await client.prompt(session_id, "after"))  # the session takes prompts again
+
+
+async def test_a_cancel_right_behind_its_prompt_ends_the_turn(client: AcpClient) -> None:
+    """The two frames arrive together: the cancel must find the turn that the prompt
+    before it starts (on main the turn often started after the cancel, and ran on)."""
+    session_id = await client.new_session()
+    cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session_id}}
+    for request_id in range(100, 110):
+        params = {"sessionId": session_id, "prompt": [{"type": "text", "text": "/slow 30"}]}
+        prompt = {"jsonrpc": "2.0", "id": request_id, "method": "session/prompt", "params": params}
+        await client.ws.send(json.dumps(prompt))
+        await client.ws.send(json.dumps(cancel))
+        while "method" in (answer := await client.next_incoming(timeout=5)):
+            pass  # the turn's chunks, if it said anything before the cancel
+        assert answer == {"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": "cancelled"}}
+
+
+async def test_a_turn_ends_when_the_connection_that_sent_it_closes(agent: AgentProcess) -> None:
+    """Nobody can see that turn end; it must not hold the session against the retry of
+    a client that reconnects (on main: -32602 until the turn had run its course)."""
+    async with AcpClient.connect(agent.url) as first:
+        session_id = await first.new_session()
+        turn = asyncio.create_task(first.prompt(session_id, "/slow 30", timeout=5))
+        assert await next_chunk(first) == ("agent_message_chunk", f"[{AGENT_ID}] slow 1")
+    with pytest.raises(ConnectionError):
+        await turn
+    async with AcpClient.connect(agent.url) as again:
+        result_of(await again.request("session/resume", load_params(session_id)))
+        assert result_of(await again.prompt(session_id, "retried")) == {"stopReason": "end_turn"}
+        assert result_of(await again.status(session_id)) == {"status": "active"}
 
 
 async def test_close_cancels_a_running_turn(client: AcpClient) -> None:
@@ -642,7 +676,7 @@ async def test_a_session_resumed_elsewhere_is_dropped_here_not_appended_to(store
             before = records_of(store, session_id)
             error = error_of(await on_a.prompt(session_id, "two"))
             assert (error["code"], error["message"]) == (-32010, moved(session_id))
-            assert error["data"]["sessionId"] == session_id
+            assert error["data"] == {"sessionId": session_id, "retryable": False}  # never ran
             assert records_of(store, session_id) == before
             await a.wait_for_log(f"session {session_id} moved to another instance")
             assert result_of(await on_a.status(session_id)) == {"status": "inactive"}
@@ -674,6 +708,12 @@ async def test_a_running_turn_stops_writing_when_its_session_moves(store: Path) 
                 result_of(await on_b.prompt(session_id, "mine now"))
                 error = error_of(await turn)  # at A's next write, not after 5 s
                 assert (error["code"], error["message"]) == (-32010, moved(session_id))
+                # it ran in part: a bridge must not send it again as if it never had
+                assert error["data"] == {
+                    "sessionId": session_id,
+                    "retryable": False,
+                    "turnStarted": True,
+                }
             finally:
                 turn.cancel()
             sent_by_a = ["[agent-a] slow 1", *(t for _, t in text_chunks(on_a.drain_incoming()))]

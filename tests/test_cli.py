@@ -206,11 +206,21 @@ async def test_demo_serves_and_stops_cleanly_on_ctrl_c() -> None:
     assert not await asyncio.to_thread(store.exists), "the temporary session store is removed"
 
 
-async def test_connect_to_nothing_fails_with_one_line() -> None:
+async def test_connect_to_nothing_fails_after_reconnect_for() -> None:
     with occupied_port() as port:  # listening, but not a WebSocket server
         url = f"ws://127.0.0.1:{port}/acp"
-    line = one_line_failure(await run_cli_to_exit("connect", url))
-    assert url in line
+    run = await run_cli_to_exit("connect", url, "--reconnect-for", "0.3")
+    assert (run.returncode, run.stdout) == (2, "")
+    assert "Traceback" not in run.stderr, run.stderr
+    retrying, failure = run.stderr.splitlines()
+    assert f"cannot reach {url} yet" in retrying, retrying
+    assert "retrying for up to 0.3 s" in retrying, retrying
+    assert failure.startswith(f"acp-router: cannot connect to {url} within 0.3 s: "), failure
+
+
+async def test_connect_to_a_url_that_is_not_a_websocket_fails_at_once() -> None:
+    run = await run_cli_to_exit("connect", "http://127.0.0.1:1/acp")
+    assert "cannot connect to http://127.0.0.1:1/acp: " in one_line_failure(run)
 
 
 async def test_connect_bridges_stdin_lines_to_the_router_and_back(tmp_path: Path) -> None:
@@ -303,6 +313,20 @@ async def test_serve_help_says_what_the_router_serves_and_shows_a_config() -> No
     minimal = run.stdout[run.stdout.index("a minimal FILE:") :].split("\n", 1)[1]
     settings = settings_from(tomllib.loads(textwrap.dedent(minimal)))
     assert [b.id for b in settings.backends] == ["agent-1"]
+
+
+async def test_connect_help_says_when_it_retries_and_how_it_exits() -> None:
+    """What the bridge does that an editor's user must know (tests/test_connect.py runs it)."""
+    text = " ".join((await run_cli_to_exit("connect", "--help")).stdout.split())
+    for words in (
+        "When the router is not up yet, or goes away, it keeps trying to reach it",
+        "for --reconnect-for seconds, holding what the editor writes",
+        "(-32010, after the agent holding it restarted, say) is held: the bridge resumes (or"
+        " loads) the session again and sends the request once more",
+        "2 when it was never reached",
+        "at the start and each time it goes away, then exit (2 at the start, 1 later)",
+    ):
+        assert words in text, words
 
 
 async def test_the_command_list_points_at_each_command_help() -> None:

@@ -103,6 +103,19 @@ def test_security_keys() -> None:
     assert settings_from(MINIMAL).auth is None
 
 
+@pytest.mark.parametrize(
+    ("grace", "most", "accepted"), [(600, 200, True), (599, 200, False), (0, 1, False)]
+)
+def test_the_grace_spans_three_reconnect_intervals(grace: int, most: int, accepted: bool) -> None:
+    data = _with(control={"down_grace_ms": grace, "reconnect_max_ms": most})
+    if accepted:
+        assert settings_from(data).control.down_grace_ms == grace
+    else:
+        message = _error(data)
+        assert "'down_grace_ms'" in message, message
+        assert "'reconnect_max_ms'" in message, message
+
+
 def test_settings_are_frozen() -> None:
     settings = settings_from(MINIMAL)
     with pytest.raises(ValueError, match="frozen"):
@@ -256,6 +269,12 @@ JARGON = ("Input should", "Extra inputs", "Field required", "Value error", "inst
             "auth: give only one of 'session_secret', 'session_secret_file' and 'session_secret_env'",
         ),
         ({}, "give at least one [[backends]] table (or a [[discovery]] table)"),
+        (
+            _with(control={"down_grace_ms": 10_000}),
+            "control: 'down_grace_ms' (10000) must be at least 3 x 'reconnect_max_ms' (5000),"
+            " 15000: a backend is given up only once its link has tried it throughout the"
+            " grace, and a shorter one gives up a backend that is merely restarting",
+        ),
         (
             {"backends": [{"id": "a", "url": "ws://h:1/acp"}, {"id": "a", "url": "ws://h:2/acp"}]},
             "each [[backends]] table needs a unique 'id'; repeated: \"a\"",

@@ -22,7 +22,16 @@ from websockets.asyncio.server import Server, ServerConnection
 from websockets.http11 import Request as HttpRequest, Response as HttpResponse
 
 from tests.fleet import start_fleet
-from tests.support import WAIT, LogLines, cli_command, run_cli, run_cli_to_exit
+from tests.support import (
+    WAIT,
+    CliProcess,
+    LogLines,
+    cli_command,
+    occupied_port,
+    run_cli,
+    run_cli_to_exit,
+    start_agent,
+)
 
 JsonObject = dict[str, Any]
 CWD = "/work/project"
@@ -218,13 +227,19 @@ def router_config(path: Path, listen: str, agents: list[Any]) -> Path:
     return path
 
 
+@asynccontextmanager
+async def serving(tmp_path: Path, agents: list[Any]) -> AsyncIterator[tuple[CliProcess, str]]:
+    """``serve`` in front of ``agents`` on a free port, once every backend is up; its URL."""
+    config = router_config(tmp_path / "router.toml", "127.0.0.1:0", agents)
+    async with run_cli("serve", "--config", str(config)) as router:
+        for agent in agents:
+            await router.wait_for_log(f"backend {agent.agent_id} is up")
+        yield router, router.first_line.removeprefix("acp-router listening on ")
+
+
 async def test_the_bridge_rides_through_a_router_restart(tmp_path: Path) -> None:
     async with start_fleet(tmp_path / "store", 2) as agents:
-        config = router_config(tmp_path / "router.toml", "127.0.0.1:0", agents)
-        async with run_cli("serve", "--config", str(config)) as first:
-            url = first.first_line.removeprefix("acp-router listening on ")
-            for agent in agents:
-                await first.wait_for_log(f"backend {agent.agent_id} is up")
+        async with serving(tmp_path, agents) as (first, url):
             async with bridge(url) as editor:
                 await editor.call(0, "initialize", INIT)
                 params = {"cwd": CWD, "mcpServers": []}
@@ -266,6 +281,72 @@ async def test_the_bridge_rides_through_a_router_restart(tmp_path: Path) -> None
                     )
                     assert await editor.exit_status(close_stdin=True) == 0
                 assert "Traceback" not in editor.stderr.text, editor.stderr.text
+
+
+def said(editor: BridgeProcess, session_id: str) -> list[str]:
+    """The text of every chunk the editor saw for ``session_id``, in order."""
+    return [
+        m["params"]["update"]["content"]["text"]
+        for m in editor.seen
+        if m.get("method") == "session/update" and m["params"]["sessionId"] == session_id
+    ]
+
+
+async def test_the_bridge_waits_for_a_router_that_is_not_up_yet(tmp_path: Path) -> None:
+    """An editor started during a router restart (on main: exit 2 within 0.2 s)."""
+    with occupied_port() as port:
+        url = f"ws://127.0.0.1:{port}/acp"  # nothing listens there once this block ends
+    async with start_fleet(tmp_path / "store", 1) as agents, bridge(url) as editor:
+        await editor.send(call(0, "initialize", **INIT))  # held until the router is up
+        await editor.stderr.wait_for(f"cannot reach {url} yet")
+        assert "retrying for up to 60 s" in editor.stderr.text, editor.stderr.text
+        config = router_config(tmp_path / "router.toml", f"127.0.0.1:{port}", agents)
+        async with run_cli("serve", "--config", str(config)) as router:
+            assert (await editor.answer(0))["result"]["protocolVersion"] == 1
+            await router.wait_for_log("backend agent-1 is up")
+            params = {"cwd": CWD, "mcpServers": []}
+            session_id = (await editor.call(1, "session/new", params))["result"]["sessionId"]
+            hello = {"sessionId": session_id, "prompt": [{"type": "text", "text": "hello"}]}
+            answer = await editor.call(2, "session/prompt", hello)
+            assert answer.get("result") == {"stopReason": "end_turn"}, answer
+            assert said(editor, session_id) == ["[agent-1] hello"]
+            assert await editor.exit_status(close_stdin=True) == 0
+    assert "Traceback" not in editor.stderr.text, editor.stderr.text
+
+
+async def test_an_agent_restart_does_not_leave_the_editor_stuck(tmp_path: Path) -> None:
+    """kill -9 of the agent under an editor's session, then the agent back on its port and
+    store, default router settings (failover off): on main every prompt got -32010 ("send
+    session/resume first"), which editors never do in the middle of a thread."""
+    store = tmp_path / "store"
+    async with start_fleet(store, 2) as agents:
+        async with serving(tmp_path, agents) as (router, url):
+            async with bridge(url) as editor:
+                await editor.call(0, "initialize", INIT)
+                params = {"cwd": CWD, "mcpServers": []}
+                session_id = (await editor.call(1, "session/new", params))["result"]["sessionId"]
+                one = {"sessionId": session_id, "prompt": [{"type": "text", "text": "one"}]}
+                assert "result" in await editor.call(2, "session/prompt", one)
+                (first,) = said(editor, session_id)
+                holder = next(a for a in agents if first == f"[{a.agent_id}] one")
+
+                logged = len(router.stderr.lines)
+                holder.cli.process.kill()
+                await holder.stop()
+                port = int(holder.url.rsplit(":", 1)[1].split("/")[0])
+                async with start_agent(store, holder.agent_id, port=port) as again:
+                    assert again.url == holder.url
+                    await router.wait_for_log(f"backend {holder.agent_id} is up", start=logged)
+                    two = {"sessionId": session_id, "prompt": [{"type": "text", "text": "two"}]}
+                    answer = await editor.call(3, "session/prompt", two)
+                    assert answer.get("result") == {"stopReason": "end_turn"}, answer
+                    assert re.fullmatch(r"\[agent-[12]\] two", said(editor, session_id)[-1])
+                    errors = [m["error"] for m in editor.seen if "error" in m]
+                    assert errors == [], errors
+                    for request_id in range(4):
+                        assert len(editor.answers_to(request_id)) == 1, request_id
+                    assert await editor.exit_status(close_stdin=True) == 0
+    assert "Traceback" not in editor.stderr.text, editor.stderr.text
 
 
 # -- the scripted router -------------------------------------------------------------------------

@@ -139,7 +139,7 @@ async def test_a_link_flap_fails_resumes_closed_and_the_session_comes_back_to_it
 async def test_a_backend_unreachable_past_the_grace_is_gone(tmp_path: Path) -> None:
     async with start_fleet(tmp_path, 2) as agents, start_relay(agents[0].url) as relay:
         backends = [("agent-1", relay.url), ("agent-2", agents[1].url)]
-        control = {"down_grace_ms": 500}
+        control = {"down_grace_ms": 500, "reconnect_max_ms": 150}
         async with start_router(backends, router=FAST_CONTROL, control=control) as router:
             session_id = await _session_on(agents[0].url)
             await _cut_and_stall(router, relay)

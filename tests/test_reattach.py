@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from router.commands.reattach import EditorState, Reattach, ReplayRefused
+from router.commands.reattach import EditorState, Reattach, Reattachments, ReplayRefused, Steps
 from router.protocol.jsonrpc import Response
 from router.protocol.reading import parse
 
@@ -148,3 +148,125 @@ def test_a_replayed_load_mutes_its_history_until_its_answer() -> None:
     replay.answered(answer(load))
     assert not replay.mutes(history)
     assert replay.done
+
+
+# -- a session the router let go of while the connection stayed up ---------------------------------
+
+NOT_ATTACHED = {
+    "code": -32010,
+    "message": "Session is not attached to this connection: send session/resume first",
+    "data": {"sessionId": "s1", "retryable": False},
+}
+
+
+def attached_editor(*, resume: bool = True, load: bool = True) -> EditorState:
+    editor = EditorState()
+    exchange(editor, 0, "initialize", advertising(resume=resume, load=load), protocolVersion=1)
+    exchange(editor, 1, "session/new", {"sessionId": "s1"}, cwd=CWD, mcpServers=[])
+    return editor
+
+
+def sent(editor: EditorState, request_id: Any, method: str = "session/prompt") -> str:
+    text = frame(id=request_id, method=method, params={"sessionId": "s1", "prompt": []})
+    assert editor.sending(parse(text))
+    return text
+
+
+def refused(request_id: Any, error: dict[str, Any] = NOT_ATTACHED) -> Response:
+    response = parse(frame(id=request_id, error=error))
+    assert isinstance(response, Response)
+    return response
+
+
+def test_a_request_answered_not_attached_is_sent_again_once_the_session_is_back() -> None:
+    editor = attached_editor()
+    again = Reattachments(editor)
+    prompt, second = sent(editor, 7), sent(editor, 8)
+    steps = again.take(refused(7))
+    assert steps is not None
+    (resume,) = steps.to_router
+    assert steps.to_editor == []
+    assert json.loads(resume)["method"] == "session/resume"
+    assert json.loads(resume)["params"] == {"sessionId": "s1", "cwd": CWD, "mcpServers": []}
+    assert again.take(refused(8)) == Steps([], [])  # waits behind the same resume
+    assert editor.owes  # both still owed to the editor
+    assert again.take(answer(resume)) == Steps([prompt, second], [])
+    # the answers to the requests sent again go to the editor as they come, even -32010
+    assert again.take(refused(7)) is None
+    editor.received(refused(7))
+    assert again.take(parse(frame(id=8, result={}))) is None
+
+
+def test_a_retryable_refusal_of_the_resume_answers_the_held_requests_and_keeps_the_session() -> (
+    None
+):
+    editor = attached_editor()
+    again = Reattachments(editor)
+    sent(editor, 7)
+    steps = again.take(refused(7))
+    assert steps is not None
+    inconclusive = {"code": -32012, "message": "retry later", "data": {"retryable": True}}
+    after = again.take(answer(steps.to_router[0], error=inconclusive))
+    assert after is not None
+    assert [json.loads(text) for text in after.to_editor] == [
+        {"jsonrpc": "2.0", "id": 7, "error": inconclusive}
+    ]
+    assert not editor.owes
+    assert list(editor.sessions) == ["s1"]  # the next -32010 tries again
+    sent(editor, 9)
+    assert again.take(refused(9)) is not None
+
+
+def test_a_final_refusal_gives_the_editor_its_own_answer_and_forgets_the_session() -> None:
+    editor = attached_editor(resume=False, load=True)
+    again = Reattachments(editor)
+    sent(editor, 7)
+    steps = again.take(refused(7))
+    assert steps is not None
+    (load,) = steps.to_router
+    assert json.loads(load)["method"] == "session/load"
+    history = parse(frame(method="session/update", params={"sessionId": "s1", "update": {}}))
+    assert again.take(history) == Steps([], [])  # the history a load sends again
+    gone = {"code": -32002, "message": "Resource not found", "data": {"sessionId": "s1"}}
+    after = again.take(answer(load, error=gone))
+    assert after is not None
+    assert [json.loads(text)["error"] for text in after.to_editor] == [NOT_ATTACHED]
+    assert editor.sessions == {}
+    assert again.take(history) is None
+    sent(editor, 9)
+    assert again.take(refused(9)) is None  # not an attached session: passed on
+
+
+def test_a_turn_cut_short_by_a_move_is_not_run_again() -> None:
+    editor = attached_editor()
+    again = Reattachments(editor)
+    sent(editor, 7)
+    moved = {**NOT_ATTACHED, "data": {"sessionId": "s1", "retryable": False, "turnStarted": True}}
+    steps = again.take(refused(7, moved))
+    assert steps is not None
+    after = again.take(answer(steps.to_router[0]))
+    assert after is not None
+    assert after.to_router == []
+    (lost,) = [json.loads(text) for text in after.to_editor]
+    assert (lost["id"], lost["error"]["code"], lost["error"]["data"]["retryable"]) == (
+        7,
+        -32013,
+        True,
+    )
+    assert not editor.owes
+
+
+@pytest.mark.parametrize(
+    ("method", "session_id", "error_code"),
+    [
+        ("session/prompt", "s2", -32010),  # a session the editor never attached
+        ("session/resume", "s1", -32010),  # an attach of its own
+        ("session/prompt", "s1", -32012),  # another error
+    ],
+)
+def test_other_answers_pass_as_they_are(method: str, session_id: str, error_code: int) -> None:
+    editor = attached_editor()
+    again = Reattachments(editor)
+    params = {"sessionId": session_id, "cwd": CWD}
+    assert editor.sending(parse(frame(id=7, method=method, params=params)))
+    assert again.take(refused(7, {**NOT_ATTACHED, "code": error_code})) is None

@@ -2,7 +2,9 @@
 
 Requests are answered concurrently (a ``session/prompt`` lasts a whole turn, and the
 ``session/cancel`` or permission reply for it arrives meanwhile), each in a task of the
-connection's task group. Notifications and responses are handled inline, in order.
+connection's task group. Notifications and responses are handled in order, each once
+the requests read before it have begun (their tasks' first steps run first): a
+``session/cancel`` right behind a ``session/prompt`` finds that prompt's turn running.
 """
 
 from __future__ import annotations
@@ -94,10 +96,8 @@ class Connection:
             return
         if isinstance(message, Request):
             await self._start(message, tasks)
-        elif isinstance(message, Response):
-            self._resolve(message)
-        else:
-            self._notified(message)
+        else:  # after the first steps of the request tasks started so far (FIFO)
+            asyncio.get_running_loop().call_soon(self._handle, message)
 
     def close(self) -> None:
         """Stop sending and give every awaited reply up (as None)."""
@@ -128,6 +128,12 @@ class Connection:
         finally:
             self._in_flight -= 1
         await self.send(reply)
+
+    def _handle(self, message: Response | Notification) -> None:
+        if isinstance(message, Response):
+            self._resolve(message)
+        else:
+            self._notified(message)
 
     def _resolve(self, response: Response) -> None:
         reply = self._awaited.get(response.id) if isinstance(response.id, int) else None

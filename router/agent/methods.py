@@ -241,6 +241,9 @@ class Agent:
         raise SessionNotFound(session_id)
 
     async def prompt(self, connection: Connection, p: dict[str, Any]) -> Any:
+        """One turn. Everything up to its start runs before the first ``await``, so a
+        ``session/cancel`` read right behind this prompt finds the turn running
+        (:mod:`router.agent.connection`)."""
         session = self._attached(connection, params.session_id(p))
         prompt = params.prompt(p)
         command = parse_command(prompt)

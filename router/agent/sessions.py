@@ -4,6 +4,14 @@ A session stays in memory while a connection is attached or a turn runs; once ne
 holds, an idle timer starts, and when it fires the session is evicted (it stays in the
 store, so it is then ``inactive``). Lookups never touch the timer: ``session/status``
 must have no side effects.
+
+A session runs one turn at a time: a second ``session/prompt`` meanwhile is refused
+with the retryable :class:`TurnInProgress`. A turn whose connection closes is cancelled
+(as ``session/cancel`` would): in ACP v1 a turn ends with the answer to its
+``session/prompt``, and that answer (like the turn's permission requests) can only go
+to the connection that sent the prompt, so once it is gone nobody can see the turn end,
+and it would only hold the session against the client's retry. The session itself
+stays, as after any disconnect.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from collections.abc import Iterator
 from typing import NewType
 
 from router.agent.store import Lease
-from router.protocol.errors import InternalError, InvalidParams
+from router.protocol.errors import InternalError, TurnInProgress
 from router.protocol.jsonrpc import Response
 
 logger = logging.getLogger(__name__)
@@ -137,9 +145,12 @@ class SessionTable:
         self._open_connections.add(connection_id)
 
     def connection_closed(self, connection_id: ConnectionId) -> None:
-        """Detach a closed connection from every session it was attached to."""
+        """Detach a closed connection from every session it was attached to, and cancel
+        the turns its prompts started."""
         self._open_connections.discard(connection_id)
         for session in self:
+            if session.turn is not None and session.turn.connection_id == connection_id:
+                session.turn.cancel()
             if connection_id in session.connections:
                 session.connections.discard(connection_id)
                 self._start_idle_timer_if_idle(session)
@@ -170,10 +181,7 @@ class SessionTable:
 
     def begin_turn(self, session: LiveSession, connection_id: ConnectionId) -> Turn:
         if session.turn is not None:
-            raise InvalidParams(
-                f"session {session.session_id} already has a prompt turn running:"
-                " wait for it to end or send session/cancel"
-            )
+            raise TurnInProgress(session.session_id)
         session.turn = Turn(connection_id)
         session.touch()
         _stop_idle_timer(session)

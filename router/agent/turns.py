@@ -20,7 +20,7 @@ from router.agent.params import Prompt
 from router.agent.sessions import LiveSession, Turn
 from router.agent.store import Message, SessionStore, Speaker
 from router.protocol import acp, jsonrpc
-from router.protocol.errors import InvalidParams
+from router.protocol.errors import InvalidParams, SessionMoved
 from router.protocol.jsonrpc import Response
 
 SLOW_INTERVAL = 0.1
@@ -85,15 +85,23 @@ def parse_command(prompt: Prompt) -> Command:
 
 
 async def run_turn(scope: TurnScope, prompt: Prompt, command: Command) -> StopReason:
-    """Record the prompt, answer it, and say why the turn stopped."""
+    """Record the prompt, answer it, and say why the turn stopped.
+
+    Raises:
+        SessionMoved: another instance took the session; ``turn_started`` once the
+            prompt was recorded (before that, nothing of the turn ran).
+    """
     _record_prompt(scope, prompt)
-    if isinstance(command, Slow):
-        return await _slow(scope, command.seconds)
-    if isinstance(command, AskPermission):
-        return await _ask_permission(scope)
-    for text in prompt.texts:
-        await _say(scope, text)
-    return StopReason.END_TURN
+    try:
+        if isinstance(command, Slow):
+            return await _slow(scope, command.seconds)
+        if isinstance(command, AskPermission):
+            return await _ask_permission(scope)
+        for text in prompt.texts:
+            await _say(scope, text)
+        return StopReason.END_TURN
+    except SessionMoved:
+        raise SessionMoved(scope.session.session_id, turn_started=True) from None
 
 
 def _record_prompt(scope: TurnScope, prompt: Prompt) -> None:

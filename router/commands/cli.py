@@ -81,8 +81,22 @@ signals on to them. config/router.example.toml lists every key with its default.
     "connect": """\
 Bridge stdin/stdout to a router's (or an agent's) WebSocket: give it to an editor as the
 agent command and the editor uses the whole fleet. One JSON-RPC message per line each way.
-Sends Authorization: Bearer $ACP_ROUTER_TOKEN when that variable is set. Exits 0 when stdin
-closes (after the answers it owes), 1 when the connection is lost.""",
+Sends Authorization: Bearer $ACP_ROUTER_TOKEN when that variable is set.
+
+It rides through router restarts. When the router is not up yet, or goes away, it keeps
+trying to reach it (a jittered backoff from 0.1 s doubling to 5 s) for --reconnect-for
+seconds, holding what the editor writes; requests the router was answering when it went
+get the retryable -32013, once. On a new connection it replays the editor's initialize,
+authenticate and open sessions. A request for an open session that the router no longer
+has attached (-32010, after the agent holding it restarted, say) is held: the bridge
+resumes (or loads) the session again and sends the request once more (a prompt whose
+turn had begun gets the retryable -32013 instead); if the router will not attach it, the
+editor gets that refusal when it is retryable, else the -32010.
+
+Exit status: 0 when stdin closes (after the answers it owes, up to 60 s) or the router
+closes normally; 1 when the router is lost for good (not reached again within
+--reconnect-for, another close code, a refused token or handshake); 2 when it was never
+reached (its token or the URL refused, or nothing within --reconnect-for).""",
     "status": """\
 Ask a router or an agent for one session's status (session/status) and print the answer.
 Exit status: 0 active, 3 inactive, 4 unknown session. Sends Authorization: Bearer
@@ -268,8 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive_float,
         default=60.0,
         metavar="SECONDS",
-        help="when the router goes away, keep trying to reach it again this long, then"
-        " exit 1 (default 60)",
+        help="keep trying to reach the router this long, at the start and each time it"
+        " goes away, then exit (2 at the start, 1 later) (default 60)",
     )
 
     status = _command(commands, "status", "ask a router or an agent for one session's status")

@@ -8,6 +8,11 @@ line read on stdin goes out as one text frame, every text frame received is writ
 as one line. Frames are passed as they are, except that a frame holding a raw
 newline (legal JSON whitespace, illegal in NDJSON) is re-encoded on one line.
 
+An editor started while the router is not up yet (a restart, a fleet still starting)
+does not fail either: the bridge tries to reach the router with the same backoff as
+below for up to ``--reconnect-for`` seconds (saying so once on stderr), holding what
+the editor writes meanwhile.
+
 When the router goes away (a restart closes with 1012; 1001, 1011, 1013 and 1014 too,
 or the connection is simply lost), the editor does not see its agent die. The bridge
 
@@ -21,11 +26,17 @@ or the connection is simply lost), the editor does not see its agent die. The br
   then stdin waits). An answer to an agent request made on the old connection is
   dropped: its id meant something there only.
 
+When the router lets go of an attached session while the connection stays up (the
+agent that held it was restarted, say), the request that finds it so (``-32010``, "send
+session/resume first") is kept from the editor: the bridge attaches the session again
+and sends the request once more (:class:`~router.commands.reattach.Reattachments`).
+
 Exit status: 0 when stdin ends (answers still owed get :data:`DRAIN_SECONDS`; a close
 meanwhile ends the bridge, no reconnect) or the router closes normally (1000); 1, with
 one line on stderr, when the router closes for another reason, refuses the bridge's
 token (401, 403) or the replayed handshake, or cannot be reached again within
-``--reconnect-for``.
+``--reconnect-for``; 2, with one line, when it was never reached: refused at once, or
+not reached within ``--reconnect-for``.
 """
 
 from __future__ import annotations
@@ -47,7 +58,13 @@ import websockets
 from websockets.asyncio.client import ClientConnection
 
 from router.commands.bearer import auth_headers, refusal_hint
-from router.commands.reattach import EditorState, Reattach, ReplayRefused
+from router.commands.reattach import (
+    EditorState,
+    Reattach,
+    Reattachments,
+    ReplayRefused,
+    Steps,
+)
 from router.protocol.errors import AcpRouterError, ProtocolError
 from router.protocol.jsonrpc import Message, Response
 from router.protocol.reading import parse
@@ -98,13 +115,9 @@ async def run_bridge(url: str, *, reconnect_for: float = RECONNECT_FOR_SECONDS) 
     """Bridge stdio to ``url`` until the editor is done; the exit status.
 
     Raises:
-        AcpRouterError: the first connection failed (the bridge never started).
+        AcpRouterError: the router was never reached (the bridge never started).
     """
-    try:
-        ws = await _open(url, OPEN_SECONDS)
-    except (RouterUnreachable, RouterRefused) as exc:
-        raise AcpRouterError(f"cannot connect to {url}: {exc}") from None
-    bridge = Bridge(url, ws, StdinLines(), await _stdout(), reconnect_for=reconnect_for)
+    bridge = Bridge(url, StdinLines(), await _stdout(), reconnect_for=reconnect_for)
     try:
         return await bridge.run()
     except EditorGone:
@@ -117,7 +130,8 @@ async def run_bridge(url: str, *, reconnect_for: float = RECONNECT_FOR_SECONDS) 
 
 
 async def _open(url: str, timeout: float) -> ClientConnection:
-    """Raises RouterRefused (401, 403) or RouterUnreachable (anything else)."""
+    """Raises RouterRefused (401, 403, a URL that is not ws:// or wss://) or
+    RouterUnreachable (anything else)."""
     try:
         return await websockets.connect(
             url,
@@ -131,7 +145,9 @@ async def _open(url: str, timeout: float) -> ClientConnection:
         status = exc.response.status_code
         refused = RouterRefused if status in (401, 403) else RouterUnreachable
         raise refused(f"{exc}{refusal_hint(status)}") from None
-    except (OSError, TimeoutError, websockets.InvalidURI, websockets.InvalidHandshake) as exc:
+    except websockets.InvalidURI as exc:
+        raise RouterRefused(str(exc)) from None
+    except (OSError, TimeoutError, websockets.InvalidHandshake) as exc:
         raise RouterUnreachable(str(exc) or type(exc).__name__) from None
 
 
@@ -206,18 +222,18 @@ class Bridge:
     def __init__(
         self,
         url: str,
-        ws: ClientConnection,
         stdin: StdinLines,
         stdout: asyncio.StreamWriter | None,
         *,
         reconnect_for: float,
     ) -> None:
         self._url = url
-        self._ws = ws
+        self._ws: ClientConnection | None = None
         self._stdin = stdin
         self._stdout = stdout
         self._reconnect_for = reconnect_for
         self._editor = EditorState()
+        self._again = Reattachments(self._editor)
         #: editor lines read while there was no connection, to send once there is
         self._held: collections.deque[bytes] = collections.deque()
         self._stdin_ended = False
@@ -229,41 +245,54 @@ class Bridge:
         """Bridge until the editor is done or the router is gone for good.
 
         Raises:
-            RouterRefused: the router refused the bridge on a reconnect.
+            AcpRouterError: the router was never reached.
+            RouterRefused: the router refused the bridge on a reconnect, or was not
+                reached again within ``--reconnect-for``.
             EditorGone: stdout was closed.
         """
+        try:
+            reached = await self._reach(first=True)
+        except RouterRefused as exc:
+            raise AcpRouterError(str(exc)) from None
+        if not reached:  # stdin ended first
+            why = "the bridge stopped waiting: its stdin ended"
+            await self._answer(self._editor.lost(why, _parsed(self._held)))
+            return 0
         loop = asyncio.get_running_loop()
         while True:
             opened = loop.time()
-            await self._serve()
+            ws = await self._serve()
             if loop.time() - opened >= STABLE_SECONDS:
                 self._delay = BACKOFF_FIRST_SECONDS
-            code, reason = self._ws.close_code, self._ws.close_reason
+            code, reason = ws.close_code, ws.close_reason
             why = (
                 "the bridge stopped waiting: its stdin ended"
                 if code is None
                 else f"the router connection was lost ({code} {reason})".rstrip()
             )
             await self._answer(self._editor.lost(why))
+            self._again = Reattachments(self._editor)
             if self._stdin_ended:
-                await self._ws.close()
+                await ws.close()
                 return 0
             if code not in RECONNECT_CODES:
                 if code == 1000:
                     return 0
                 logger.error("connection lost: %s %s", code, reason)
                 return 1
-            if not await self._reconnect(why):  # stdin ended first
+            if not await self._reach(first=False):  # stdin ended first
                 await self._answer(self._editor.lost(why, _parsed(self._held)))
                 return 0
 
     # -- one connection ------------------------------------------------------------------------
 
-    async def _serve(self) -> None:
+    async def _serve(self) -> ClientConnection:
         """Pump both ways until the connection closes, or stdin ends and the answers
-        still owed are through (or :data:`DRAIN_SECONDS` have passed)."""
-        upstream = asyncio.create_task(self._upstream(), name="stdin-to-ws")
-        downstream = asyncio.create_task(self._downstream(), name="ws-to-stdout")
+        still owed are through (or :data:`DRAIN_SECONDS` have passed); the connection."""
+        ws = self._ws
+        assert ws is not None
+        upstream = asyncio.create_task(self._upstream(ws), name="stdin-to-ws")
+        downstream = asyncio.create_task(self._downstream(ws), name="ws-to-stdout")
         try:
             done, _ = await asyncio.wait(
                 {upstream, downstream}, return_when=asyncio.FIRST_COMPLETED
@@ -271,11 +300,12 @@ class Bridge:
             for task in done:
                 task.result()  # the editor gone
             if downstream.done():
-                return
+                return ws
             if self._stdin_ended:
                 await self._let_answers_through(downstream)
             else:  # a send failed: the connection is closing
                 await downstream
+            return ws
         finally:  # a send that failed as the connection closed ended its task: not news
             for task in (upstream, downstream):
                 task.cancel()
@@ -290,11 +320,14 @@ class Bridge:
         finally:
             await cancel_and_wait(settled)
 
-    async def _upstream(self) -> None:
+    async def _upstream(self, ws: ClientConnection) -> None:
         """Editor lines to the router, those held while reconnecting first; returns when
         stdin ends or a send fails (the connection is going)."""
         while True:
-            line = self._held.popleft() if self._held else await self._stdin.readline()
+            if self._held:
+                line = self._held.popleft()
+            else:  # stdin may have ended while the first connection was being made
+                line = b"" if self._stdin_ended else await self._stdin.readline()
             if not line:
                 self._stdin_ended = True
                 return
@@ -302,17 +335,25 @@ class Bridge:
             if not text or not self._sending(text):
                 continue
             try:
-                await self._ws.send(text)
+                await ws.send(text)
             except websockets.ConnectionClosed:
                 return
 
-    async def _downstream(self) -> None:
+    async def _downstream(self, ws: ClientConnection) -> None:
+        """Router frames to the editor, except those :class:`Reattachments` takes (and
+        the frames those send to the router)."""
         try:
-            async for frame in self._ws:
-                if isinstance(frame, str):  # binary frames are not ACP
-                    self._received(frame)
+            async for frame in ws:
+                if not isinstance(frame, str):  # binary frames are not ACP
+                    continue
+                steps = self._received(frame)
+                if steps is None:
                     await self._write_frame(frame)
-        except websockets.ConnectionClosedError:
+                    continue
+                for text in steps.to_router:
+                    await ws.send(text)
+                await self._answer(steps.to_editor)
+        except websockets.ConnectionClosed:  # what it owes the editor is answered after
             pass
 
     def _sending(self, text: str) -> bool:
@@ -324,12 +365,17 @@ class Bridge:
         self._note_settled()
         return keep
 
-    def _received(self, text: str) -> None:
+    def _received(self, text: str) -> Steps | None:
+        """Note a frame from the router; None: pass it on, else what to do instead."""
         try:
-            self._editor.received(parse(text))
+            message = parse(text)
         except ProtocolError:
-            return
-        self._note_settled()
+            return None
+        steps = self._again.take(message)
+        if steps is None:
+            self._editor.received(message)
+            self._note_settled()
+        return steps
 
     def _note_settled(self) -> None:
         if self._editor.owes:
@@ -339,44 +385,74 @@ class Bridge:
 
     # -- reconnecting --------------------------------------------------------------------------
 
-    async def _reconnect(self, why: str) -> bool:
-        """Reach the router again and replay the editor's state there; False when stdin
-        ended first.
+    async def _reach(self, *, first: bool) -> bool:
+        """Reach the router and replay the editor's state there; False when stdin ended
+        first (on a reconnect: the editor is gone). The first connection is tried at
+        once, its first failure said on stderr, and the end of stdin does not stop it
+        (a script's lines are sent once it is up); a reconnect waits a backoff pause
+        first.
 
         Raises:
             RouterRefused: refused, or not reached within ``--reconnect-for``.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._reconnect_for
-        last = why
+        last = ""
         holding = asyncio.create_task(self._hold_stdin(), name="stdin-held")
         attempt: asyncio.Task[ClientConnection] | None = None
         try:
+            pause = 0.0 if first else self._next_pause()
             while (remaining := deadline - loop.time()) > 0:
-                pause = min(random.uniform(self._delay / 2, self._delay), remaining)
-                await asyncio.wait({holding}, timeout=pause)
-                self._delay = min(self._delay * 2, BACKOFF_MAX_SECONDS)
-                if holding.done():
+                if not await self._pause(min(pause, remaining), holding, first=first):
                     return False
                 attempt = asyncio.create_task(
                     self._attempt(max(deadline - loop.time(), 0.1)), name="reconnect"
                 )
-                await asyncio.wait({attempt, holding}, return_when=asyncio.FIRST_COMPLETED)
+                stoppers = {attempt} if first else {attempt, holding}
+                await asyncio.wait(stoppers, return_when=asyncio.FIRST_COMPLETED)
                 if not attempt.done():
                     return False  # stdin ended first: the attempt is stopped below
                 try:
                     self._ws = attempt.result()
+                except RouterRefused as exc:
+                    if first:
+                        raise RouterRefused(f"cannot connect to {self._url}: {exc}") from None
+                    raise
                 except RouterUnreachable as exc:
+                    if first and not last:
+                        logger.info(
+                            "cannot reach %s yet (%s): retrying for up to %g s",
+                            self._url,
+                            exc,
+                            self._reconnect_for,
+                        )
                     last = str(exc)
+                    pause = self._next_pause()
                     continue
-                logger.info("reconnected to %s", self._url)
+                if not first:
+                    logger.info("reconnected to %s", self._url)
                 return True
         finally:  # cancelled while waiting, too: nothing of this attempt runs on
             running = [attempt] if attempt is not None and not attempt.done() else []
             await cancel_all_and_wait(holding, *running)
+        verb = "connect" if first else "reconnect"
         raise RouterRefused(
-            f"cannot reconnect to {self._url} within {self._reconnect_for:g} s: {last}"
+            f"cannot {verb} to {self._url} within {self._reconnect_for:g} s: {last}"
         )
+
+    async def _pause(self, seconds: float, holding: asyncio.Task[None], *, first: bool) -> bool:
+        """Wait ``seconds``; False when stdin ended meanwhile, on a reconnect."""
+        if first:
+            await asyncio.sleep(seconds)  # the backoff itself
+            return True
+        await asyncio.wait({holding}, timeout=seconds)
+        return not holding.done()
+
+    def _next_pause(self) -> float:
+        """The next backoff pause (jittered down by up to half); the backoff grows."""
+        pause = random.uniform(self._delay / 2, self._delay)
+        self._delay = min(self._delay * 2, BACKOFF_MAX_SECONDS)
+        return pause
 
     async def _hold_stdin(self) -> None:
         """Read the editor's lines while there is no connection, to send them once there

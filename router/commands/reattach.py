@@ -11,6 +11,15 @@ at once (``session/resume`` when the router offers it, ``session/load`` for a se
 the editor loaded). The answers are the bridge's, not the editor's: it never sees
 them, nor the history a replayed ``session/load`` sends again.
 
+The router may also let go of a session while the connection stays up: when the agent
+that held it was restarted, say, its next request is answered ``-32010`` ("send
+session/resume first"). :class:`Reattachments` keeps that answer from the editor,
+attaches the session again the same way (one :class:`Reattach` of that session alone)
+and sends the request once more: a request answered ``-32010`` never ran (the router
+answers it before forwarding; the reference agent, before a turn starts, or says
+``data.turnStarted`` when a turn it had started lost its session, and then the editor
+gets the retryable ``-32013`` instead of a second run).
+
 Nothing here reads a clock or does I/O.
 """
 
@@ -23,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from router.protocol import acp
-from router.protocol.errors import BackendLinkLost
+from router.protocol.errors import BackendLinkLost, ErrorObject, SessionNotAttached
 from router.protocol.ids import SessionId
 from router.protocol.jsonrpc import (
     Message,
@@ -34,10 +43,11 @@ from router.protocol.jsonrpc import (
     encode_error,
     encode_request,
 )
+from router.protocol.reading import parse
 from router.protocol.splice import replace_id
 
-#: the bridge's own request ids start so (the router reserves ``acp-router:``); no
-#: editor request is in flight on a connection while they are, so they cannot collide
+#: the bridge's own request ids start so (the router reserves ``acp-router:``), and
+#: skip any id an editor request in flight uses
 REPLAY_ID_PREFIX: Final = "acp-bridge:"
 #: sessions remembered for the replay (the oldest attached are forgotten first)
 MAX_SESSIONS: Final = 4096
@@ -70,8 +80,11 @@ class EditorState:
 
     def __init__(self) -> None:
         self.initialize: Request | None = None
+        #: the router's answer to it (what it offers: resume, load)
+        self.advertised: Any = None
         self.authenticate: Request | None = None
         self.sessions: OrderedDict[SessionId, Attached] = OrderedDict()
+        self._next_id = 0
         #: editor requests sent on this connection and not answered yet
         self._owed: dict[RequestId, Request] = {}
         #: agent requests delivered on this connection and not answered yet
@@ -81,6 +94,18 @@ class EditorState:
     def owes(self) -> bool:
         """Whether any editor request still awaits its answer."""
         return bool(self._owed)
+
+    def owed(self, request_id: RequestId | None) -> Request | None:
+        """The editor request that awaits the answer ``request_id``, if any."""
+        return None if request_id is None else self._owed.get(request_id)
+
+    def new_id(self) -> str:
+        """A request id of the bridge's own, none the editor awaits an answer to."""
+        while True:
+            self._next_id += 1
+            request_id = f"{REPLAY_ID_PREFIX}{self._next_id}"
+            if request_id not in self._owed:
+                return request_id
 
     def sending(self, message: Message) -> bool:
         """An editor frame about to go out; False when it must be dropped instead: an
@@ -124,6 +149,7 @@ class EditorState:
         method = request.method
         if method == acp.INITIALIZE and response.ok:
             self.initialize = request
+            self.advertised = response.result
         elif method == acp.AUTHENTICATE and response.ok:
             self.authenticate = request
         elif (outcome := acp.session_outcome(request, response)) is not None:
@@ -143,7 +169,8 @@ class EditorState:
 
 
 class Reattach:
-    """One replay of an editor's state on a new connection.
+    """One replay of the editor's state: all of it on a new connection, or (``only``) one
+    session on the connection it has.
 
     :meth:`start` gives the first step's frames; each of the router's answers to them
     goes to :meth:`answered`, which gives the next step's frames once a step is fully
@@ -151,17 +178,16 @@ class Reattach:
     to the replay go to the editor as usual, except what :meth:`mutes`.
     """
 
-    def __init__(self, editor: EditorState) -> None:
+    def __init__(self, editor: EditorState, only: SessionId | None = None) -> None:
         self._editor = editor
-        self._next_id = 0
+        self._only = only
         #: replay id -> the request it replays
         self._pending: dict[str, Request] = {}
         #: sessions being loaded again: their history is not sent to the editor twice
         self._loading: dict[str, SessionId] = {}
         self._steps: list[str] = []
-        #: the router's answer to the replayed initialize
-        self._advertised: Any = None
-        #: sessions the router would not attach again, and why (for the log)
+        #: sessions the router would not attach again, and why (for the log); those it
+        #: refused for good (not ``data.retryable``) are forgotten
         self.dropped: list[tuple[SessionId, str]] = []
 
     @property
@@ -180,6 +206,8 @@ class Reattach:
         )
 
     def start(self) -> list[str]:
+        if self._only is not None:
+            return self._step("sessions")
         if self._editor.initialize is None:  # nothing was set up: nothing to replay
             return []
         self._steps = ["authenticate", "sessions"]
@@ -197,11 +225,12 @@ class Reattach:
             refusal = f"{response.error.code} {response.error.message}"
             raise ReplayRefused(f"the router refused the replayed {request.method}: {refusal}")
         if request.method == acp.INITIALIZE:
-            self._advertised = response.result
+            self._editor.advertised = response.result
         elif response.error is not None:
             session_id = acp.session_id_of(request)
             assert session_id is not None
-            self._editor.forget(session_id)
+            if not retryable(response.error):
+                self._editor.forget(session_id)
             self.dropped.append((session_id, f"{response.error.code} {response.error.message}"))
         frames: list[str] = []
         while not self._pending and self._steps and not frames:
@@ -212,7 +241,12 @@ class Reattach:
         if name == "authenticate":
             auth = self._editor.authenticate
             return [] if auth is None else [self._send(auth)]
-        return [frame for frame in map(self._attach, list(self._editor.sessions.items())) if frame]
+        sessions = self._editor.sessions
+        if self._only is None:
+            chosen = list(sessions.items())
+        else:
+            chosen = [(self._only, sessions[self._only])] if self._only in sessions else []
+        return [frame for frame in map(self._attach, chosen) if frame]
 
     def _attach(self, item: tuple[SessionId, Attached]) -> str | None:
         session_id, attached = item
@@ -221,7 +255,7 @@ class Reattach:
             self._editor.forget(session_id)
             self.dropped.append((session_id, "the router offers neither resume nor load"))
             return None
-        request_id = self._new_id()
+        request_id = self._editor.new_id()
         frame = encode_request(request_id, how.value, attached.params)
         self._pending[request_id] = Request(request_id, how.value, attached.params, frame)
         if how is Attach.LOAD:
@@ -230,7 +264,7 @@ class Reattach:
 
     def _how(self, wanted: Attach) -> Attach | None:
         """``wanted`` when the router offers it, else the other way when it does."""
-        result = self._advertised if isinstance(self._advertised, dict) else {}
+        result = self._editor.advertised if isinstance(self._editor.advertised, dict) else {}
         agent = result.get("agentCapabilities")
         offered = {
             Attach.RESUME: acp.has_session_capability(result, "resume"),
@@ -241,10 +275,125 @@ class Reattach:
         return next((how for how, ok in offered.items() if ok), None)
 
     def _send(self, request: Request) -> str:
-        request_id = self._new_id()
+        request_id = self._editor.new_id()
         self._pending[request_id] = request
         return replace_id(request.text, request_id)
 
-    def _new_id(self) -> str:
-        self._next_id += 1
-        return f"{REPLAY_ID_PREFIX}{self._next_id}"
+
+@dataclass(frozen=True, slots=True)
+class Steps:
+    """What the bridge does with a frame from the router instead of passing it on."""
+
+    to_router: list[str]
+    to_editor: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """An editor request answered ``-32010``, held while its session is attached again."""
+
+    request: Request
+    answer: Response
+
+
+#: editor requests held at once (more get their ``-32010`` as it came)
+MAX_HELD: Final = 4096
+
+
+class Reattachments:
+    """Sessions the router let go of while the connection stayed up, attached again.
+
+    An answer ``-32010`` to an editor request for a session the editor has attached (and
+    that is not itself an answer to a request sent again) is held, and the session is
+    attached again (:class:`Reattach` with ``only``); meanwhile more such answers for it
+    wait too. Once it is attached, each held request is sent again, once; if the router
+    would not attach it, each gets the router's refusal when that is retryable (the
+    editor may try again), else its own ``-32010`` as it came. One per connection.
+    """
+
+    def __init__(self, editor: EditorState) -> None:
+        self._editor = editor
+        self._running: dict[SessionId, Reattach] = {}
+        self._held: dict[SessionId, list[_Held]] = {}
+        #: editor requests sent again, whose next answer goes to the editor as it is
+        self._resent: set[RequestId] = set()
+
+    def take(self, message: Message) -> Steps | None:
+        """What to do with ``message`` from the router instead of passing it to the
+        editor; None: pass it on, as usual."""
+        if isinstance(message, Notification):
+            muted = any(run.mutes(message) for run in self._running.values())
+            return Steps([], []) if muted else None
+        if not isinstance(message, Response) or message.id is None:
+            return None
+        for attaching, run in self._running.items():
+            if run.owns(message):
+                run.answered(message)
+                return self._finish(attaching, message)
+        if message.id in self._resent:
+            self._resent.discard(message.id)
+            return None
+        request = self._editor.owed(message.id)
+        detached = None if request is None else self._detached(request, message)
+        if request is None or detached is None:
+            return None
+        return self._hold(detached, _Held(request, message))
+
+    def _detached(self, request: Request, answer: Response) -> SessionId | None:
+        """The session ``answer`` says is not attached, when it is one to attach again."""
+        error = answer.error
+        session_id = acp.session_id_of(request)
+        if error is None or error.code != SessionNotAttached.code or session_id is None:
+            return None
+        if request.method in acp.ATTACHING | acp.RELEASING:
+            return None
+        held = sum(len(waiting) for waiting in self._held.values())
+        return session_id if session_id in self._editor.sessions and held < MAX_HELD else None
+
+    def _hold(self, session_id: SessionId, held: _Held) -> Steps:
+        self._held.setdefault(session_id, []).append(held)
+        if session_id in self._running:
+            return Steps([], [])
+        run = Reattach(self._editor, only=session_id)
+        self._running[session_id] = run
+        return Steps(run.start(), [])
+
+    def _finish(self, session_id: SessionId, response: Response) -> Steps:
+        del self._running[session_id]
+        held = self._held.pop(session_id, [])
+        if response.ok:
+            again = [h for h in held if not _turn_started(h.answer)]
+            self._resent.update(h.request.id for h in again)
+            cut = [self._answer(h, _cut_short(h.request)) for h in held if h not in again]
+            return Steps([h.request.text for h in again], cut)
+        refusal = response.error
+        assert refusal is not None
+        answers = [
+            self._answer(h, encode_error(h.request.id, refusal) if retryable(refusal) else None)
+            for h in held
+        ]
+        return Steps([], answers)
+
+    def _answer(self, held: _Held, text: str | None) -> str:
+        """The editor's answer to a held request: ``text``, or the one it got."""
+        answer = held.answer if text is None else parse(text)
+        self._editor.received(answer)
+        return answer.text
+
+
+def retryable(error: ErrorObject) -> bool:
+    """Whether an error says trying again may help (the router's ``data.retryable``)."""
+    return isinstance(error.data, dict) and error.data.get("retryable") is True
+
+
+def _turn_started(answer: Response) -> bool:
+    data = answer.error.data if answer.error is not None else None
+    return isinstance(data, dict) and data.get("turnStarted") is True
+
+
+def _cut_short(request: Request) -> str:
+    lost = BackendLinkLost(
+        "The session moved to another agent instance while the request ran",
+        {"reason": "the session moved during the request; it is attached again: send it again"},
+    )
+    return encode_error(request.id, lost)

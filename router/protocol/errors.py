@@ -18,7 +18,7 @@ is a :class:`JsonRpcError` carrying its code, so exactly one function
         ├── InternalError               -32603
         ├── AuthRequired                -32000, ACP's "Authentication required"
         ├── SessionNotFound             -32002, data.sessionId (ACP "Resource not found")
-        └── RoutingError                router-specific, -32010..-32019
+        └── RoutingError                acp-router's own codes, -32010..-32019
             ├── SessionNotAttached      -32010, resume the session on this connection first
             │   └── SessionMoved        -32010, another instance took the session: resume it again
             ├── NoBackendAvailable      -32011, retryable: no backend is up
@@ -30,7 +30,9 @@ is a :class:`JsonRpcError` carrying its code, so exactly one function
             ├── TooManyInFlight         -32014, retryable: this connection's request limit
             ├── TooManyNewSessions      -32014, retryable: new sessions per minute (address, process)
             ├── TooManyLocates          -32014, retryable: locates per minute (connection, address)
-            └── TooManySessions         -32015, this connection's session limit
+            ├── TooManySessions         -32015, this connection's session limit
+            └── TurnInProgress          -32016, retryable: the session has a prompt turn running
+                                        (the reference agent's answer to a second prompt)
 
 Router codes sit in the implementation-defined range and avoid the codes ACP and
 its proposals already use (-32000 auth required, -32001, -32002, -32003).
@@ -175,11 +177,17 @@ class SessionNotAttached(RoutingError):
 
 class SessionMoved(SessionNotAttached):
     """An agent instance lost a session it held: another instance sharing the store
-    resumed it (the reference agent's fence). Resume it again to reach its holder."""
+    resumed it (the reference agent's fence). Resume it again to reach its holder.
 
-    def __init__(self, session_id: str) -> None:
+    ``turn_started``: it was lost during a turn that had begun (``data.turnStarted``), so
+    the prompt ran in part; otherwise the request did not run at all."""
+
+    def __init__(self, session_id: str, *, turn_started: bool = False) -> None:
         message = f"session {session_id} moved to another instance: send session/resume again"
         super().__init__(session_id, message)
+        if turn_started:
+            assert self.data is not None
+            self.data["turnStarted"] = True
 
 
 class NoBackendAvailable(RoutingError):
@@ -260,3 +268,18 @@ class TooManyLocates(RoutingError):
 class TooManySessions(RoutingError):
     code = -32015
     default_message = "Too many sessions attached to this connection"
+
+
+class TurnInProgress(RoutingError):
+    """A ``session/prompt`` for a session whose turn is still running (one turn at a time):
+    send it again once that turn has ended, or after ``session/cancel`` has ended it."""
+
+    code = -32016
+    retryable = True
+
+    def __init__(self, session_id: str) -> None:
+        message = (
+            f"session {session_id} has a prompt turn running: send the prompt again after"
+            " it ends, or after session/cancel"
+        )
+        super().__init__(message, {"sessionId": session_id})

@@ -32,6 +32,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from router.core.locate import UnknownPolicy
+from router.core.reconnect import GRACE_IN_RECONNECTS
 from router.core.split_brain import SplitBrainPolicy
 from router.protocol import acp
 from router.protocol.acp import ProbeResult
@@ -303,12 +304,26 @@ class ControlSection(_Section):
     """The persistent, initialized connection the router keeps to each backend."""
 
     reconnect_initial_ms: Annotated[int, Field(gt=0)] = 100
+    #: the backoff's cap; a link that is down also never waits longer than
+    #: down_grace_ms / 10 (:mod:`router.core.reconnect`)
     reconnect_max_ms: Annotated[int, Field(gt=0)] = 5000
     heartbeat_seconds: Annotated[float, Field(gt=0)] = 10.0
-    #: how long a backend whose link is down still counts as maybe holding its sessions
-    #: ("unknown": resumes that need it fail closed) before it counts as gone; a refused
-    #: reconnect or a new process ends it at once
+    #: how long a backend no link of any kind has reached still counts as maybe holding
+    #: its sessions ("unknown": resumes that need it fail closed) before it counts as
+    #: gone; a new process ends it at once. At least 3 x reconnect_max_ms.
     down_grace_ms: Annotated[int, Field(ge=0)] = 30_000
+
+    @model_validator(mode="after")
+    def _grace_spans_reconnects(self) -> Self:
+        least = GRACE_IN_RECONNECTS * self.reconnect_max_ms
+        if self.down_grace_ms < least:
+            raise ValueError(
+                f"'down_grace_ms' ({self.down_grace_ms}) must be at least"
+                f" {GRACE_IN_RECONNECTS} x 'reconnect_max_ms' ({self.reconnect_max_ms}),"
+                f" {least}: a backend is given up only once its link has tried it throughout"
+                " the grace, and a shorter one gives up a backend that is merely restarting"
+            )
+        return self
 
 
 class PlacementSection(_Section):

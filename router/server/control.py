@@ -4,7 +4,8 @@ backend, used for probes and pool-wide requests (``session/status``,
 
 It learns the backend's capabilities from ``initialize``, reconnects with
 exponential backoff and jitter (the first attempt included, so a fleet restart
-does not hammer a backend in step), and reports what it sees to the pool as
+does not hammer a backend in step), never pausing longer than the grace allows
+(:mod:`router.core.reconnect`), and reports what it sees to the pool as
 :mod:`router.core.health` events: up (with the process that answered), down, or
 refused (nothing listens). The pool decides what that means.
 
@@ -32,6 +33,7 @@ import aiohttp
 
 from router import __version__
 from router.core.health import CameUp, Event, Instance, LinkDown
+from router.core.reconnect import Backoff
 from router.outbox import Outbox
 from router.protocol import acp
 from router.protocol.errors import BackendLinkLost, InvalidRequest, MethodNotFound, ProtocolError
@@ -124,20 +126,27 @@ class ControlLink:
     async def run(self) -> None:
         """Keep the link up until cancelled."""
         log_context.backend.set(self.id)
-        delay = self._settings.reconnect_initial_ms / 1000
+        settings = self._settings
+        backoff = Backoff.of(
+            settings.reconnect_initial_ms / 1000,
+            settings.reconnect_max_ms / 1000,
+            settings.down_grace_ms / 1000,
+        )
+        pause = backoff.first
         while True:
-            await asyncio.sleep(random.uniform(0, delay))  # jitter, first attempt included
+            # jitter, first attempt included
+            await asyncio.sleep(backoff.jittered(pause, random.random()))
             down = _DOWN
             try:
                 await self._session()
-                delay = self._settings.reconnect_initial_ms / 1000
+                pause = backoff.first  # it was up until the backend closed it
             except (BackendLinkLost, ProtocolError) as exc:
                 self._log_failure(_reason(exc))
-                delay = min(delay * 2, self._settings.reconnect_max_ms / 1000)
                 down = LinkDown(refused=refused(exc))
+                pause = backoff.after(pause, reached=self.up)  # up, however briefly
             except Exception:  # the link's boundary: a bug here must not stop the router
                 logger.exception("backend %s control link crashed; reconnecting", self.id)
-                delay = self._settings.reconnect_max_ms / 1000
+                pause = backoff.longest
             except asyncio.CancelledError:
                 self._set_down(stopping=True)
                 raise
