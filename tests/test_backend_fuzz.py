@@ -154,6 +154,10 @@ async def test_hostile_backends_cannot_cost_a_request_its_answer(seed: int) -> N
             [("h1", h1.url), ("h2", h2.url)],
             probe={"timeout_ms": 200},
             router={"connect_timeout_ms": 1000},
+            # failover (on by default) holds a lost session's frames until its backend is
+            # known back or gone; a hostile backend may be neither: bounded here well
+            # inside the test's wait, so every frame is still owed its one answer
+            failover={"wait_ms": 300},
         ) as router,
         connect(router.url, max_size=None) as ws,
     ):

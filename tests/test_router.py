@@ -203,7 +203,9 @@ async def test_concurrent_resumes_of_one_session_share_one_locate(tmp_path: Path
 
     async with (
         start_scripted("gated", inactive_when_released) as backend,
-        start_router([("gated", backend.url)]) as router,
+        # the probe waits for the test's gate, not for the clock: it must not time out
+        # while ten clients connect on a loaded machine
+        start_router([("gated", backend.url)], probe={"timeout_ms": 30_000}) as router,
         contextlib.AsyncExitStack() as stack,
     ):
         clients = [
