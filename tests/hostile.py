@@ -80,6 +80,9 @@ class HostileBackend:
     link_frames: list[str] = field(default_factory=list)
     #: request ids (as sent) a hostile answer left unanswered until the link dies
     unanswered: set[Any] = field(default_factory=set)
+    #: the session each of those requests named (a failover's resume holds its
+    #: session's later frames in the router, as a client's resume does)
+    unanswered_sessions: dict[Any, Any] = field(default_factory=dict)
     upgrades: int = 0
     behaviours: list[str] = field(default_factory=list)
     #: notified on every upgrade, link frame and unanswered request (may be shared)
@@ -222,6 +225,9 @@ class HostileBackend:
         else:  # the answer is late, or never comes
             if is_link:
                 self.unanswered.add(message["id"])
+                params = message.get("params")
+                named = params.get("sessionId") if isinstance(params, dict) else None
+                self.unanswered_sessions[message["id"]] = named
                 await self._notify()
             if behaviour == "late":
                 deferred.append(message)
@@ -233,6 +239,7 @@ class HostileBackend:
     def hang_up_all(self) -> None:
         """Drop every socket at once (the router must answer what they held)."""
         self.unanswered.clear()
+        self.unanswered_sessions.clear()
         for ws in list(self.sockets):
             ws.transport.abort()
 

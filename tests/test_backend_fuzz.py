@@ -32,6 +32,8 @@ CWD = "/work/project"
 WAVES = 12
 #: the requests later frames of their session wait behind, in the router
 HOLDING = ("session/resume", "session/load", "session/close")
+#: the ids of the resumes a failover makes (the router's own)
+FAILOVER_ID = "acp-router:failover:"
 #: hang-ups after the waves: each answers what the backends held, and may free frames
 #: that were waiting behind it, which a backend may hold again
 ROUNDS = 20
@@ -114,9 +116,17 @@ class Client:
 
     def settled(self, backends: list[HostileBackend]) -> bool:
         """Every request is answered, held by a backend until its link dies, or waiting in
-        the router behind its session's resume, load or close that is itself one of those."""
+        the router behind its session's resume, load or close (or a failover's resume)
+        that is itself one of those."""
         held = set().union(*(b.unanswered for b in backends))
-        blocking: set[Any] = set()  # sessions whose later frames wait in the router
+        # sessions whose later frames wait in the router: behind a failover's own resume
+        # (held by a backend) from the start, and behind the client's held calls below
+        blocking: set[Any] = {
+            session
+            for b in backends
+            for request_id, session in b.unanswered_sessions.items()
+            if isinstance(request_id, str) and request_id.startswith(FAILOVER_ID)
+        }
         for request_id, method, session in self.sent:
             if self.answers[request_id]:
                 continue
