@@ -21,9 +21,14 @@ from typing import Any
 import pytest
 
 from tests.fleet import ScriptedBackend, backends_of, start_fleet, start_router, start_scripted
+from tests.relay import start_relay
 from tests.support import WAIT, AcpClient, CliProcess, JsonObject, run_cli
 
 CWD = "/work/project"
+#: frames the client queues on a link the backend does not read: more than the socket
+#: buffers between the router and a held relay hold (a few MiB), each under the scripted
+#: backend's frame limit (1 MiB)
+PADS, PAD_CHARS = 12, 800_000
 #: the issue's promise: the prompt sent again is answered this soon
 RETRY_WITHIN = 2.0
 
@@ -122,6 +127,35 @@ async def test_the_backend_gets_one_cancel_when_the_prompting_client_drops() -> 
             "method": "session/cancel",
             "params": {"sessionId": "s1"},
         }
+
+
+async def test_the_cancel_leaves_after_what_was_queued_before_the_link_closes() -> None:
+    """A backend slow to read: the link still has frames queued when the client drops,
+    and its cancel goes out behind them, before the link closes."""
+    async with (
+        turns_never_end() as backend,
+        start_relay(backend.url) as relay,
+        start_router([("agent-1", relay.url)]) as router,
+    ):
+        async with AcpClient.connect(router.url) as client:
+            turn = await prompting(client, backend)
+            relay.hold()
+            for _ in range(PADS):  # more than the sockets between hold: the link queues
+                await client.notify("_test/pad", {"pad": "x" * PAD_CHARS})
+            # answered by the router itself after it has read (and queued) every pad
+            refused = await client.request("_test/ping", request_id="acp-router:ping")
+            assert refused["error"]["code"] == -32600, refused
+            dropped(client)
+            with pytest.raises(ConnectionError):
+                await turn
+        await router.wait_detached()  # the cancel is queued now, behind the pads
+        relay.release()
+        async with asyncio.timeout(WAIT):
+            await backend.until(lambda: bool(cancels(backend)))
+        await router.wait_pinned({})
+        pads = [m for m in backend.received if m.get("method") == "_test/pad"]
+        assert len(pads) == PADS
+        assert backend.received[-1] == cancels(backend)[0]  # the last frame on the link
 
 
 async def test_no_cancel_while_another_client_connection_holds_the_session() -> None:

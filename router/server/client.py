@@ -15,7 +15,7 @@ requests it had sent the client (``$/cancel_request``); the client connection ca
 on. The client connection closes only for the client's own faults (an oversize frame:
 1009; binary frames are ignored) or on shutdown (1012). When the client goes, every
 task and link of the connection is cancelled and closed; a prompt turn it leaves running
-is cancelled first (``session/cancel``), unless another
+is cancelled first (``session/cancel``, sent before its link closes), unless another
 client connection of this router has the session attached there
 (``router.cancel_abandoned_turns``).
 """
@@ -143,15 +143,18 @@ class ClientConnection:
         """Close the client's connection (the router is stopping: 1012), after answering
         every request still in flight with the retryable -32013 (:class:`RouterStopping`),
         so the client waits on nothing; a request that comes meanwhile gets the same.
-        The turns it leaves running are cancelled."""
+        The turns it leaves running are cancelled, and the cancels leave its links
+        before the close."""
         why: TurnEnd = "stopping" if code == WSCloseCode.SERVICE_RESTART else "client_gone"
         holders = self.pool.directory.holders
         await self.carry_out(self.routes.abandon(RouterStopping(), holders, why))
+        await asyncio.gather(*(link.sent() for link in self.links.values()))
         await self.channel.close(code, reason)
 
     async def ended(self) -> None:
         """The client has gone: cancel the turns it leaves running, stop every task and
-        link of the connection, and detach its sessions."""
+        link of the connection (a link sends what was queued on it first, the cancels
+        among them), and detach its sessions."""
         # carrying these out never waits (a cancel is queued, a detach recorded): no
         # task routes anything between the core seeing the client go and its cancellation
         await self.carry_out(self.routes.client_gone(self.pool.directory.holders))
