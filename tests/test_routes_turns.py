@@ -100,6 +100,14 @@ class Connection:
         return self.carry(self.routes.abandon(RouterStopping(), holders))
 
 
+def turn_running(replica: Replica, limits: Limits | None = None) -> Connection:
+    """A connection with session ``s1`` on backend ``a`` and a prompt of it in flight."""
+    connection = replica.connect(limits)
+    connection.new_session(1, "a", "s1")
+    connection.prompt(2, "s1")
+    return connection
+
+
 def cancels(effects: Effects) -> list[tuple[str, str, str]]:
     """(session, backend, why) of each CancelTurn, checking the frame each carries."""
     found: list[tuple[str, str, str]] = []
@@ -115,9 +123,7 @@ def cancels(effects: Effects) -> list[tuple[str, str, str]]:
 
 
 def test_a_prompt_in_flight_is_cancelled_when_its_client_goes() -> None:
-    connection = Replica().connect()
-    connection.new_session(1, "a", "s1")
-    connection.prompt(2, "s1")
+    connection = turn_running(Replica())
     gone = connection.gone()
     assert cancels(gone) == [("s1", "a", "client_gone")]
     # the cancel goes out before the session is detached (the link is still there)
@@ -140,9 +146,7 @@ def test_prompts_in_flight_on_several_backends_are_each_cancelled_once() -> None
 
 
 def test_no_cancel_for_a_prompt_already_answered() -> None:
-    connection = Replica().connect()
-    connection.new_session(1, "a", "s1")
-    connection.prompt(2, "s1")
+    connection = turn_running(Replica())
     connection.backend("a", {"id": 2, "result": {"stopReason": "end_turn"}})
     assert cancels(connection.gone()) == []
 
@@ -156,29 +160,23 @@ def test_no_cancel_for_a_prompt_held_behind_a_resume() -> None:
 
 
 def test_no_cancel_on_a_link_that_was_lost() -> None:
-    connection = Replica().connect()
-    connection.new_session(1, "a", "s1")
-    connection.prompt(2, "s1")
+    connection = turn_running(Replica())
     connection.carry(connection.routes.backend_lost(BackendId("a")))  # answered -32013
     assert cancels(connection.gone()) == []
 
 
 def test_no_cancel_for_a_session_another_connection_holds_on_that_backend() -> None:
     replica = Replica()
-    first, second = replica.connect(), replica.connect()
-    first.new_session(1, "a", "s1")
-    second.resume(1, "a", "s1")
-    first.prompt(2, "s1")
+    first = turn_running(replica)
+    replica.connect().resume(1, "a", "s1")
     assert cancels(first.gone()) == []
     assert replica.directory.holders(SessionId("s1"), BackendId("a")) == 1  # the second's
 
 
 def test_a_session_held_elsewhere_on_another_backend_is_still_cancelled() -> None:
     replica = Replica()
-    first, second = replica.connect(), replica.connect()
-    first.new_session(1, "a", "s1")
-    second.resume(1, "b", "s1")  # another copy: not the backend the turn runs on
-    first.prompt(2, "s1")
+    first = turn_running(replica)
+    replica.connect().resume(1, "b", "s1")  # another copy: not the backend the turn runs on
     assert cancels(first.gone()) == [("s1", "a", "client_gone")]
 
 
@@ -193,9 +191,7 @@ def test_the_last_connection_to_go_cancels_the_turn_it_sent() -> None:
 
 
 def test_the_router_stopping_cancels_before_it_refuses() -> None:
-    connection = Replica().connect()
-    connection.new_session(1, "a", "s1")
-    connection.prompt(2, "s1")
+    connection = turn_running(Replica())
     abandoned = connection.abandoned()
     assert cancels(abandoned) == [("s1", "a", "stopping")]
     refusal = abandoned[1]
@@ -205,21 +201,14 @@ def test_the_router_stopping_cancels_before_it_refuses() -> None:
 
 
 def test_a_connection_the_router_closes_says_so() -> None:
-    connection = Replica().connect()
-    connection.new_session(1, "a", "s1")
-    connection.prompt(2, "s1")
+    connection = turn_running(Replica())
     holders = connection.replica.directory.holders
     revoked = connection.routes.abandon(RouterStopping(), holders, "client_gone")
     assert cancels(revoked) == [("s1", "a", "client_gone")]
 
 
 def test_nothing_is_cancelled_with_the_setting_off() -> None:
-    replica = Replica()
     off = Limits(cancel_abandoned_turns=False)
-    gone, stopped = replica.connect(off), replica.connect(off)
-    gone.new_session(1, "a", "s1")
-    stopped.new_session(1, "a", "s2")
-    gone.prompt(2, "s1")
-    stopped.prompt(2, "s2")
+    gone, stopped = turn_running(Replica(), off), turn_running(Replica(), off)
     assert cancels(gone.gone()) == []
     assert cancels(stopped.abandoned()) == []
