@@ -1,8 +1,9 @@
 """A TCP relay for fault tests: it passes bytes between a client and a target, and on
 command cuts every connection (or one), holds new ones silent (accepted, never
 answered) or refuses them (nothing listens), with or without cutting the ones it has:
-what an L4 proxy in front of a live agent does. Real sockets on 127.0.0.1; nothing
-sleeps.
+what an L4 proxy in front of a live agent does; or stops passing bytes to the target
+for a while (:meth:`Relay.hold`), as a backend that reads slowly does. Real sockets on
+127.0.0.1; nothing sleeps.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ class Relay:
         self._tasks: set[asyncio.Task[None]] = set()
         #: every connection accepted, in order: its client side, to cut it alone
         self.accepted: list[asyncio.StreamWriter] = []
+        #: set while bytes from clients go on to the target (:meth:`hold`)
+        self._flowing = asyncio.Event()
+        self._flowing.set()
 
     @property
     def url(self) -> str:
@@ -74,6 +78,14 @@ class Relay:
 
     def stall(self) -> None:
         self.mode = Mode.STALL
+
+    def hold(self) -> None:
+        """Read nothing more from clients (their sends back up, as to a backend that does
+        not read) until :meth:`release`; the target's bytes still reach them."""
+        self._flowing.clear()
+
+    def release(self) -> None:
+        self._flowing.set()
 
     async def open(self, target_port: int | None = None) -> None:
         """Pass bytes again (to ``target_port`` if given); stalled connections are cut."""
@@ -120,7 +132,9 @@ class Relay:
             )
             self._writers.add(target_writer)
             try:
-                await asyncio.gather(_pipe(reader, target_writer), _pipe(target_reader, writer))
+                await asyncio.gather(
+                    _pipe(reader, target_writer, self._flowing), _pipe(target_reader, writer)
+                )
             finally:
                 self._writers.discard(target_writer)
                 target_writer.close()
@@ -131,9 +145,16 @@ class Relay:
             writer.close()
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def _pipe(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, flowing: asyncio.Event | None = None
+) -> None:
     try:
-        while data := await reader.read(65536):
+        while True:
+            if flowing is not None:
+                await flowing.wait()
+            data = await reader.read(65536)
+            if not data:
+                break
             writer.write(data)
             await writer.drain()
     finally:

@@ -28,6 +28,9 @@ class Limits:
     #: ``[failover]``: a session whose link is lost is kept, its frames waiting, until
     #: it is resumed where it lives now (:mod:`router.core.failover`)
     failover: bool = False
+    #: ``router.cancel_abandoned_turns``: a prompt turn the client leaves running when its
+    #: connection goes is cancelled on its backend (:meth:`~router.core.routes.ClientRoutes.client_gone`)
+    cancel_abandoned_turns: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,3 +69,8 @@ Charge = Callable[[], None]
 
 def free() -> None:
     """The budget of a connection with none."""
+
+
+#: how many client connections of this router have a session attached on a backend
+#: (:meth:`router.core.directory.Directory.holders`), this one included
+Holders = Callable[[SessionId, BackendId], int]

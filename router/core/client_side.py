@@ -34,10 +34,11 @@ from typing import Any
 from router.core import quotas
 from router.core.agent_requests import AgentRequests
 from router.core.authentication import Authentication
-from router.core.calls import Charge, Limits, PendingCall, free
+from router.core.calls import Charge, Holders, Limits, PendingCall, free
 from router.core.effects import (
     NOTHING,
     AskPool,
+    CancelTurn,
     Dropped,
     Effect,
     Effects,
@@ -50,6 +51,8 @@ from router.core.effects import (
     Reply,
     ResumeSent,
     Send,
+    TurnEnd,
+    cancel_turn,
     refusal,
 )
 from router.core.links import Links
@@ -420,19 +423,22 @@ class ClientSide:
 
     # -- the end -------------------------------------------------------------------------------
 
-    def client_gone(self) -> Effects:
-        """The client connection is gone: every session is detached."""
-        return self.sessions.detach_all()
+    def client_gone(self, holders: Holders) -> Effects:
+        """The client connection is gone: the prompt turns it leaves running are cancelled
+        (:meth:`_abandoned_turns`), and every session is detached."""
+        cancels = self._abandoned_turns("client_gone", holders)
+        return (*cancels, *self.sessions.detach_all())
 
-    def abandon(self, error: JsonRpcError) -> Effects:
-        """The connection is about to close (the router is stopping): answer every request
-        still in flight with ``error``, held ones included, withdraw every agent request
-        the client was still answering, and refuse every request from now on."""
+    def abandon(self, error: JsonRpcError, holders: Holders, why: TurnEnd = "stopping") -> Effects:
+        """The connection is about to close (the router is stopping, or closes it): cancel
+        the prompt turns it leaves running (:meth:`_abandoned_turns`), answer every
+        request still in flight with ``error``, held ones included, withdraw every agent
+        request the client was still answering, and refuse every request from now on."""
         self.stopping = True
+        effects: list[Effect] = list(self._abandoned_turns(why, holders))
         self.held_notifications = 0
         self.sessions.drop_waiting()
         self.auth.round = None
-        effects: list[Effect] = []
         for request_id in list(self.calls):
             call = self.calls.pop(request_id)
             effects += self.links.done(request_id)
@@ -441,6 +447,24 @@ class ClientSide:
         for backend in self.links.linked():
             effects += self.agent_requests.withdraw(backend)
         return tuple(effects)
+
+    def _abandoned_turns(self, why: TurnEnd, holders: Holders) -> tuple[CancelTurn, ...]:
+        """A ``session/cancel`` for each turn the client leaves running: a
+        ``session/prompt`` forwarded to a backend and not answered, whose session no other
+        client connection of this router has attached on that backend (``holders``
+        counts this one too, where it has the session attached). One per session and
+        backend; none with ``Limits.cancel_abandoned_turns`` off."""
+        if not self.limits.cancel_abandoned_turns:
+            return ()
+        turns: dict[tuple[SessionId, BackendId], CancelTurn] = {}
+        for call in self.calls.values():
+            session_id, backend = call.session_id, call.backend
+            if call.request.method != acp.SESSION_PROMPT or session_id is None or backend is None:
+                continue
+            here = 1 if self.sessions.backend(session_id) == backend else 0
+            if (session_id, backend) not in turns and holders(session_id, backend) <= here:
+                turns[session_id, backend] = cancel_turn(session_id, backend, why)
+        return tuple(turns.values())
 
 
 def _reserved(request_id: RequestId) -> bool:

@@ -5,8 +5,9 @@ Every entry point of :class:`~router.core.routes.ClientRoutes` returns one order
 else (docs/architecture.md, "The effects channel"). Four kinds:
 
 * frames to write: :class:`Reply` (the router's own answer to the client),
-  :class:`Notify` (its own notification), :class:`Deliver` (a backend's frame to the client), :class:`Send` (a frame to a backend
-  on this connection's link to it);
+  :class:`Notify` (its own notification), :class:`Deliver` (a backend's frame to the
+  client), :class:`Send` (a frame to a backend on this connection's link to it),
+  :class:`CancelTurn` (the router's own ``session/cancel`` of a turn its client left);
 * links to open and close: :class:`OpenLink`, :class:`CloseLink`; an ``OpenLink`` always
   comes before the first ``Send`` on that link;
 * work that waits on the pool, whose outcome the shell hands back to the core:
@@ -25,9 +26,16 @@ import enum
 from dataclasses import dataclass, field
 from typing import Literal
 
+from router.protocol import acp
 from router.protocol.errors import ErrorObject, JsonRpcError
 from router.protocol.ids import BackendId, SessionId
-from router.protocol.jsonrpc import Message, Request, RequestId, encode_error
+from router.protocol.jsonrpc import (
+    Message,
+    Request,
+    RequestId,
+    encode_error,
+    encode_notification,
+)
 
 # -- frames ------------------------------------------------------------------------------------
 
@@ -85,6 +93,29 @@ class Send:
 
     backend: BackendId
     text: str
+
+
+#: why a turn was left: its client connection closed or was lost, or the router is stopping
+TurnEnd = Literal["client_gone", "stopping"]
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTurn:
+    """Write ``text``, a ``session/cancel`` of ``session_id``, to ``backend`` on this
+    connection's link to it, which sends it before it closes: the client connection that
+    sent the session's ``session/prompt`` is gone (``why``) before its answer, and no
+    other client connection of this router has the session attached there."""
+
+    session_id: SessionId
+    backend: BackendId
+    text: str
+    why: TurnEnd
+
+
+def cancel_turn(session_id: SessionId, backend: BackendId, why: TurnEnd) -> CancelTurn:
+    """The router's ``session/cancel`` of ``session_id``'s turn on ``backend``."""
+    text = encode_notification(acp.SESSION_CANCEL, {"sessionId": session_id})
+    return CancelTurn(session_id, backend, text, why)
 
 
 # -- links -------------------------------------------------------------------------------------
@@ -264,6 +295,7 @@ Effect = (
     | Notify
     | Deliver
     | Send
+    | CancelTurn
     | OpenLink
     | CloseLink
     | Initialize

@@ -14,6 +14,11 @@ Either way frames leave in the order they were offered, and whoever offers one (
 client's read loop) never waits on this backend. A backend that does not read fast
 enough fills its outbox, and the link is closed: the connection answers exactly the
 requests routed here, and nothing else.
+
+When the client connection ends (its task for the link is cancelled, not :meth:`close`),
+what was queued last (the router's ``session/cancel`` of a turn the client left) is still
+sent, for up to :data:`FLUSH_TIMEOUT`, before the socket closes; :meth:`BackendLink.sent`
+waits for the same while the link stays open (the router stopping, before its 1012).
 """
 
 from __future__ import annotations
@@ -48,6 +53,10 @@ OUTBOX_FRAMES = 4096
 
 #: How long a link being given up may take to close its socket politely.
 CLOSE_TIMEOUT = 1.0
+
+#: How long the frames queued on a link may take to leave when its client connection
+#: ends (a ``session/cancel`` among them), before the link closes anyway.
+FLUSH_TIMEOUT = 1.0
 
 #: Longest frame (characters) written at once rather than queued: even at 4 bytes a
 #: character it stays under a quarter of asyncio's default write-buffer limit (64 KiB),
@@ -100,6 +109,9 @@ class BackendLink:
         self._closed = False
         #: :meth:`close` cancelled :attr:`_task` (once)
         self._cancelled = False
+        #: the link reads no more and is closing its socket: nothing left for
+        #: :meth:`close` to stop
+        self._finishing = False
         #: the socket, once the handshake is done (frames may be written to it then)
         self._ws: aiohttp.ClientWebSocketResponse | None = None
         #: its transport, to see that nothing waits in its send buffer (None: unknown,
@@ -165,9 +177,21 @@ class BackendLink:
             self.ended = reason
         self._closed = True
         task = self._task
-        if task is not None and not self._cancelled and task is not asyncio.current_task():
+        if (
+            task is not None
+            and not self._cancelled
+            and not self._finishing
+            and task is not asyncio.current_task()
+        ):
             self._cancelled = True
             task.cancel()
+
+    async def sent(self, timeout: float = FLUSH_TIMEOUT) -> None:
+        """Wait, up to ``timeout`` seconds, until the frames queued so far have left (on a
+        link not open yet they wait for its handshake: nothing to wait for here)."""
+        writer = self._writer
+        if writer is not None and timeout > 0:
+            await asyncio.wait((writer,), timeout=timeout)
 
     async def run(
         self,
@@ -230,16 +254,24 @@ class BackendLink:
                 self.ended = self.ended or _how_it_closed(ws)  # ending: no cancel needed
             finally:
                 self._ws = self._transport = None
-                await self._stop_writer()
+                self._finishing = True
+                # the client connection ends (this task cancelled, not by close()): what
+                # it queued last leaves before the socket closes
+                ending = not self._closed and _cancelling()
+                await self._stop_writer(FLUSH_TIMEOUT if ending else 0.0)
                 await _shut(ws)
         except FOREIGN_FAILURES as exc:
             raise BackendLinkLost(None, {"backend": self.backend, "reason": describe(exc)}) from exc
         return self.ended or "closed"
 
-    async def _stop_writer(self) -> None:
-        writer, self._writer = self._writer, None
+    async def _stop_writer(self, flush: float = 0.0) -> None:
+        """Stop the writer, after letting it send what is queued for up to ``flush``
+        seconds."""
+        writer = self._writer
         if writer is None:
             return
+        await self.sent(flush)
+        self._writer = None
         writer.cancel()
         await asyncio.wait((writer,))
         if not writer.cancelled() and writer.exception() is not None:
@@ -319,6 +351,12 @@ def link_transport(ws: aiohttp.ClientWebSocketResponse) -> asyncio.WriteTranspor
     if not callable(getattr(transport, "get_write_buffer_size", None)):
         return None
     return cast(asyncio.WriteTransport, transport)  # uvloop's: the same methods, no base
+
+
+def _cancelling() -> bool:
+    """Whether the running task is being cancelled."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _how_it_closed(ws: aiohttp.ClientWebSocketResponse) -> str:

@@ -14,7 +14,10 @@ up is given up: the core answers exactly its requests ``-32013`` and withdraws t
 requests it had sent the client (``$/cancel_request``); the client connection carries
 on. The client connection closes only for the client's own faults (an oversize frame:
 1009; binary frames are ignored) or on shutdown (1012). When the client goes, every
-task and link of the connection is cancelled and closed.
+task and link of the connection is cancelled and closed; a prompt turn it leaves running
+is cancelled first (``session/cancel``, sent before its link closes), unless another
+client connection of this router has the session attached there
+(``router.cancel_abandoned_turns``).
 """
 
 from __future__ import annotations
@@ -24,10 +27,13 @@ import logging
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol, assert_never
 
+from aiohttp import WSCloseCode
+
 from router.core.effects import (
     AskPool,
     Attach,
     AwaitBackend,
+    CancelTurn,
     CloseLink,
     Deliver,
     Detach,
@@ -48,6 +54,7 @@ from router.core.effects import (
     Resumed,
     ResumeSent,
     Send,
+    TurnEnd,
     refusal,
 )
 from router.core.frontdoor import Principal
@@ -124,6 +131,7 @@ class ClientConnection:
                 max_sessions=settings.max_sessions_per_connection,
                 max_session_id_chars=settings.max_session_id_chars,
                 failover=pool.settings.failover.enabled,
+                cancel_abandoned_turns=settings.cancel_abandoned_turns,
             ),
             charge=gate.count_locate,
         )
@@ -138,17 +146,25 @@ class ClientConnection:
     async def shut(self, code: int, reason: str) -> None:
         """Close the client's connection (the router is stopping: 1012), after answering
         every request still in flight with the retryable -32013 (:class:`RouterStopping`),
-        so the client waits on nothing; a request that comes meanwhile gets the same."""
-        await self.carry_out(self.routes.abandon(RouterStopping()))
+        so the client waits on nothing; a request that comes meanwhile gets the same.
+        The turns it leaves running are cancelled, and the cancels leave its links
+        before the close."""
+        why: TurnEnd = "stopping" if code == WSCloseCode.SERVICE_RESTART else "client_gone"
+        holders = self.pool.directory.holders
+        await self.carry_out(self.routes.abandon(RouterStopping(), holders, why))
+        await asyncio.gather(*(link.sent() for link in self.links.values()))
         await self.channel.close(code, reason)
 
     async def ended(self) -> None:
-        """The client has gone: stop every task and link of the connection, and detach
-        its sessions."""
+        """The client has gone: cancel the turns it leaves running, stop every task and
+        link of the connection (a link sends what was queued on it first, the cancels
+        among them), and detach its sessions."""
+        # carrying these out never waits (a cancel is queued, a detach recorded): no
+        # task routes anything between the core seeing the client go and its cancellation
+        await self.carry_out(self.routes.client_gone(self.pool.directory.holders))
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
-        await self.carry_out(self.routes.client_gone())
 
     def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(work, name=name)
@@ -199,6 +215,8 @@ class ClientConnection:
                     await self.channel.send(self.gate.reply(effect), answers=answers)
                 case Notify(text):
                     await self.channel.send(text)
+                case CancelTurn():
+                    self._cancel_turn(effect)
                 case OpenLink():
                     self._open_link(effect)
                 case CloseLink():
@@ -286,6 +304,23 @@ class ClientConnection:
         self.metrics.count_frame(TO_BACKEND, text)
         if not await link.forward(text):
             await self._lose(link, link.ended or "closed")
+
+    def _cancel_turn(self, turn: CancelTurn) -> None:
+        """Queue the core's ``session/cancel`` on the link to its backend: never waits
+        (the link sends it before it closes)."""
+        link = self.links.get(turn.backend)
+        if link is None or not link.offer(turn.text):
+            logger.debug("no link to backend %s left to cancel a turn on", turn.backend)
+            return
+        self.metrics.count_frame(TO_BACKEND, turn.text)
+        self.metrics.turns_cancelled.labels(turn.why).inc()
+        logger.info(
+            "cancelled the turn of session %s on backend %s: %s",
+            turn.session_id,
+            turn.backend,
+            "its client is gone" if turn.why == "client_gone" else "the router is stopping",
+            extra={"backend": turn.backend, "session": turn.session_id, "outcome": turn.why},
+        )
 
     # -- work that waits on the pool -----------------------------------------------------------------
 

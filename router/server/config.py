@@ -146,6 +146,10 @@ class RouterSection(_Section):
     #: hand clients session ids that say where the session lives (``<id>@<home>.<check>``):
     #: any replica, a fresh one too, then asks that backend first (README: Hinted ids)
     hinted_ids: bool = False
+    #: a prompt turn left running by a client connection that is gone (closed, lost, or
+    #: closed by the router stopping) is cancelled on its backend (session/cancel),
+    #: unless another client connection of this router has the session attached there
+    cancel_abandoned_turns: bool = True
     #: session/resume, load and close of sessions not attached on the connection, and
     #: session/status (each may ask every backend) per minute, per client connection and
     #: per address (-32014); what goes to where a session is attached costs nothing

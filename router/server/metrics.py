@@ -318,6 +318,17 @@ class Metrics:
         )
         for result in ("ok", "failed", "timeout"):
             self.failovers.labels(result)
+        self.turns_cancelled = Counter(
+            "acp_router_turns_cancelled_total",
+            "Prompt turns the router cancelled on their backend (session/cancel) because the"
+            " client connection that sent them was gone before their answer, by reason:"
+            " client_gone (it closed, was lost or was closed), stopping (the router is"
+            " stopping)",
+            ["reason"],
+            registry=registry,
+        )
+        for reason in ("client_gone", "stopping"):
+            self.turns_cancelled.labels(reason)
         self.messages = TalliedCounter(
             "acp_router_messages_total",
             "Frames forwarded, by direction: client_to_backend, backend_to_client",
