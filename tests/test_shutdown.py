@@ -34,6 +34,21 @@ def router_url(serve: CliProcess) -> str:
     return serve.first_line.removeprefix("acp-router listening on ")
 
 
+async def test_with_nothing_in_flight_sigterm_stops_at_once_and_says_so(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path / "store", 1) as agents:
+        config = write_config(tmp_path / "router.toml", 'listen = "127.0.0.1:0"', agents)
+        async with run_cli("serve", "--config", str(config)) as router:
+            await wait_backends_up(router, agents)
+            router.process.send_signal(signal.SIGTERM)
+            # generous: it takes a few hundredths of a second (issue 26: it took 1.6 s)
+            async with asyncio.timeout(WAIT / 2):
+                assert await router.process.wait() == 0
+            assert await router.stop() == 0  # the logs read to their end
+        last = router.stderr.lines[-2:]
+        assert last[0].rstrip().endswith("router.server.shutdown: stopping"), last
+        assert last[1].rstrip().endswith("router.server.app: stopped"), last
+
+
 async def test_sigterm_closes_clients_one_by_one_over_the_spread_window(tmp_path: Path) -> None:
     window = 1.5
     async with start_fleet(tmp_path / "store", 1) as agents:

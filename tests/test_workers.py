@@ -196,7 +196,10 @@ async def test_sigterm_stops_every_worker_cleanly(tmp_path: Path) -> None:
                 assert await router.process.wait() == 0
         for index in range(2):
             await router.wait_for_log(f"worker {index} router.server.shutdown: stopping")
+            await router.wait_for_log(f"worker {index} router.server.app: stopped")
         await asyncio.gather(*(exited(pid) for pid in pids.values()))
+        assert await router.stop() == 0  # the logs read to their end
+    assert router.stderr.lines[-1].rstrip().endswith("router.server.supervisor: stopped")
     assert "Traceback" not in router.stderr.text, router.stderr.text
 
 

@@ -7,6 +7,7 @@ never a traceback.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 from collections.abc import Sequence
@@ -321,6 +322,15 @@ def _worker_role(args: argparse.Namespace) -> WorkerRole | None:
         ) from None
 
 
+def _freeze_the_start() -> None:
+    """Leave what the start built (the imported modules: some 60,000 objects) out of every
+    later garbage collection. They live until the exit, where the interpreter's last
+    collections walked them all: about 0.1 s of CPU between the process's last log line
+    and its exit (several times that on a busy machine), and a full collection's pause
+    while it runs."""
+    gc.freeze()
+
+
 def _serve(args: argparse.Namespace) -> int:
     """``serve``: one router process; or, with ``router.workers`` above 1, the parent of
     that many (:mod:`router.server.supervisor`); or one of those workers."""
@@ -332,6 +342,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings = load_settings(args.config)
     config_path = Path(args.config)
     role = args.worker_role
+    _freeze_the_start()
     if role is not None:
         asyncio.run(serve(settings, config_path=config_path, worker=role))
         return 0
@@ -356,6 +367,7 @@ def _run(args: argparse.Namespace) -> int:
 
         if not 1 <= args.agents <= 64:
             raise ConfigError("--agents: expected 1 to 64")
+        _freeze_the_start()
         asyncio.run(run_demo(args.agents, args.port, token=args.token))
         return 0
     if args.command == "serve":
@@ -391,6 +403,6 @@ def _run(args: argparse.Namespace) -> int:
 
         if (args.tls_cert is None) != (args.tls_key is None):
             raise ConfigError("--tls-cert and --tls-key go together")
-
+        _freeze_the_start()
         return run_agent(args)
     raise AssertionError(args.command)

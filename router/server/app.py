@@ -487,6 +487,7 @@ async def serve(
             spread = settings.router.close_spread_seconds
             open_clients: OpenClients = app[CLIENTS]
             await close_spread(list(open_clients), spread, signals.hurry)
+    logger.info("stopped")
 
 
 def _as_worker(app: web.Application, worker: WorkerRole) -> Affinity:
