@@ -248,6 +248,8 @@ async def test_workers_stop_when_their_parent_is_gone(tmp_path: Path) -> None:
         two_workers(tmp_path, agents) as router,
     ):
         pids = await worker_pids(router, 2)
+        folder = worker_folder(pids[0])
+        assert sorted(p.name for p in folder.iterdir()) == ["worker-0.sock", "worker-1.sock"]
         router.process.kill()
         for index in range(2):
             await router.wait_for_log(
@@ -255,6 +257,14 @@ async def test_workers_stop_when_their_parent_is_gone(tmp_path: Path) -> None:
             )
         await asyncio.gather(*(exited(pid) for pid in pids.values()))
     assert "Traceback" not in router.stderr.text, router.stderr.text
+    # the killed parent could not remove its folder: the last worker out did
+    assert not folder.exists(), sorted(folder.iterdir())
+
+
+def worker_folder(pid: int) -> Path:
+    """The parent's private folder, from worker ``pid``'s command line."""
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    return Path(argv[argv.index("--worker-folder") + 1])
 
 
 async def test_streamable_http_connections_work_whichever_worker_a_request_reaches(

@@ -468,7 +468,7 @@ async def serve(
                 await stack.enter_async_context(affinity)
                 await _listen_on(runner, app[GUARD], worker.listening_sockets(), tls)
                 await stack.enter_async_context(serving_siblings(worker, _sibling_app(app)))
-                channel = await stack.enter_async_context(ParentChannel(worker.channel_fd))
+                channel = await stack.enter_async_context(ParentChannel(worker))
                 on_listening = channel.listening
             else:
                 await listen(runner, app[GUARD], host, port, tls)
