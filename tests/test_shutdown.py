@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -47,6 +48,40 @@ async def test_with_nothing_in_flight_sigterm_stops_at_once_and_says_so(tmp_path
         last = router.stderr.lines[-2:]
         assert last[0].rstrip().endswith("router.server.shutdown: stopping"), last
         assert last[1].rstrip().endswith("router.server.app: stopped"), last
+
+
+#: a process whose event loop gets SIGTERM just after it puts SIGTERM's default action
+#: back, as a stop signal that comes while the router lets go of its handlers does
+LATE_SIGNAL = """
+import asyncio, os, signal
+from router.server.shutdown import StopSignals
+
+class LateSignalLoop(asyncio.SelectorEventLoop):
+    def remove_signal_handler(self, sig):
+        removed = super().remove_signal_handler(sig)
+        if sig == signal.SIGTERM:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return removed
+
+async def main():
+    signals = StopSignals()
+    with signals.installed():
+        os.kill(os.getpid(), signal.SIGTERM)
+        await signals.stop.wait()
+    print("stopped", flush=True)
+
+with asyncio.Runner(loop_factory=LateSignalLoop) as runner:
+    runner.run(main())
+"""
+
+
+async def test_a_signal_while_the_handlers_are_let_go_does_not_kill_a_stopping_process() -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", LATE_SIGNAL, stdout=asyncio.subprocess.PIPE
+    )
+    async with asyncio.timeout(WAIT):
+        output, _ = await process.communicate()
+    assert (process.returncode, output) == (0, b"stopped\n")  # on the old code: -15, b""
 
 
 async def test_sigterm_closes_clients_one_by_one_over_the_spread_window(tmp_path: Path) -> None:
