@@ -70,8 +70,9 @@ session/status for it. Prints "host NAME listening on ws://.../acp" once the age
 answered initialize.""",
     "demo": """\
 Start N reference agents on free loopback ports, sharing a temporary session store, and the
-router in front of them on ws://127.0.0.1:P/acp; print how to talk to the fleet. Ctrl-C
-stops everything.""",
+router in front of them on ws://127.0.0.1:P/acp; print how to talk to the fleet, and the
+link to the router's status page (its admin token: --admin-token, or one made up at
+start). Ctrl-C stops everything.""",
     "serve": """\
 Run the router: one WebSocket front door (/acp) in front of the backends that FILE names,
 with /metrics, /healthz and /readyz beside it (and /admin/ with an [admin] section). The
@@ -100,7 +101,8 @@ examples:
     "demo": """\
 examples:
   acp-router demo
-  acp-router demo --agents 5 --port 9000 --token s3cret""",
+  acp-router demo --agents 5 --port 9000 --token s3cret
+  acp-router demo --admin-token adm1n-s3cret""",
     "serve": """\
 examples:
   acp-router serve --config config/router.example.toml
@@ -250,6 +252,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--token", default=None, metavar="TOKEN", help="require this bearer token from clients"
     )
+    demo.add_argument(
+        "--admin-token",
+        default=None,
+        metavar="TOKEN",
+        help="the status page's (/admin/) token (default: one made up at start); the banner"
+        " prints the page's link with it",
+    )
 
     serve = _command(commands, "serve", "run the router")
     serve.add_argument("--config", required=True, metavar="FILE", help="TOML configuration")
@@ -368,7 +377,9 @@ def _run(args: argparse.Namespace) -> int:
         if not 1 <= args.agents <= 64:
             raise ConfigError("--agents: expected 1 to 64")
         _freeze_the_start()
-        asyncio.run(run_demo(args.agents, args.port, token=args.token))
+        asyncio.run(
+            run_demo(args.agents, args.port, token=args.token, admin_token=args.admin_token)
+        )
         return 0
     if args.command == "serve":
         return _serve(args)
