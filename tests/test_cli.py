@@ -152,16 +152,28 @@ async def test_serve_routes_and_status_answers(tmp_path: Path) -> None:
                 by_id = {agent.agent_id: agent for agent in agents}
                 (other,) = (agent for agent in agents if agent.agent_id != owner)
 
-                for url in (router_url, by_id[owner].url):
+                # the router over both profiles of the transport, the agent over WebSocket
+                http_url = router_url.replace("ws://", "http://")
+                for url in (router_url, http_url, by_id[owner].url):
                     run = await run_cli_to_exit("status", url, session_id)
                     assert (run.returncode, run.stdout) == (0, f"{session_id}: active\n"), run
                 # the other instance shares the store: it knows the session, not active there
                 run = await run_cli_to_exit("status", other.url, session_id)
                 assert (run.returncode, run.stdout) == (3, f"{session_id}: inactive\n"), run
 
-                for url in (router_url, other.url):
+                for url in (router_url, http_url, other.url):
                     run = await run_cli_to_exit("status", url, "sess_nobody")
                     assert (run.returncode, run.stdout) == (4, "sess_nobody: unknown\n"), run
+                # each Streamable HTTP question ended its connection with a DELETE
+                metrics = (await fetch(http_url.replace("/acp", "/metrics")))[1]
+                deleted = 'acp_router_http_connections_ended_total{reason="deleted"} 2.0'
+                assert deleted in metrics.splitlines(), metrics
+
+                # an agent serves WebSocket only: over HTTP, one line says so
+                run = await run_cli_to_exit("status", other.url.replace("ws://", "http://"), "s")
+                assert run.returncode == 2, run
+                assert run.stderr.startswith("acp-router: cannot ask http://"), run.stderr
+                assert "Traceback" not in run.stderr, run.stderr
 
             assert await serve.stop() == 0
         assert "Traceback" not in serve.stderr.text, serve.stderr.text

@@ -86,9 +86,10 @@ agent command and the editor uses the whole fleet. One JSON-RPC message per line
 Sends Authorization: Bearer $ACP_ROUTER_TOKEN when that variable is set. Exits 0 when stdin
 closes (after the answers it owes), 1 when the connection is lost.""",
     "status": """\
-Ask a router or an agent for one session's status (session/status) and print the answer.
-Exit status: 0 active, 3 inactive, 4 unknown session. Sends Authorization: Bearer
-$ACP_ROUTER_TOKEN when that variable is set.""",
+Ask a router or an agent for one session's status (session/status) and print the answer,
+over WebSocket (ws://, wss://) or Streamable HTTP (http://, https://). Exit status: 0
+active, 3 inactive, 4 unknown session. Sends Authorization: Bearer $ACP_ROUTER_TOKEN when
+that variable is set.""",
 }
 EXAMPLES = {
     "agent": """\
@@ -120,8 +121,9 @@ a minimal FILE:
 example (Zed's settings.json: "command": "acp-router", "args": ["connect", URL]):
   acp-router connect ws://router.internal:8765/acp""",
     "status": """\
-example:
-  acp-router status ws://127.0.0.1:8765/acp sess_0123456789abcdef""",
+examples:
+  acp-router status ws://127.0.0.1:8765/acp sess_0123456789abcdef
+  acp-router status http://127.0.0.1:8765/acp sess_0123456789abcdef""",
 }
 
 
@@ -283,7 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     status = _command(commands, "status", "ask a router or an agent for one session's status")
-    status.add_argument("url", metavar="URL", help="ws://HOST:PORT/acp")
+    status.add_argument(
+        "url", metavar="URL", help="ws://HOST:PORT/acp, or http://HOST:PORT/acp (or wss, https)"
+    )
     status.add_argument("session_id", metavar="SESSION_ID", help="the session to ask about")
     status.add_argument(
         "--timeout",
