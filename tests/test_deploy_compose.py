@@ -173,12 +173,26 @@ def test_compose_files_and_volumes_exist() -> None:
                 assert source in document["volumes"], f"{name}: undeclared volume {source}"
 
 
+def test_compose_publishes_nothing_beyond_loopback() -> None:
+    published = [
+        (name, port)
+        for name, service in compose()["services"].items()
+        for port in service.get("ports", [])
+    ]
+    assert sorted(name for name, _ in published) == ["grafana", "prometheus", "router"]
+    for name, port in published:
+        assert isinstance(port, str), f"{name}: {port!r} (the short syntax, a string)"
+        assert port.startswith("127.0.0.1:"), f"{name} is published on every interface: {port}"
+    header = COMPOSE_FILE.read_text().split("\nx-image")[0]
+    assert "[auth]" in header, "the file says how to give the router a token"
+
+
 def test_compose_router_config_loads_and_names_the_agent_services() -> None:
     services = compose()["services"]
     settings = load_settings(router_config_file())
     host, port = settings.router.address
     assert host == "0.0.0.0"  # reachable through the published port
-    assert f"8765:{port}" in services["router"]["ports"]  # ws://localhost:8765/acp
+    assert f"127.0.0.1:8765:{port}" in services["router"]["ports"]  # ws://localhost:8765/acp
     agents = agent_services()
     assert len(agents) == len(settings.backends) == 3
     for backend in settings.backends:
@@ -212,7 +226,7 @@ def test_compose_prometheus_and_grafana_are_wired_to_the_router() -> None:
         "datasources"
     ]
     assert datasource["url"] == "http://prometheus:9090"
-    assert "9090:9090" in prometheus["ports"]
+    assert "127.0.0.1:9090:9090" in prometheus["ports"]
     [provider] = yaml.safe_load((provisioning / "dashboards" / "acp-router.yml").read_text())[
         "providers"
     ]
