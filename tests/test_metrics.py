@@ -1,5 +1,5 @@
 """The /metrics exposition follows the Prometheus naming rules the dashboard relies on, and
-the README's metrics table says what each family's HELP says."""
+the metrics table of docs/operations.md says what each family's HELP says."""
 
 from __future__ import annotations
 
@@ -85,21 +85,21 @@ def test_backends_are_declared_up_front() -> None:
     assert up == {"agent-1": 0.0, "agent-2": 0.0}
 
 
-# -- the README's table ----------------------------------------------------------------------------
+# -- the documented table --------------------------------------------------------------------------
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-#: a row of the README's metrics table: name, labels, the HELP text
+OPERATIONS = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
+#: a row of the metrics table: name, labels, the HELP text
 ROW = re.compile(r"^\| `(acp_router_\w+)` \| (.*?) \| (.*) \|$", re.MULTILINE)
 
 
 def readme_metrics() -> dict[str, tuple[tuple[str, ...], str]]:
-    """The README's metrics table: each name with its labels and its text (without the
-    backticks Markdown may add)."""
-    text = README.read_text()
-    section = text[text.index("### Metrics") : text.index("### Reloading the configuration")]
+    """The metrics table of docs/operations.md: each name with its labels and its text
+    (without the backticks Markdown may add)."""
+    text = OPERATIONS.read_text()
+    section = text[text.index("## Metrics") : text.index("## Deploying it")]
     rows: dict[str, tuple[tuple[str, ...], str]] = {}
     for name, labels, help_text in ROW.findall(section):
-        assert name not in rows, f"{name} is in the README's table twice"
+        assert name not in rows, f"{name} is in the table twice"
         names = tuple(re.findall(r"`(\w+)`", labels))
         rows[name] = (names, help_text.replace("`", "").replace("\\|", "|"))
     return rows
@@ -123,10 +123,10 @@ def router_metrics() -> dict[str, tuple[tuple[str, ...], str]]:
     return found
 
 
-def test_the_readme_lists_every_metric_with_its_help_text() -> None:
+def test_the_docs_list_every_metric_with_its_help_text() -> None:
     readme, exported = readme_metrics(), router_metrics()
     assert len(exported) >= 25
-    assert sorted(readme) == sorted(exported), "the README's table and the router's metrics"
+    assert sorted(readme) == sorted(exported), "the table and the router's metrics"
     for name, (labels, help_text) in exported.items():
-        assert readme[name][1] == help_text, f"{name}: the README and the HELP text differ"
-        assert readme[name][0] == labels, f"{name}: the README and the labels differ"
+        assert readme[name][1] == help_text, f"{name}: the table and the HELP text differ"
+        assert readme[name][0] == labels, f"{name}: the table and the labels differ"

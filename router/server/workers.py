@@ -3,7 +3,7 @@ channel to the parent, and the socket its metrics are read on.
 
 A router with workers is a parent process that routes nothing
 (:mod:`router.server.supervisor`) and N worker processes, each a whole router: one
-replica as README "Scaling out the router" describes, with its own backend pool,
+replica as docs/operations.md "Scaling out the router" describes, with its own backend pool,
 control links, location hints, limits and admin state. The parent starts each one as
 ``acp-router serve --config FILE`` with the hidden options of :class:`WorkerRole`.
 
