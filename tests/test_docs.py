@@ -14,6 +14,7 @@ import shutil
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import aiohttp
 import pytest
@@ -225,51 +226,52 @@ async def _run(argv: list[str]) -> Answered:
             )
 
 
+class Lines(Protocol):
+    async def readline(self) -> bytes: ...
+
+
 @contextlib.asynccontextmanager
 async def _streaming(argv: list[str]) -> AsyncIterator[Stream]:
     """An event stream the way the docs open it, its lines queued as they come; the
     block ends once it has ended."""
     lines: asyncio.Queue[str | None] = asyncio.Queue()
-    if CURL is not None:
-        process = await asyncio.create_subprocess_exec(
-            CURL, *argv[1:], stdout=asyncio.subprocess.PIPE
-        )
-        assert process.stdout is not None
-        output = process.stdout
 
-        async def pump() -> None:
-            while line := await output.readline():
-                lines.put_nowait(line.decode())
-            lines.put_nowait(None)
+    async def pump(output: Lines) -> None:
+        while line := await output.readline():
+            lines.put_nowait(line.decode())
+        lines.put_nowait(None)
 
-        reader = asyncio.create_task(pump())
+    async with _stream_output(argv) as output:
+        reader = asyncio.create_task(pump(output))
         try:
             yield Stream(lines)
             async with asyncio.timeout(WAIT):
                 await reader
-                assert await process.wait() == 0
         finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
             reader.cancel()
+
+
+@contextlib.asynccontextmanager
+async def _stream_output(argv: list[str]) -> AsyncIterator[Lines]:
+    """What the stream's command prints: curl's output, or, where there is no curl, the
+    body of the same request made with aiohttp."""
+    if CURL is None:
+        method, url, headers, _ = _request(argv)
+        async with aiohttp.ClientSession() as http:
+            async with http.request(method, url, headers=headers) as response:
+                assert response.status == 200
+                yield response.content
         return
-    method, url, headers, _ = _request(argv)
-    async with aiohttp.ClientSession() as http, http.request(method, url, headers=headers) as got:
-        assert got.status == 200
-
-        async def read() -> None:
-            while line := await got.content.readline():
-                lines.put_nowait(line.decode())
-            lines.put_nowait(None)
-
-        reader = asyncio.create_task(read())
-        try:
-            yield Stream(lines)
-            async with asyncio.timeout(WAIT):
-                await reader
-        finally:
-            reader.cancel()
+    process = await asyncio.create_subprocess_exec(CURL, *argv[1:], stdout=asyncio.subprocess.PIPE)
+    assert process.stdout is not None
+    try:
+        yield process.stdout
+        async with asyncio.timeout(WAIT):
+            assert await process.wait() == 0
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
 
 
 def _request(argv: list[str]) -> tuple[str, str, dict[str, str], str | None]:
