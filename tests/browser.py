@@ -113,19 +113,35 @@ async def open_page(profile: Path) -> AsyncIterator[Page]:
                 "DevTools listening on "
             ):
                 assert line, "chromium exited before it listened"
-        endpoint = line.split("ws://", 1)[1].split("/", 1)[0]
+        browser = line.removeprefix("DevTools listening on ").strip()
+        endpoint = browser.split("ws://", 1)[1].split("/", 1)[0]
         async with aiohttp.ClientSession() as http:
             async with http.get(f"http://{endpoint}/json/list") as listing:
                 targets = await listing.json()
         url = next(t["webSocketDebuggerUrl"] for t in targets if t["type"] == "page")
-        async with websockets.connect(url, max_size=None) as ws:
-            page = Page(ws)
-            reader = asyncio.create_task(page.read())
-            try:
-                yield page
-            finally:
-                await cancel_and_wait(reader)
+        try:
+            async with websockets.connect(url, max_size=None) as ws:
+                page = Page(ws)
+                reader = asyncio.create_task(page.read())
+                try:
+                    yield page
+                finally:
+                    await cancel_and_wait(reader)
+        finally:
+            await _close(browser, process)
     finally:
         if process.returncode is None:
             process.terminate()
         await process.wait()
+
+
+async def _close(browser: str, process: asyncio.subprocess.Process) -> None:
+    """Ask the browser to close, and wait for it to exit: a clean exit removes the folder
+    it made in the temporary folder (``org.chromium.Chromium.*``), which SIGTERM leaves
+    behind."""
+    with contextlib.suppress(OSError, TimeoutError, websockets.WebSocketException):
+        async with asyncio.timeout(WAIT):
+            async with websockets.connect(browser) as ws:
+                await ws.send(json.dumps({"id": 1, "method": "Browser.close"}))
+                await ws.recv()
+            await process.wait()

@@ -14,6 +14,7 @@ import tomllib
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import aiohttp
 import pytest
 
 from router.commands.cli import build_parser
@@ -151,22 +152,66 @@ async def test_serve_routes_and_status_answers(tmp_path: Path) -> None:
                 by_id = {agent.agent_id: agent for agent in agents}
                 (other,) = (agent for agent in agents if agent.agent_id != owner)
 
-                for url in (router_url, by_id[owner].url):
+                # the router over both profiles of the transport, the agent over WebSocket
+                http_url = router_url.replace("ws://", "http://")
+                for url in (router_url, http_url, by_id[owner].url):
                     run = await run_cli_to_exit("status", url, session_id)
                     assert (run.returncode, run.stdout) == (0, f"{session_id}: active\n"), run
                 # the other instance shares the store: it knows the session, not active there
                 run = await run_cli_to_exit("status", other.url, session_id)
                 assert (run.returncode, run.stdout) == (3, f"{session_id}: inactive\n"), run
 
-                for url in (router_url, other.url):
+                for url in (router_url, http_url, other.url):
                     run = await run_cli_to_exit("status", url, "sess_nobody")
                     assert (run.returncode, run.stdout) == (4, "sess_nobody: unknown\n"), run
+                # each Streamable HTTP question ended its connection with a DELETE
+                metrics = (await fetch(http_url.replace("/acp", "/metrics")))[1]
+                deleted = 'acp_router_http_connections_ended_total{reason="deleted"} 2.0'
+                assert deleted in metrics.splitlines(), metrics
+
+                # an agent serves WebSocket only: over HTTP, one line says so
+                run = await run_cli_to_exit("status", other.url.replace("ws://", "http://"), "s")
+                assert run.returncode == 2, run
+                assert run.stderr.startswith("acp-router: cannot ask http://"), run.stderr
+                assert "Traceback" not in run.stderr, run.stderr
 
             assert await serve.stop() == 0
         assert "Traceback" not in serve.stderr.text, serve.stderr.text
 
 
 # -- demo --------------------------------------------------------------------------------------
+
+
+async def status_page_of(demo: CliProcess) -> tuple[str, str]:
+    """The status page's address and admin token, from the demo's banner."""
+    line = await demo.stdout.wait_for("status page")
+    match = re.fullmatch(r"\s+status page\s+(http://\S+/admin/)#token=(\S+)\s*", line)
+    assert match is not None, line
+    return match.group(1), match.group(2)
+
+
+async def fetch(url: str, token: str | None = None) -> tuple[int, str]:
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    async with aiohttp.ClientSession() as http, asyncio.timeout(WAIT):
+        async with http.get(url, headers=headers) as response:
+            return response.status, await response.text()
+
+
+@pytest.mark.parametrize("given", [None, "adm-7d1c93e0b2"])
+async def test_the_demo_serves_its_status_page_under_the_token_it_prints(given: str | None) -> None:
+    options = () if given is None else ("--admin-token", given)
+    async with run_cli("demo", "--port", "0", "--agents", "1", *options) as demo:
+        page, token = await status_page_of(demo)
+        assert token == (given or token)
+        assert len(token) >= 14
+        await demo.wait_for_log("backend agent-1 is up")
+        status, html = await fetch(page)
+        assert status == 200  # the page itself holds no data: it loads without a token
+        assert "<html" in html.lower()
+        assert (await fetch(f"{page}backends"))[0] == 401
+        status, body = await fetch(f"{page}backends", token)
+        assert status == 200, body
+        assert [b["id"] for b in json.loads(body)["backends"]] == ["agent-1"]
 
 
 async def test_demo_serves_and_stops_cleanly_on_ctrl_c() -> None:

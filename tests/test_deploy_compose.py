@@ -173,12 +173,28 @@ def test_compose_files_and_volumes_exist() -> None:
                 assert source in document["volumes"], f"{name}: undeclared volume {source}"
 
 
+def test_compose_publishes_nothing_beyond_loopback() -> None:
+    published = [
+        (name, port)
+        for name, service in compose()["services"].items()
+        for port in service.get("ports", [])
+    ]
+    assert sorted(name for name, _ in published) == ["grafana", "prometheus", "router"]
+    for name, port in published:
+        assert isinstance(port, str), f"{name}: {port!r} (the short syntax, a string)"
+        assert port.startswith("127.0.0.1:"), f"{name} is published on every interface: {port}"
+    header = COMPOSE_FILE.read_text().split("\nx-image")[0]
+    assert "[auth]" in header, "the file says how to give the router a token"
+    assert "published on `127.0.0.1` only" in (REPO / "docs" / "operations.md").read_text()
+    assert "publishes them on `127.0.0.1` only" in (REPO / "README.md").read_text()
+
+
 def test_compose_router_config_loads_and_names_the_agent_services() -> None:
     services = compose()["services"]
     settings = load_settings(router_config_file())
     host, port = settings.router.address
     assert host == "0.0.0.0"  # reachable through the published port
-    assert f"8765:{port}" in services["router"]["ports"]  # ws://localhost:8765/acp
+    assert f"127.0.0.1:8765:{port}" in services["router"]["ports"]  # ws://localhost:8765/acp
     agents = agent_services()
     assert len(agents) == len(settings.backends) == 3
     for backend in settings.backends:
@@ -212,7 +228,7 @@ def test_compose_prometheus_and_grafana_are_wired_to_the_router() -> None:
         "datasources"
     ]
     assert datasource["url"] == "http://prometheus:9090"
-    assert "9090:9090" in prometheus["ports"]
+    assert "127.0.0.1:9090:9090" in prometheus["ports"]
     [provider] = yaml.safe_load((provisioning / "dashboards" / "acp-router.yml").read_text())[
         "providers"
     ]
@@ -287,16 +303,18 @@ async def test_compose_v2_accepts_the_file() -> None:
     assert run.returncode == 0, run.stderr
 
 
-def test_the_readme_says_which_compose_and_which_images() -> None:
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("### The compose demo") : readme.index("### Kubernetes")]
+def test_the_docs_say_which_compose_and_which_images() -> None:
+    docs = (REPO / "docs" / "operations.md").read_text()
+    section = docs[docs.index("### The compose demo") : docs.index("### Kubernetes")]
     services = compose()["services"]
     stages = {i.arguments.split()[-1] for i in dockerfile() if " AS " in i.arguments.upper()}
     bases = {i.arguments.split()[0] for i in dockerfile() if i.keyword == "FROM"} - stages
     images = {service["image"] for service in services.values()} | bases
     assert len(images) == 4  # the image built here, its base, Prometheus and Grafana
     for image in images:
-        assert f"`{image}`" in section, f"the README's compose section does not name {image}"
+        assert f"`{image}`" in section, (
+            f"the compose section of docs/operations.md does not name {image}"
+        )
     assert "Compose v2" in section
     assert "1.29" in section
 

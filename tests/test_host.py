@@ -86,6 +86,28 @@ async def test_a_session_outlives_its_client_on_the_one_agent_process() -> None:
             assert missing["error"]["code"] == -32602
 
 
+async def test_resume_needs_the_agent_to_offer_it_and_load_does_without() -> None:
+    # what docs/agents.md says of a stdio agent without session/resume
+    async with start_host("h1", *SDK_AGENT, "--no-resume") as host:
+        async with AcpClient.connect(host.url) as first:
+            caps = (await first.initialize())["result"]["agentCapabilities"]
+            assert "resume" not in caps["sessionCapabilities"]
+            assert caps["loadSession"] is True
+            session_id = await first.new_session()
+            pid = await prompted(first, session_id, "hello")
+        async with AcpClient.connect(host.url) as second:
+            await second.initialize()
+            resume = {"sessionId": session_id, "cwd": "/work/project"}
+            refused = await second.request("session/resume", resume)
+            assert refused["error"]["code"] == -32601, refused
+            loaded = await second.request("session/load", {**resume, "mcpServers": []})
+            assert loaded.get("result") == {}, loaded
+            assert [said for _, said in text_chunks(second.drain_incoming())] == [
+                f"[pid {pid}] hello"
+            ]
+            assert await prompted(second, session_id, "again") == pid
+
+
 async def test_clients_with_the_same_ids_get_their_own_answers() -> None:
     async with start_host("h1", *SDK_AGENT) as host:
         async with AcpClient.connect(host.url) as one, AcpClient.connect(host.url) as two:

@@ -7,7 +7,7 @@ Each agent process tags its replies with its pid, so a test can tell which proce
 answered. SDK 0.12.1's server offers session/load, not session/resume (its unstable
 flag is off), so the second connection loads. Between the SDK's own HTTP client and
 server that fails (the server does not learn the loaded session, and answers the
-next prompt's POST 404); through the router it works (README: Remote transport).
+next prompt's POST 404); through the router it works (docs/transport.md).
 """
 
 from __future__ import annotations

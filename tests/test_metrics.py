@@ -1,15 +1,30 @@
 """The /metrics exposition follows the Prometheus naming rules the dashboard relies on, and
-the README's metrics table says what each family's HELP says."""
+the metrics table of docs/operations.md says what each family's HELP says, and a running
+router's /metrics (and that of a router with workers) serves those families, no
+``*_created`` series."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
+import aiohttp
+import pytest
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
-from router.server.metrics import LATENCY_BUCKETS, TO_BACKEND, TO_CLIENT, Metrics
+from router.server.metrics import (
+    LATENCY_BUCKETS,
+    TO_BACKEND,
+    TO_CLIENT,
+    WORKER_LABEL,
+    WORKER_UP,
+    WORKER_UP_HELP,
+    Metrics,
+)
+from tests.fleet import start_fleet
+from tests.support import WAIT, run_cli
 
 FORBIDDEN_LABELS = {"session", "session_id", "sessionId", "client", "request_id"}
 
@@ -33,7 +48,7 @@ def test_router_families_follow_the_naming_rules() -> None:
     assert len(families) >= 15
     for name, kind, samples in families:
         if kind == "counter":
-            assert all(s[0].endswith(("_total", "_created")) for s in samples), name
+            assert all(s[0].endswith("_total") for s in samples), name
         else:
             assert not name.endswith("_total"), name
         for _, labels, _ in samples:
@@ -85,29 +100,30 @@ def test_backends_are_declared_up_front() -> None:
     assert up == {"agent-1": 0.0, "agent-2": 0.0}
 
 
-# -- the README's table ----------------------------------------------------------------------------
+# -- the documented table --------------------------------------------------------------------------
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-#: a row of the README's metrics table: name, labels, the HELP text
+OPERATIONS = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
+#: a row of the metrics table: name, labels, the HELP text
 ROW = re.compile(r"^\| `(acp_router_\w+)` \| (.*?) \| (.*) \|$", re.MULTILINE)
 
 
-def readme_metrics() -> dict[str, tuple[tuple[str, ...], str]]:
-    """The README's metrics table: each name with its labels and its text (without the
-    backticks Markdown may add)."""
-    text = README.read_text()
-    section = text[text.index("### Metrics") : text.index("### Reloading the configuration")]
+def documented_metrics() -> dict[str, tuple[tuple[str, ...], str]]:
+    """The metrics table of docs/operations.md: each name with its labels and its text
+    (without the backticks Markdown may add)."""
+    text = OPERATIONS.read_text()
+    section = text[text.index("## Metrics") : text.index("## Deploying it")]
     rows: dict[str, tuple[tuple[str, ...], str]] = {}
     for name, labels, help_text in ROW.findall(section):
-        assert name not in rows, f"{name} is in the README's table twice"
+        assert name not in rows, f"{name} is in the table twice"
         names = tuple(re.findall(r"`(\w+)`", labels))
         rows[name] = (names, help_text.replace("`", "").replace("\\|", "|"))
     return rows
 
 
 def router_metrics() -> dict[str, tuple[tuple[str, ...], str]]:
-    """Every acp_router_ family a router exports: its name as queried (counters with
-    ``_total``), its label names and its HELP."""
+    """Every acp_router_ family a router exports, and the one the scrape of a router with
+    workers adds: its name as queried (counters with ``_total``), its label names and its
+    HELP."""
     metrics = Metrics()
     metrics.watch_cache(lambda: 0)
     labels = {
@@ -115,7 +131,7 @@ def router_metrics() -> dict[str, tuple[tuple[str, ...], str]]:
         for metric in vars(metrics).values()
         if isinstance(metric, MetricWrapperBase)
     }
-    found = {}
+    found: dict[str, tuple[tuple[str, ...], str]] = {WORKER_UP: ((WORKER_LABEL,), WORKER_UP_HELP)}
     for family in metrics.registry.collect():
         if family.name.startswith("acp_router_"):
             name = family.name + ("_total" if family.type == "counter" else "")
@@ -123,10 +139,57 @@ def router_metrics() -> dict[str, tuple[tuple[str, ...], str]]:
     return found
 
 
-def test_the_readme_lists_every_metric_with_its_help_text() -> None:
-    readme, exported = readme_metrics(), router_metrics()
+def test_the_docs_list_every_metric_with_its_help_text() -> None:
+    documented, exported = documented_metrics(), router_metrics()
     assert len(exported) >= 25
-    assert sorted(readme) == sorted(exported), "the README's table and the router's metrics"
+    assert sorted(documented) == sorted(exported), "the table and the router's metrics"
     for name, (labels, help_text) in exported.items():
-        assert readme[name][1] == help_text, f"{name}: the README and the HELP text differ"
-        assert readme[name][0] == labels, f"{name}: the README and the labels differ"
+        assert documented[name][1] == help_text, f"{name}: the table and the HELP text differ"
+        assert documented[name][0] == labels, f"{name}: the table and the labels differ"
+
+
+# -- what /metrics serves -------------------------------------------------------------------------
+
+
+def served(exposition: str) -> dict[str, str]:
+    """The families a scrape holds (counters named with ``_total``), with their HELP;
+    every sample checked for a ``_created`` series."""
+    families = {}
+    for family in text_string_to_metric_families(exposition):
+        for sample in family.samples:
+            assert not sample.name.endswith("_created"), sample
+        name = family.name + ("_total" if family.type == "counter" else "")
+        families[name] = family.documentation
+    return families
+
+
+async def scrape(url: str) -> str:
+    async with aiohttp.ClientSession() as http, asyncio.timeout(WAIT):
+        async with http.get(url) as response:
+            assert response.status == 200
+            return await response.text()
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_metrics_serves_the_documented_families_and_nothing_else(
+    tmp_path: Path, workers: int
+) -> None:
+    documented = documented_metrics()
+    async with start_fleet(tmp_path / "store", 1) as agents:
+        config = tmp_path / "router.toml"
+        # with workers, the parent's metrics_listen: every worker's series, merged
+        config.write_text(
+            f'[router]\nlisten = "127.0.0.1:0"\nworkers = {workers}\n'
+            'metrics_listen = "127.0.0.1:0"\n'
+            f'[[backends]]\nid = "agent-1"\nurl = "{agents[0].url}"\n'
+        )
+        async with run_cli("serve", "--config", str(config)) as router:
+            line = await router.wait_for_log("/metrics")
+            families = served(await scrape(line.rsplit(" ", 1)[-1].strip()))
+            assert await router.stop() == 0
+    expected = set(documented) - ({WORKER_UP} if workers == 1 else set())
+    ours = {name for name in families if name.startswith("acp_router_")}
+    assert ours == expected, (sorted(ours - expected), sorted(expected - ours))
+    assert {name.split("_")[0] for name in set(families) - ours} == {"process"}
+    for name in ours:
+        assert families[name] == documented[name][1], name

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -32,6 +33,55 @@ async def closed_at(client: AcpClient) -> float:
 
 def router_url(serve: CliProcess) -> str:
     return serve.first_line.removeprefix("acp-router listening on ")
+
+
+async def test_with_nothing_in_flight_sigterm_stops_at_once_and_says_so(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path / "store", 1) as agents:
+        config = write_config(tmp_path / "router.toml", 'listen = "127.0.0.1:0"', agents)
+        async with run_cli("serve", "--config", str(config)) as router:
+            await wait_backends_up(router, agents)
+            router.process.send_signal(signal.SIGTERM)
+            # generous: it takes a few hundredths of a second (issue 26: it took 1.6 s)
+            async with asyncio.timeout(WAIT / 2):
+                assert await router.process.wait() == 0
+            assert await router.stop() == 0  # the logs read to their end
+        last = router.stderr.lines[-2:]
+        assert last[0].rstrip().endswith("router.server.shutdown: stopping"), last
+        assert last[1].rstrip().endswith("router.server.app: stopped"), last
+
+
+#: a process whose event loop gets SIGTERM just after it puts SIGTERM's default action
+#: back, as a stop signal that comes while the router lets go of its handlers does
+LATE_SIGNAL = """
+import asyncio, os, signal
+from router.server.shutdown import StopSignals
+
+class LateSignalLoop(asyncio.SelectorEventLoop):
+    def remove_signal_handler(self, sig):
+        removed = super().remove_signal_handler(sig)
+        if sig == signal.SIGTERM:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return removed
+
+async def main():
+    signals = StopSignals()
+    with signals.installed():
+        os.kill(os.getpid(), signal.SIGTERM)
+        await signals.stop.wait()
+    print("stopped", flush=True)
+
+with asyncio.Runner(loop_factory=LateSignalLoop) as runner:
+    runner.run(main())
+"""
+
+
+async def test_a_signal_while_the_handlers_are_let_go_does_not_kill_a_stopping_process() -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", LATE_SIGNAL, stdout=asyncio.subprocess.PIPE
+    )
+    async with asyncio.timeout(WAIT):
+        output, _ = await process.communicate()
+    assert (process.returncode, output) == (0, b"stopped\n")  # on the old code: -15, b""
 
 
 async def test_sigterm_closes_clients_one_by_one_over_the_spread_window(tmp_path: Path) -> None:

@@ -205,7 +205,10 @@ async def test_sigterm_stops_every_worker_cleanly(tmp_path: Path) -> None:
                 assert await router.process.wait() == 0
         for index in range(2):
             await router.wait_for_log(f"worker {index} router.server.shutdown: stopping")
+            await router.wait_for_log(f"worker {index} router.server.app: stopped")
         await asyncio.gather(*(exited(pid) for pid in pids.values()))
+        assert await router.stop() == 0  # the logs read to their end
+    assert router.stderr.lines[-1].rstrip().endswith("router.server.supervisor: stopped")
     assert "Traceback" not in router.stderr.text, router.stderr.text
 
 
@@ -296,6 +299,8 @@ async def test_workers_stop_when_their_parent_is_gone(tmp_path: Path) -> None:
         two_workers(tmp_path, agents) as router,
     ):
         pids = await worker_pids(router, 2)
+        folder = worker_folder(pids[0])
+        assert sorted(p.name for p in folder.iterdir()) == ["worker-0.sock", "worker-1.sock"]
         router.process.kill()
         for index in range(2):
             await router.wait_for_log(
@@ -303,6 +308,14 @@ async def test_workers_stop_when_their_parent_is_gone(tmp_path: Path) -> None:
             )
         await asyncio.gather(*(exited(pid) for pid in pids.values()))
     assert "Traceback" not in router.stderr.text, router.stderr.text
+    # the killed parent could not remove its folder: the last worker out did
+    assert not folder.exists(), sorted(folder.iterdir())
+
+
+def worker_folder(pid: int) -> Path:
+    """The parent's private folder, from worker ``pid``'s command line."""
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    return Path(argv[argv.index("--worker-folder") + 1])
 
 
 def rss(pid: int) -> int:

@@ -1,8 +1,9 @@
 """``acp-router demo``: the embedded default fleet.
 
 Starts N reference agents on free loopback ports, sharing one temporary session
-store, and the router in front of them; prints how to try it; Ctrl-C (or SIGTERM)
-stops everything and removes the store.
+store, and the router in front of them with its status page (``/admin/``, under the
+admin token given or one made up at start); prints how to try it and the page's link;
+Ctrl-C (or SIGTERM) stops everything and removes the store.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import secrets
 import sys
 import tempfile
 from collections.abc import AsyncIterator
@@ -49,11 +51,14 @@ async def agent_process(store: Path, agent_id: str, log_level: str) -> AsyncIter
         await process.wait()
 
 
-def demo_settings(port: int, agent_urls: dict[str, str], token: str | None = None) -> Settings:
+def demo_settings(
+    port: int, agent_urls: dict[str, str], token: str | None = None, *, admin_token: str
+) -> Settings:
     data: dict[str, object] = {
         "router": {"listen": f"127.0.0.1:{port}"},
         "backends": [{"id": i, "url": url} for i, url in agent_urls.items()],
         "probe": {"timeout_ms": 500},
+        "admin": {"tokens": [admin_token]},
     }
     if token is not None:
         data["auth"] = {"tokens": [token]}
@@ -61,8 +66,16 @@ def demo_settings(port: int, agent_urls: dict[str, str], token: str | None = Non
 
 
 async def run_demo(
-    agents: int, port: int, log_level: str = "WARNING", *, token: str | None = None
+    agents: int,
+    port: int,
+    log_level: str = "WARNING",
+    *,
+    token: str | None = None,
+    admin_token: str | None = None,
 ) -> None:
+    """Run the fleet until Ctrl-C; ``admin_token`` opens the status page (None: one made
+    up now, printed with the page's link)."""
+    admin_token = admin_token or secrets.token_urlsafe(18)
     with tempfile.TemporaryDirectory(prefix="acp-router-demo-") as store:
         async with contextlib.AsyncExitStack() as stack:
             ids = [f"agent-{n}" for n in range(1, agents + 1)]
@@ -71,13 +84,17 @@ async def run_demo(
             )
             agent_urls = dict(zip(ids, urls, strict=True))
             await serve(
-                demo_settings(port, agent_urls, token),
-                lambda front: _print_banner(front, agent_urls, store, token),
+                demo_settings(port, agent_urls, token, admin_token=admin_token),
+                lambda front: _print_banner(front, agent_urls, store, token, admin_token),
             )
 
 
-def _print_banner(front: str, agents: dict[str, str], store: str, token: str | None) -> None:
-    metrics = front.replace("ws://", "http://").removesuffix("/acp") + "/metrics"
+def _print_banner(
+    front: str, agents: dict[str, str], store: str, token: str | None, admin_token: str
+) -> None:
+    base = front.replace("ws://", "http://").removesuffix("/acp")
+    metrics = base + "/metrics"
+    status_page = f"{base}/admin/#token={admin_token}"
     if token is None:
         try_it = f"{sys.executable} -m websockets {front}"
     else:  # the websockets CLI sends no headers: the bridge does, from the environment
@@ -87,6 +104,7 @@ def _print_banner(front: str, agents: dict[str, str], store: str, token: str | N
         *(f"  {agent_id:<10} {url}" for agent_id, url in agents.items()),
         f"  session store  {store}",
         f"  metrics        {metrics}",
+        f"  status page    {status_page}",
         f"  clients need   Authorization: Bearer {token}" if token else "  no token needed",
         "",
         f"Try it:  {try_it}",

@@ -29,13 +29,7 @@ from typing import Literal
 from router.protocol import acp
 from router.protocol.errors import ErrorObject, JsonRpcError
 from router.protocol.ids import BackendId, SessionId
-from router.protocol.jsonrpc import (
-    Message,
-    Request,
-    RequestId,
-    encode_error,
-    encode_notification,
-)
+from router.protocol.jsonrpc import Message, Request, RequestId, encode_error, encode_notification
 
 # -- frames ------------------------------------------------------------------------------------
 

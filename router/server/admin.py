@@ -1,4 +1,4 @@
-"""The operator's API under ``/admin/`` and its status page (README: Admin).
+"""The operator's API under ``/admin/`` and its status page (docs/operations.md: Admin).
 
 Off unless ``[admin]`` names tokens of its own: then every JSON endpoint wants
 ``Authorization: Bearer <admin token>`` (401 otherwise), compared in constant time as the

@@ -476,7 +476,7 @@ async def serve(
                 await ready_to_serve(app[POOL], settings.router.connect_timeout_ms / 1000)
                 await _listen_on(runner, app[GUARD], worker.listening_sockets(), tls)
                 await stack.enter_async_context(serving_siblings(worker, _sibling_app(app)))
-                channel = await stack.enter_async_context(ParentChannel(worker.channel_fd))
+                channel = await stack.enter_async_context(ParentChannel(worker))
                 on_listening = channel.listening
             else:
                 await listen(runner, app[GUARD], host, port, tls)
@@ -495,6 +495,7 @@ async def serve(
             spread = settings.router.close_spread_seconds
             open_clients: OpenClients = app[CLIENTS]
             await close_spread(list(open_clients), spread, signals.hurry)
+    logger.info("stopped")
 
 
 def _as_worker(app: web.Application, worker: WorkerRole) -> Affinity:

@@ -90,7 +90,7 @@ def _check_pair(cert: str | None, key: str | None) -> None:
 class RouterSection(_Section):
     listen: str = "127.0.0.1:8765"
     #: worker processes sharing the listening port (SO_REUSEPORT), each one replica with
-    #: its own backend links and limits (README: Workers); 1 runs no extra process
+    #: its own backend links and limits (docs/operations.md: Workers); 1 runs no extra process
     workers: Annotated[int, Field(gt=0, le=256)] = 1
     #: what to do when no backend says active and some backend did not answer
     unknown_policy: Literal["fail_closed", "place_anyway"] = "fail_closed"
@@ -144,7 +144,7 @@ class RouterSection(_Section):
     new_sessions_per_minute_per_address: Annotated[int, Field(gt=0)] = 600
     new_sessions_per_minute: Annotated[int, Field(gt=0)] = 60_000
     #: hand clients session ids that say where the session lives (``<id>@<home>.<check>``):
-    #: any replica, a fresh one too, then asks that backend first (README: Hinted ids)
+    #: any replica, a fresh one too, then asks that backend first (docs/routing.md: Hinted ids)
     hinted_ids: bool = False
     #: a prompt turn left running by a client connection that is gone (closed, lost, or
     #: closed by the router stopping) is cancelled on its backend (session/cancel),
@@ -167,7 +167,7 @@ class RouterSection(_Section):
     http_held_frames: Annotated[int, Field(gt=0)] = 4096
     #: bytes held at once over every connection: POST bodies being read and frames held
     #: for event streams not open yet; a POST past it is answered 503 with Retry-After,
-    #: a frame past it ends its connection as an overflow (README: Limits)
+    #: a frame past it ends its connection as an overflow (docs/security.md: Limits)
     max_held_bytes: Annotated[int, Field(gt=0)] = 256 * 1024 * 1024
 
     @field_validator("listen", "metrics_listen")
@@ -252,7 +252,7 @@ class BackendSection(_Section):
 
 
 class DiscoverySection(_Section):
-    """Backends found in DNS (README: DNS discovery): the A records of ``dns``, each
+    """Backends found in DNS (docs/configuration.md: DNS discovery): the A records of ``dns``, each
     named by its reverse (PTR) name, re-resolved every ``interval_seconds``."""
 
     #: the name to resolve, e.g. a Kubernetes headless Service
@@ -353,13 +353,13 @@ class CacheSection(_Section):
     #: remembered: a repeated resume of an unknown id costs no probe meanwhile; a session
     #: created later directly on an agent under that id is found once it expires
     negative_seconds: Annotated[float, Field(ge=0)] = 5.0
-    #: the split-brain audit's budget besides one probe per trusted resume (README: Split
+    #: the split-brain audit's budget besides one probe per trusted resume (docs/routing.md: Split
     #: brain is seen, not hidden): how many probes a second it may spend
     audit_probes_per_second: Annotated[float, Field(gt=0)] = 100.0
 
 
 class FailoverSection(_Section):
-    """Failover (README: Failover): when a client's link to a backend is lost, its
+    """Failover (docs/routing.md: Failover): when a client's link to a backend is lost, its
     sessions there wait (their frames held) until that backend is known to be back or
     gone, and are then resumed where they live: the same backend, or, when it lost them,
     the one that knows them (a shared store)."""
@@ -391,7 +391,7 @@ class TokenSection(_Section):
 class AuthSection(TokenSection):
     """Client authentication; with no ``[auth]`` section the front door is open."""
 
-    #: a session is usable only under the token it was created with (README: Security)
+    #: a session is usable only under the token it was created with (docs/security.md)
     bind_sessions: bool = False
     #: the key of the session-id MAC; every replica needs the same one
     session_secret: Annotated[str | None, Field(min_length=16, repr=False)] = None
@@ -415,7 +415,7 @@ class AuthSection(TokenSection):
 
 
 class AdminSection(TokenSection):
-    """The operator's API under ``/admin/`` (README: Admin), with tokens of its own;
+    """The operator's API under ``/admin/`` (docs/operations.md: Admin), with tokens of its own;
     with no ``[admin]`` section it does not exist (404)."""
 
 

@@ -52,13 +52,19 @@ class StopSignals:
         try:
             yield self
         finally:
-            for signum in SIGNALS:
-                with contextlib.suppress(ValueError, RuntimeError):
-                    loop.remove_signal_handler(signum)
-                if self.stop.is_set():
-                    # on the way out already: a later signal must not turn a clean exit
-                    # into death by signal while the interpreter tears down
-                    signal.signal(signum, signal.SIG_IGN)
+            # held back while the handlers change: asyncio puts the default action back
+            # (death, for SIGTERM) before SIG_IGN replaces it below
+            held = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+            try:
+                for signum in SIGNALS:
+                    with contextlib.suppress(ValueError, RuntimeError):
+                        loop.remove_signal_handler(signum)
+                    if self.stop.is_set():
+                        # on the way out already: a later signal must not turn a clean
+                        # exit into death by signal while the interpreter tears down
+                        signal.signal(signum, signal.SIG_IGN)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 @contextlib.asynccontextmanager

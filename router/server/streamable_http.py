@@ -208,7 +208,7 @@ class HttpConnection:
     @contextlib.contextmanager
     def in_use(self) -> Iterator[None]:
         """A POST or an event stream of the connection runs for the block: between them
-        the connection is idle, and its place may go to a newcomer (README: Limits)."""
+        the connection is idle, and its place may go to a newcomer (docs/security.md: Limits)."""
         entry = self.entry
         self._uses += 1
         entry.places.use(entry.place)

@@ -293,4 +293,6 @@ async def serve_workers(
             stack.callback(loop.remove_signal_handler, signal.SIGHUP)
             logger.info("starting %d workers on %s:%d", count, host, listeners.port)
             url = f"{scheme}://{host}:{listeners.port}/acp"
-            return await supervisor.run(signals, lambda: on_listening(url))
+            status = await supervisor.run(signals, lambda: on_listening(url))
+    logger.info("stopped")
+    return status

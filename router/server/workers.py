@@ -3,7 +3,7 @@ channel to the parent, and the socket its metrics are read on.
 
 A router with workers is a parent process that routes nothing
 (:mod:`router.server.supervisor`) and N worker processes, each a whole router: one
-replica as README "Scaling out the router" describes, with its own backend pool,
+replica as docs/operations.md "Scaling out the router" describes, with its own backend pool,
 control links, location hints, limits and admin state. The parent starts each one as
 ``acp-router serve --config FILE`` with the hidden options of :class:`WorkerRole`.
 
@@ -213,12 +213,18 @@ class Listeners:
 class ParentChannel:
     """A worker's end of its channel to the parent: :meth:`listening` tells the parent
     it serves; end-of-file means the parent is gone, and the worker stops as on SIGTERM
-    (its clients drained and answered, as a single router's)."""
+    (its clients drained and answered, as a single router's).
 
-    def __init__(self, fd: int) -> None:
-        self._sock = socket.socket(fileno=fd)
+    The parent removes its private folder when it ends; a parent that was killed cannot,
+    so then each worker removes its own socket as it stops, and the last one out the
+    folder."""
+
+    def __init__(self, role: WorkerRole) -> None:
+        self._role = role
+        self._sock = socket.socket(fileno=role.channel_fd)
         self._writer: asyncio.StreamWriter | None = None
         self._watch: asyncio.Task[None] | None = None
+        self._orphaned = False
 
     async def __aenter__(self) -> ParentChannel:
         reader, self._writer = await asyncio.open_unix_connection(sock=self._sock)
@@ -237,6 +243,8 @@ class ParentChannel:
             self._writer.close()
             with contextlib.suppress(OSError):
                 await self._writer.wait_closed()
+        if self._orphaned:
+            self._leave_folder()
 
     def listening(self, url: str) -> None:
         """Tell the parent this worker serves (the parent announces ``url`` once every
@@ -244,12 +252,19 @@ class ParentChannel:
         assert self._writer is not None, "enter the channel first"
         self._writer.write(LISTENING)
 
-    @staticmethod
-    async def _watch_parent(reader: asyncio.StreamReader) -> None:
+    async def _watch_parent(self, reader: asyncio.StreamReader) -> None:
         with contextlib.suppress(OSError):
             await reader.read()  # the parent writes nothing: this returns at end-of-file
         logger.warning("the parent process is gone: stopping")
+        self._orphaned = True
         os.kill(os.getpid(), signal.SIGTERM)
+
+    def _leave_folder(self) -> None:
+        """Remove this worker's socket, and the parent's folder once no other worker's
+        is left in it (the others, stopping too, remove theirs)."""
+        sibling_socket(self._role.folder, self._role.index).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # not empty yet, or removed by another already
+            self._role.folder.rmdir()
 
 
 async def ready_to_serve(pool: Pool, timeout: float) -> None:

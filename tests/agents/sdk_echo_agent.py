@@ -2,7 +2,8 @@
 shape of the SDK's own ``examples/echo_agent.py``.
 
 It keeps sessions in memory, and every reply names its process (``[pid 123] hello``),
-so a test can tell which agent process answered. A prompt starting with
+so a test can tell which agent process answered (``--no-resume``: an agent without
+session/resume and session/close, only loadSession). A prompt starting with
 ``/permission`` asks the client ``session/request_permission`` first; a text block
 ``/flood N`` is answered with N characters, and once the turn's replies are written the
 agent says ``flooded`` on stderr. Run:
@@ -133,8 +134,11 @@ class EchoAgent:
 
 
 def main() -> None:
-    # resume and close are routed by SDK 0.12.1 only with the unstable flag on
-    asyncio.run(acp.run_agent(EchoAgent(), use_unstable_protocol=True))  # type: ignore[arg-type]
+    # resume and close are routed by SDK 0.12.1 only with the unstable flag on; with
+    # --no-resume the agent offers neither (and the SDK answers them -32601)
+    resume = "--no-resume" not in sys.argv[1:]
+    agent = EchoAgent(resume=resume)
+    asyncio.run(acp.run_agent(agent, use_unstable_protocol=resume))  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":
