@@ -12,6 +12,7 @@ AwaitBackend) comes back to the test, which plays the pool by calling ``initiali
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -169,8 +170,14 @@ class Client:
     ``closed``, ``linked``), the attachments (``changes``) and the locations learned
     (``learned``). Every call returns the other effects, in order."""
 
-    def __init__(self, limits: Limits | None = None, *, initialized: bool = True) -> None:
-        self.routes = ClientRoutes(limits or Limits())
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        *,
+        initialized: bool = True,
+        charge: Callable[[], None] = lambda: None,  # no locate budget
+    ) -> None:
+        self.routes = ClientRoutes(limits or Limits(), charge)
         self._last: Effects = ()
         self.changes: list[Change] = []
         self.learned: list[Learned] = []

@@ -1,18 +1,23 @@
-"""router.core.routes: a backend's link ends, or the client goes (router.core.backend_side;
-tests.routes_driver plays the shell)."""
+"""router.core.routes: a backend's link ends, the client goes, or the router stops
+(router.core.backend_side; tests.routes_driver plays the shell)."""
 
 from __future__ import annotations
 
-from router.core.effects import Attach, Deliver, Detach, Resumed, Send
+from router.core.effects import Attach, CloseLink, Deliver, Detach, Locate, Resumed, Send
+from router.core.health import Health
+from router.core.routes import Limits
+from router.protocol.errors import RouterStopping
 from tests.routes_driver import (
     Client,
     delivered,
     dropped,
     error_reply,
     notified,
+    prompt,
     reply,
     request,
     result,
+    resume,
     sid,
 )
 
@@ -107,3 +112,42 @@ def test_client_gone_detaches_everything() -> None:
         Detach("s1", "a"),
         Detach("s2", "b"),
     ]
+
+
+# -- the router stops ----------------------------------------------------------------------------
+
+
+def test_abandon_answers_every_call_once_and_refuses_what_comes_after() -> None:
+    client = Client(Limits(failover=True))
+    client.new_session(1, "a", "s1")
+    client.send(request(2, "session/prompt", sid("s1")))  # on a
+    client.send(resume(3, "s2"))  # being located
+    client.open_ahead(3, "b")
+    client.send(prompt(4, "s2"))  # held behind it
+    asked = delivered(client.backend("a", request(7, "fs/read_text_file", {})))
+    effects = client.carry_out(client.routes.abandon(RouterStopping()))
+    withdrawn = effects[-1]
+    assert sorted(reply(r)["id"] for r in effects[:-1]) == [2, 3, 4]
+    for answer in effects[:-1]:
+        assert reply(answer)["error"]["code"] == RouterStopping.code
+    assert notified(withdrawn)["params"] == {"requestId": asked["id"]}
+    assert client.closed == [CloseLink("b", "opened ahead, not needed")]
+    assert client.routes.unanswered() == []
+    # the shell's late outcomes find nothing to answer; new requests are refused
+    assert client.located(3, "b") == ()
+    assert dropped(client.answer(3, {}))
+    assert dropped(client.backend("a", result(2, {})))
+    error_reply(client.send(prompt(5, "s1")), 5, RouterStopping.code)
+
+
+def test_abandon_ends_a_failover_quietly() -> None:
+    client = Client(Limits(failover=True))
+    client.new_session(1, "a", "s1")
+    client.lost("a")
+    client.send(prompt(2, "s1"))  # waits for the failover
+    (locate,) = client.backend_known("a", ("s1",), Health.UP)
+    assert isinstance(locate, Locate)
+    (answer,) = client.carry_out(client.routes.abandon(RouterStopping()))
+    error_reply(answer, 2, RouterStopping.code)  # the client's; the router's own is not
+    assert client.routes.unanswered() == []
+    assert client.placed(locate.request.id, "b") == ()
