@@ -45,16 +45,16 @@ def frame(n: int, session_id: str = "s1") -> Frame:
 # -- the table of moves ----------------------------------------------------------------------------
 
 
-def test_every_phase_but_detached_is_reached_and_left() -> None:
+def test_every_phase_is_reached_and_left() -> None:
     reached = {after for targets in TRANSITIONS.values() for after in targets}
     left = {phase for phase, _ in TRANSITIONS}
     assert reached == set(Phase)
     assert left == set(Phase)
 
 
-def test_a_held_session_leaves_its_holding_phase_only_by_settling_or_resuming() -> None:
-    """No move but settle (its holder answered) or a failover's resume ends a holding
-    phase: frames that wait there are never left behind."""
+def test_a_held_session_leaves_its_holding_phases_only_when_its_holder_settles() -> None:
+    """Only its holder's answer ends a holding phase (SETTLE, or ATTACH for a resume that
+    succeeded): the frames that wait there are handed back then, never left behind."""
     for (phase, move), targets in TRANSITIONS.items():
         if phase in HOLDING and any(t not in HOLDING for t in targets):
             assert move in (Move.SETTLE, Move.ATTACH), (phase, move)
