@@ -9,11 +9,13 @@ import orjson
 import pytest
 
 from router.core.effects import (
+    AskPool,
     AwaitBackend,
     Detach,
     FailedOver,
     Locate,
     MovedAway,
+    Query,
     Resumed,
     ResumeSent,
     Send,
@@ -21,7 +23,16 @@ from router.core.effects import (
 from router.core.health import Health
 from router.core.routes import Limits
 from router.protocol.errors import NoBackendAvailable
-from tests.routes_driver import Client, error, error_reply, new_params, request, result, sid
+from tests.routes_driver import (
+    Client,
+    as_request,
+    error,
+    error_reply,
+    new_params,
+    request,
+    result,
+    sid,
+)
 
 
 def orphaned(client: Client) -> Client:
@@ -120,3 +131,15 @@ def test_without_failover_nothing_is_orphaned() -> None:
     assert client.lost("a") == ()  # no AwaitBackend
     assert client.changes[-1] == Detach("s1", "a")
     error_reply(client.send(request(2, "session/prompt", sid("s1"))), 2, -32010)
+
+
+def test_a_status_of_an_orphaned_session_is_answered_from_the_pool_at_once() -> None:
+    """Read-only: it need not wait for the failover, as a prompt does; once the
+    failover's resume is out, it waits behind that like any frame."""
+    client = orphaned(Client(Limits(failover=True)))
+    assert client.send(request(2, "session/prompt", sid("s1"))) == ()
+    status = request(3, "session/status", sid("s1"))
+    assert client.send(status) == (AskPool(Query.STATUS, as_request(status), "s1"),)
+    (locate,) = client.backend_known("a", ("s1",), Health.UP)
+    assert isinstance(locate, Locate)
+    assert client.send(request(4, "session/status", sid("s1"))) == ()
