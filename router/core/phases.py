@@ -200,7 +200,8 @@ class SessionTable:
         """``session_id``, detached or attached, is routed to ``backend`` now (a session
         made there, or a child announced there): what changed, for the directory."""
         state = self._table.get(session_id)
-        assert state is None or isinstance(state, Attached)
+        if not (state is None or isinstance(state, Attached)):  # it would forget its holder
+            raise InvalidMove(f"{session_id}: attach from {state.phase.value}")
         previous = None if state is None else state.backend
         if by is None and state is not None:
             by = state.by
@@ -293,8 +294,9 @@ class SessionTable:
 
     def wait(self, session_id: SessionId, frame: Frame) -> None:
         """``frame`` waits behind the holder of ``session_id`` (:meth:`holding`)."""
-        state = self._table[session_id]
-        assert isinstance(state, Holding)
+        state = self._table.get(session_id)
+        if not isinstance(state, Holding):
+            raise InvalidMove(f"{session_id}: a frame waits behind no holder")
         if state.waiting is None:
             state.waiting = deque()
         state.waiting.append(frame)
