@@ -19,6 +19,7 @@ import orjson
 
 from router.core.effects import (
     Attach,
+    CancelTurn,
     Change,
     CloseLink,
     Deliver,
@@ -40,6 +41,12 @@ from router.protocol.errors import ErrorObject, JsonRpcError
 from router.protocol.ids import BackendId, SessionId
 from router.protocol.jsonrpc import Request, RequestId
 from router.protocol.reading import parse
+
+def _alone(session_id: SessionId, backend: BackendId) -> int:
+    """No other client connection holds any session (the directory's count, for one
+    connection driven alone)."""
+    return 0
+
 
 # -- frames ------------------------------------------------------------------------------------
 
@@ -181,6 +188,8 @@ class Client:
         self._last: Effects = ()
         self.changes: list[Change] = []
         self.learned: list[Learned] = []
+        #: the prompt turns the core cancelled as their client left
+        self.cancelled: list[CancelTurn] = []
         self.opened: list[OpenLink] = []
         self.closed: list[CloseLink] = []
         self.linked: set[BackendId] = set()
@@ -210,6 +219,8 @@ class Client:
                 self.changes.append(effect)
             elif isinstance(effect, Learned):
                 self.learned.append(effect)
+            elif isinstance(effect, CancelTurn):
+                self.cancelled.append(effect)
             else:
                 if isinstance(effect, Send):
                     assert effect.backend in self.linked | self.heard, f"no link: {effect}"
@@ -240,7 +251,11 @@ class Client:
         return self.carry_out(self.routes.backend_lost(BackendId(backend), refused, reason))
 
     def client_gone(self) -> Effects:
-        return self.carry_out(self.routes.client_gone())
+        return self.carry_out(self.routes.client_gone(_alone))
+
+    def abandon(self, error: JsonRpcError) -> Effects:
+        """The router stops: no other connection holds any session."""
+        return self.carry_out(self.routes.abandon(error, _alone))
 
     # -- the pool's answers ------------------------------------------------------------------
 

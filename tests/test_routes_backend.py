@@ -125,7 +125,9 @@ def test_abandon_answers_every_call_once_and_refuses_what_comes_after() -> None:
     client.open_ahead(3, "b")
     client.send(prompt(4, "s2"))  # held behind it
     asked = delivered(client.backend("a", request(7, "fs/read_text_file", {})))
-    effects = client.carry_out(client.routes.abandon(RouterStopping()))
+    effects = client.abandon(RouterStopping())
+    # the prompt running on "a" is cancelled there first (its client is about to go)
+    assert [(c.session_id, c.backend) for c in client.cancelled] == [("s1", "a")]
     withdrawn = effects[-1]
     assert sorted(reply(r)["id"] for r in effects[:-1]) == [2, 3, 4]
     for answer in effects[:-1]:
@@ -147,7 +149,7 @@ def test_abandon_ends_a_failover_quietly() -> None:
     client.send(prompt(2, "s1"))  # waits for the failover
     (locate,) = client.backend_known("a", ("s1",), Health.UP)
     assert isinstance(locate, Locate)
-    (answer,) = client.carry_out(client.routes.abandon(RouterStopping()))
+    (answer,) = client.abandon(RouterStopping())
     error_reply(answer, 2, RouterStopping.code)  # the client's; the router's own is not
     assert client.routes.unanswered() == []
     assert client.placed(locate.request.id, "b") == ()
