@@ -42,6 +42,7 @@ from router.protocol.ids import BackendId, SessionId
 from router.protocol.jsonrpc import Request, RequestId
 from router.protocol.reading import parse
 
+
 def _alone(session_id: SessionId, backend: BackendId) -> int:
     """No other client connection holds any session (the directory's count, for one
     connection driven alone)."""
