@@ -166,10 +166,19 @@ class StdinLines:
     def _read(self, loop: asyncio.AbstractEventLoop) -> None:
         try:
             for line in _lines_of(sys.stdin.fileno()):
-                asyncio.run_coroutine_threadsafe(self._lines.put(line), loop).result()
-            asyncio.run_coroutine_threadsafe(self._lines.put(b""), loop).result()
+                self._put(line, loop)
+            self._put(b"", loop)
         except (RuntimeError, concurrent.futures.CancelledError):
             pass  # the loop is gone: the bridge is exiting
+
+    def _put(self, line: bytes, loop: asyncio.AbstractEventLoop) -> None:
+        """Queue ``line`` on the loop's side, waiting while the queue is full."""
+        put = self._lines.put(line)
+        try:
+            asyncio.run_coroutine_threadsafe(put, loop).result()
+        except RuntimeError:  # the loop closed first: the coroutine never ran
+            put.close()
+            raise
 
     async def readline(self) -> bytes:
         """The next line, or b"" at the end of stdin."""
