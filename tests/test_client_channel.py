@@ -1,7 +1,8 @@
 """The client WebSocket's writer (:class:`router.server.websocket.WebSocketChannel`), on a
-real aiohttp server and client over loopback: a burst of frames written before the event
-loop turns is corked until it turns, a lone frame never is, and every frame arrives whole
-and in order either way.
+real server (the router's own WebSocket on an asyncio server, after websockets' server
+handshake) and an aiohttp client over loopback: a burst of frames written before the
+event loop turns is corked until it turns, a lone frame never is, and every frame
+arrives whole and in order either way.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from contextlib import asynccontextmanager
 
 import aiohttp
 import pytest
-from aiohttp import web
+from websockets.server import ServerProtocol
 
-from router.server.websocket import WebSocketChannel
+from router.server.metrics import Metrics
+from router.server.websocket import WebSocket, WebSocketChannel
 from tests.support import WAIT
 
 pytestmark = pytest.mark.skipif(
@@ -33,30 +35,40 @@ def corked(sock: socket.socket) -> bool:
 async def channel_to_client(write: Writer) -> AsyncIterator[aiohttp.ClientWebSocketResponse]:
     """A server whose one WebSocket runs ``write`` with its channel and TCP socket; the
     client's end of that WebSocket."""
-    done = asyncio.Event()
+    writers: set[asyncio.Task[None]] = set()
 
-    async def handler(request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse()
-        await ws.prepare(request)
-        sock = ws.get_extra_info("socket")
-        await write(WebSocketChannel(ws), sock)
-        await done.wait()
-        return ws
+    class Upgrade(asyncio.Protocol):
+        """Reads the client's upgrade, answers it, then hands the connection to a
+        WebSocket whose channel ``write`` gets."""
 
-    app = web.Application()
-    app.router.add_get("/", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
+            self.frames = ServerProtocol()
+
+        def data_received(self, data: bytes) -> None:
+            self.frames.receive_data(data)
+            request = self.frames.events_received()[0]
+            self.frames.send_response(self.frames.accept(request))  # type: ignore[arg-type]
+            channel = WebSocketChannel(Metrics(), lambda _: None)
+            ws = WebSocket(self.frames, channel)
+            self.transport.set_protocol(ws)
+            ws.connection_made(self.transport)
+            ws.flush()
+            channel.attach(ws)
+            sock = self.transport.get_extra_info("socket")
+            writers.add(asyncio.ensure_future(write(channel, sock)))
+
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Upgrade, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
     try:
         async with aiohttp.ClientSession() as http:
             async with http.ws_connect(f"ws://127.0.0.1:{port}/") as ws:
                 yield ws
-                done.set()
+        await asyncio.gather(*writers)
     finally:
-        await runner.cleanup()
+        server.close()
+        await server.wait_closed()
 
 
 async def received(ws: aiohttp.ClientWebSocketResponse, count: int) -> list[str]:

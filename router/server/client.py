@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, assert_never
 
 import aiohttp
@@ -75,6 +75,10 @@ _LOCATING = frozenset({Duty.LOCATE, Duty.LOCATE_DETACHED, Duty.STATUS})
 class ClientChannel(Protocol):
     """Where one client connection's frames leave, whatever carries them (a WebSocket,
     or Streamable HTTP's event streams), and how it is closed."""
+
+    #: whether :meth:`send` may run outside a task (inline, from a backend link's socket
+    #: callback: :mod:`router.server.inline`): it uses no ``asyncio.timeout`` then
+    inline: bool
 
     async def send(self, text: str) -> None:
         """Write one JSON-RPC message to the client, in call order; a client that is
@@ -141,6 +145,9 @@ class ClientConnection:
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+        links, self.links = self.links, {}
+        for link in links.values():  # an open link lives on its socket, not in a task
+            link.close("the client connection has ended")
         self.pool.directory.record(self.routes.close())
 
     def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
@@ -404,27 +411,26 @@ class ClientConnection:
         link = BackendLink(
             backend,
             self.pool.url(backend),
-            self.http,
             self.metrics,
             max_message_bytes=settings.max_message_bytes,
             connect_timeout=settings.connect_timeout_ms / 1000,
             tls=self.pool.tls(backend),
+            inline=self.channel.inline,
         )
         self.links[backend] = link
         for text in command.first:
             self.metrics.count_frame(TO_BACKEND, text)
             link.offer(text)  # an empty outbox takes any frame a client may send
-        task = self._spawn(self._run_link(link, command), f"link-{backend}")
-        # the task's end, however it ends (even cancelled before it ran), unpins
-        pool = self.pool
-        pool.pin(backend, 1)
-        task.add_done_callback(lambda _: pool.pin(backend, -1))
+        self.pool.pin(backend, 1)  # until the link has ended (_run_link or _link_ended)
+        self._spawn(self._run_link(link, command), f"link-{backend}")
         return link
 
     async def _run_link(self, link: BackendLink, command: OpenLink) -> None:
+        """Open ``link``: from then on it lives on its socket's callbacks, without a task,
+        until :meth:`_link_ended`. A link that cannot open is given up here."""
         log_context.backend.set(link.backend)
         refused: ErrorObject | None = None
-        opened = False
+        opened = running = False
 
         def on_open(result: Any) -> None:
             nonlocal opened
@@ -432,21 +438,38 @@ class ClientConnection:
             self.pool.client_link_up(link.backend, result)
 
         try:
-            reason = await link.run(
-                command.initialize, command.authenticate, self._from_link(link), on_open
+            await link.open(
+                command.initialize,
+                command.authenticate,
+                self._from_link(link),
+                self._link_ended,
+                on_open,
             )
+            running = True
+            return
         except BackendLinkLost as exc:
             reason = str((exc.data or {}).get("reason", exc.message))
             refused = exc.refusal if isinstance(exc, HandshakeRefused) else None
         except Exception:  # the link task's boundary: its calls must still be answered
             logger.exception("link to backend %s failed", link.backend)
+            link.close("router error")
             reason = "router error"
-        finally:
-            if opened:
-                self.pool.client_link_down(link.backend)
+        finally:  # it did not open (cancelled too): the link has ended here
+            if not running:
+                if opened:
+                    self.pool.client_link_down(link.backend)
+                self.pool.pin(link.backend, -1)
         await self._lose(link, reason, refused)
 
-    def _from_link(self, link: BackendLink) -> Callable[[Message], Awaitable[None]]:
+    def _link_ended(self, link: BackendLink, reason: str) -> None:
+        """An open link's socket is gone (closed by either side, or broken): give it up
+        in a task (its calls are answered, which may wait on the client)."""
+        self.pool.client_link_down(link.backend)
+        self.pool.pin(link.backend, -1)
+        if self.links.get(link.backend) is link:
+            self._spawn(self._lose(link, reason), f"link-lost-{link.backend}")
+
+    def _from_link(self, link: BackendLink) -> Callable[[Message], Coroutine[Any, Any, None]]:
         backend, routes, metrics, channel = link.backend, self.routes, self.metrics, self.channel
 
         async def route(message: Message) -> None:

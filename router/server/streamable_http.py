@@ -151,6 +151,9 @@ class HttpConnection:
     """One Streamable HTTP connection: its event streams, and the
     :class:`~router.server.client.ClientChannel` its client connection writes through."""
 
+    #: a write to an event stream has a deadline (``asyncio.timeout``): in a task only
+    inline = False
+
     def __init__(self, entry: Entry, settings: RouterSection, metrics: Metrics) -> None:
         self.id: ConnectionId = new_connection_id()
         self.entry = entry
