@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import os
 import socket
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -31,6 +32,11 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from websockets.frames import Frame, Opcode
 from websockets.protocol import CONNECTING, OPEN, Event, Protocol as Frames, Side
 from websockets.typing import BytesLike
+
+try:  # websockets' C speedup, when it was built
+    from websockets.speedups import apply_mask
+except ImportError:  # pragma: no cover
+    from websockets.utils import apply_mask
 
 from router.server.inline import run_inline
 from router.server.metrics import Metrics
@@ -84,8 +90,10 @@ class WebSocket(asyncio.Protocol):
         "_held",
         "_pinged",
         "_receiver",
+        "_rest",
         "_resumed",
         "_task",
+        "_through",
         "_timer",
         "_waiters",
         "frames",
@@ -119,6 +127,10 @@ class WebSocket(asyncio.Protocol):
         #: who waits for the buffer to drain, or for the connection to end
         self._waiters: list[asyncio.Future[None]] | None = None
         self._resumed = True
+        #: bytes read that do not make a whole frame yet
+        self._rest = b""
+        #: bytes still to come of the frame the protocol is reading
+        self._through = 0
         #: a message's handler runs inline until it waits (else each in a task)
         self.inline = True
 
@@ -131,8 +143,73 @@ class WebSocket(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._heard = True
         frames = self.frames
-        frames.receive_data(data)
+        if frames.state is not OPEN or frames.extensions:  # closing, or deflate: all its
+            if self._rest:
+                data, self._rest = self._rest + data, b""
+            frames.receive_data(data)
+            self.received(frames.events_received())
+            return
+        if self._through:  # the rest of a frame the protocol has begun to read
+            data = self._pass(data)
+        elif self._rest:
+            data, self._rest = self._rest + data, b""
+        if data:
+            self._split(data)
+
+    def _split(self, data: bytes) -> None:
+        """Read whole final text frames here (the frames nearly all traffic is); hand
+        every other frame to the protocol, byte for byte and in order, so that it only
+        ever starts reading at a frame's first byte."""
+        frames = self.frames
+        server = frames.side is Side.SERVER
+        limit = frames.max_message_size
+        i, end = 0, len(data)
+        while i < end:
+            bounds = frame_bounds(data, i)
+            if bounds is None:  # its header is not all here yet
+                break
+            first, head, length = bounds
+            masked = bool(data[i + 1] & 0x80)
+            whole = i + head + length <= end
+            if (
+                first == FINAL_TEXT
+                and masked is server
+                and (limit is None or length <= limit)
+                and length <= FAST_BYTES
+                and frames.current_size is None
+                and frames.state is OPEN
+            ):
+                if not whole:
+                    break
+                payload = data[i + head : i + head + length]
+                if masked:
+                    payload = apply_mask(payload, data[i + head - 4 : i + head])
+                self._text(payload)
+                i += head + length
+                continue
+            # the protocol's: this frame's bytes that are here, and the rest when they
+            # come; and, once it is no longer open, everything
+            self._through = head + length if frames.state is OPEN else end - i
+            data = self._pass(data[i:] if i else data)
+            i, end = 0, len(data)
+        self._rest = data[i:] if i < end else b""
+
+    def _pass(self, data: bytes) -> bytes:
+        """Hand the protocol the bytes of the frame it is reading (:attr:`_through` more
+        of them); what follows that frame, unread (none while the frame goes on, or once
+        the protocol has stopped reading frames)."""
+        take = self._through
+        mine, rest = (data, b"") if len(data) <= take else (data[:take], data[take:])
+        self._through = take - len(mine)
+        frames = self.frames
+        frames.receive_data(mine)
         self.received(frames.events_received())
+        if self._through or frames.state is not OPEN:
+            if rest and frames.state is not OPEN:
+                frames.receive_data(rest)
+                self.received(frames.events_received())
+            return b""
+        return rest
 
     def received(self, events: list[Event]) -> None:
         """Act on what the protocol read (``data_received``, or bytes read before the
@@ -199,8 +276,11 @@ class WebSocket(asyncio.Protocol):
         frames = self.frames
         if frames.state is not OPEN or self.lost:
             return False
-        frames.send_text(text.encode())
-        self.flush()
+        if frames.extensions or frames.expect_continuation_frame or self.transport is None:
+            frames.send_text(text.encode())
+            self.flush()
+            return True
+        self.transport.write(text_frame(text.encode(), masked=frames.side is Side.CLIENT))
         return True
 
     async def drained(self) -> None:
@@ -358,6 +438,50 @@ class WebSocket(asyncio.Protocol):
         else:  # no pong: the peer is gone
             self._timer = None
             self.abort()
+
+
+#: the first byte of a final, unfragmented text frame without extension bits
+FINAL_TEXT = 0x81
+#: the largest text frame read here; a longer one is the protocol's, which buffers it
+#: without copying what came before at every read
+FAST_BYTES = 64 * 1024
+
+
+def frame_bounds(data: bytes, i: int) -> tuple[int, int, int] | None:
+    """The frame starting at ``data[i]``: its first byte, the length of its header (the
+    mask key included) and of its payload; None when its header is not all there."""
+    end = len(data)
+    if end - i < 2:
+        return None
+    second = data[i + 1]
+    length, head = second & 0x7F, 2
+    if length == 126:
+        if end - i < 4:
+            return None
+        length, head = int.from_bytes(data[i + 2 : i + 4], "big"), 4
+    elif length == 127:
+        if end - i < 10:
+            return None
+        length, head = int.from_bytes(data[i + 2 : i + 10], "big"), 10
+    if second & 0x80:
+        head += 4
+    return data[i], head, length
+
+
+def text_frame(payload: bytes, *, masked: bool) -> bytes:
+    """One final text frame carrying ``payload`` (masked with a random key: a client's)."""
+    length = len(payload)
+    flag = 0x80 if masked else 0
+    if length < 126:
+        head = bytes((FINAL_TEXT, flag | length))
+    elif length < 65536:
+        head = bytes((FINAL_TEXT, flag | 126)) + length.to_bytes(2, "big")
+    else:
+        head = bytes((FINAL_TEXT, flag | 127)) + length.to_bytes(8, "big")
+    if not masked:
+        return head + payload
+    key = os.urandom(4)
+    return head + key + apply_mask(payload, key)
 
 
 class WebSocketChannel:
