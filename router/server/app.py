@@ -35,6 +35,7 @@ from aiohttp import hdrs, web
 from aiohttp.log import access_logger
 from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
 from websockets.http11 import Request as WsRequest
+from websockets.protocol import Protocol
 from websockets.server import ServerProtocol
 
 from router.core.frontdoor import Admitted, Credentials, DoorPolicy
@@ -65,7 +66,7 @@ from router.server.reload import Reloader
 from router.server.shutdown import StopSignals, close_spread, reloading_on_hangup, wait_unless
 from router.server.streamable_http import Entry, HttpFront
 from router.server.tls import backend_context, server_context
-from router.server.websocket import FRAMES_LOG, WebSocket, WebSocketChannel
+from router.server.websocket import FRAMES_LOG, WebSocket, WebSocketChannel, opened
 from router.server.workers import Affinity, ParentChannel, WorkerRole, serving_siblings
 from router.tasks import cancel_all_and_wait
 
@@ -293,10 +294,10 @@ def _extra_headers(response: web.Response) -> dict[str, str]:
 
 def _upgrade(
     app: web.Application, transport: asyncio.Transport, head: bytes
-) -> tuple[ServerProtocol, Admitted, str] | web.Response:
-    """Decide on a WebSocket upgrade of ``/acp`` whose request head is ``head``: its
-    protocol (the ``101`` queued, not written), the door's admission and the client's
-    address (counted against the limits), or the refusal to answer.
+) -> tuple[Protocol, bytes, Admitted, str] | web.Response:
+    """Decide on a WebSocket upgrade of ``/acp`` whose request head is ``head``: the
+    connection's protocol (open), the ``101`` to write, the door's admission and the
+    client's address (counted against the limits), or the refusal to answer.
 
     The checks, in order: draining (503), the door's (``Origin``: 403, token: 401), the
     connection limits (429, 503), then the upgrade itself (426 when it is not a valid
@@ -332,7 +333,7 @@ def _upgrade(
         )
     response.headers[acp.CONNECTION_ID_HEADER] = new_connection_id()  # as the RFD says
     frames.send_response(response)
-    return frames, admission, address
+    return opened(frames), b"".join(frames.data_to_send()), admission, address
 
 
 def _field(request: WsRequest, name: str) -> str | None:
@@ -344,20 +345,21 @@ def _field(request: WsRequest, name: str) -> str | None:
 def _serve_client(
     app: web.Application,
     transport: asyncio.Transport,
-    frames: ServerProtocol,
+    frames: Protocol,
+    switching: bytes,
     admission: Admitted,
     address: str,
     *,
     following: bytes,
 ) -> WebSocket:
-    """A client connection on an accepted upgrade (its ``101`` not written yet), and
-    its WebSocket: closing it ends the connection (:func:`_client_gone`). ``following``:
+    """A client connection on an accepted upgrade (``switching``: its ``101``, to
+    write), and its WebSocket: closing it ends the connection (:func:`_client_gone`). ``following``:
     what the client sent after its request (frames it did not wait to send)."""
     settings = app[SETTINGS].router
     channel = WebSocketChannel(app[METRICS], lambda gone: _client_gone(app, gone, address))
     ws = WebSocket(frames, channel)
     ws.connection_made(transport)
-    ws.flush()  # the 101
+    transport.write(switching)
     channel.attach(ws)
     log_context.new_connection()
     connection = channel.connection = _open_client(app, channel, admission, address)

@@ -284,7 +284,7 @@ class BackendLink:
         frames.send_request(frames.connect())
         ws.flush()
         await ws.opened()
-        if frames.state is not OPEN:
+        if ws.frames.state is not OPEN:
             failure = frames.handshake_exc
             reason = "closed during the upgrade" if failure is None else describe(failure)
             raise BackendLinkLost(None, {"backend": self.backend, "reason": reason})

@@ -143,6 +143,13 @@ class WebSocket(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._heard = True
         frames = self.frames
+        if frames.state is CONNECTING:  # a link's upgrade: the server's answer
+            frames.receive_data(data)
+            events = frames.events_received()
+            if frames.state is OPEN and data.endswith(b"\r\n\r\n"):  # nothing after it
+                self.frames = opened(frames)
+            self.received(events)
+            return
         if frames.state is not OPEN or frames.extensions:  # closing, or deflate: all its
             if self._rest:
                 data, self._rest = self._rest + data, b""
@@ -438,6 +445,17 @@ class WebSocket(asyncio.Protocol):
         else:  # no pong: the peer is gone
             self._timer = None
             self.abort()
+
+
+def opened(handshake: Frames) -> Frames:
+    """A protocol that goes on from ``handshake``'s (its opening handshake just done, at
+    a frame boundary) with the same side, limits and extensions, but made open: websockets'
+    handshake parser keeps the request or response it read (~2.5 KiB of headers) for as
+    long as the connection lives; this one keeps none."""
+    limits = (handshake.max_message_size, handshake.max_fragment_size)
+    frames = Frames(handshake.side, state=OPEN, max_size=limits, logger=handshake.logger)
+    frames.extensions = handshake.extensions
+    return frames
 
 
 #: the first byte of a final, unfragmented text frame without extension bits
