@@ -88,6 +88,7 @@ class WebSocket(asyncio.Protocol):
         "_fragments",
         "_heard",
         "_held",
+        "_open",
         "_pinged",
         "_receiver",
         "_rest",
@@ -112,6 +113,8 @@ class WebSocket(asyncio.Protocol):
         self.paused = False
         #: the TCP connection is gone
         self.lost = False
+        #: the protocol is open and the connection there (:meth:`_sync`)
+        self._open = False
         #: the receiver has been told the connection ended
         self._ended = False
         #: the task finishing a message's handler that had to wait
@@ -138,6 +141,7 @@ class WebSocket(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
+        self._sync()
         self._beat_in(HEARTBEAT)
 
     def data_received(self, data: bytes) -> None:
@@ -150,7 +154,7 @@ class WebSocket(asyncio.Protocol):
                 self.frames = opened(frames)
             self.received(events)
             return
-        if frames.state is not OPEN or frames.extensions:  # closing, or deflate: all its
+        if not self._open or frames.extensions:  # closing, or deflate: all its
             if self._rest:
                 data, self._rest = self._rest + data, b""
             frames.receive_data(data)
@@ -170,33 +174,39 @@ class WebSocket(asyncio.Protocol):
         frames = self.frames
         server = frames.side is Side.SERVER
         limit = frames.max_message_size
+        fast = FAST_BYTES if limit is None else min(limit, FAST_BYTES)
         i, end = 0, len(data)
         while i < end:
-            bounds = frame_bounds(data, i)
-            if bounds is None:  # its header is not all here yet
+            if end - i < 2:
                 break
-            first, head, length = bounds
-            masked = bool(data[i + 1] & 0x80)
-            whole = i + head + length <= end
-            if (
-                first == FINAL_TEXT
-                and masked is server
-                and (limit is None or length <= limit)
-                and length <= FAST_BYTES
-                and frames.current_size is None
-                and frames.state is OPEN
-            ):
-                if not whole:
+            second = data[i + 1]
+            length = second & 0x7F
+            if length < 126:
+                head = 6 if second & 0x80 else 2
+            else:
+                bounds = frame_bounds(data, i)
+                if bounds is None:  # its header is not all here yet
                     break
-                payload = data[i + head : i + head + length]
-                if masked:
+                _, head, length = bounds
+            if (
+                data[i] == FINAL_TEXT
+                and (second >= 0x80) is server
+                and length <= fast
+                and self._open
+                and frames.current_size is None
+            ):
+                stop = i + head + length
+                if stop > end:
+                    break
+                payload = data[i + head : stop]
+                if server:
                     payload = apply_mask(payload, data[i + head - 4 : i + head])
                 self._text(payload)
-                i += head + length
+                i = stop
                 continue
             # the protocol's: this frame's bytes that are here, and the rest when they
             # come; and, once it is no longer open, everything
-            self._through = head + length if frames.state is OPEN else end - i
+            self._through = head + length if self._open else end - i
             data = self._pass(data[i:] if i else data)
             i, end = 0, len(data)
         self._rest = data[i:] if i < end else b""
@@ -221,6 +231,7 @@ class WebSocket(asyncio.Protocol):
     def received(self, events: list[Event]) -> None:
         """Act on what the protocol read (``data_received``, or bytes read before the
         connection was handed over)."""
+        self._sync()
         self.flush()
         frames = self.frames
         for frame in events:
@@ -252,6 +263,7 @@ class WebSocket(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         self.frames.receive_eof()
+        self._sync()
         self.flush()
         return None  # the transport closes itself
 
@@ -271,6 +283,7 @@ class WebSocket(asyncio.Protocol):
             self._timer = None
         self.frames.receive_eof()
         self.frames.data_to_send()  # nowhere to send it now
+        self._sync()
         self._wake()
         if self._task is None:
             self._end()
@@ -280,15 +293,20 @@ class WebSocket(asyncio.Protocol):
     def send(self, text: str) -> bool:
         """Write one text message, never waiting (see :attr:`paused`); False when the
         connection is closing or closed (nothing is written)."""
-        frames = self.frames
-        if frames.state is not OPEN or self.lost:
+        if not self._open:
             return False
-        if frames.extensions or frames.expect_continuation_frame or self.transport is None:
+        frames = self.frames
+        if frames.extensions or self.transport is None:
             frames.send_text(text.encode())
             self.flush()
             return True
         self.transport.write(text_frame(text.encode(), masked=frames.side is Side.CLIENT))
         return True
+
+    def _sync(self) -> None:
+        """Note whether the protocol is open: its state changes only in the calls this
+        class makes to it, each followed by this."""
+        self._open = self.frames.state is OPEN and not self.lost
 
     async def drained(self) -> None:
         """Wait while the transport's buffer is full (until it drains or the
@@ -299,8 +317,9 @@ class WebSocket(asyncio.Protocol):
     def close(self, code: int, reason: str = "", timeout: float = CLOSE_TIMEOUT) -> None:
         """Start the closing handshake (once); the TCP connection is dropped if it does not
         finish within ``timeout`` seconds."""
-        if self.frames.state is OPEN and not self.lost:
+        if self._open:
             self.frames.send_close(code, reason)
+            self._sync()
             self.flush()
             self._closing(timeout)
 
@@ -414,6 +433,7 @@ class WebSocket(asyncio.Protocol):
 
     def _fail(self, code: int, reason: str) -> None:
         self.frames.fail(code, reason)
+        self._sync()
         self.flush()
         self._closing()
 
