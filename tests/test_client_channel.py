@@ -1,34 +1,30 @@
 """The client WebSocket's writer (:class:`router.server.websocket.WebSocketChannel`), on a
 real server (the router's own WebSocket on an asyncio server, after websockets' server
 handshake) and an aiohttp client over loopback: a burst of frames written before the
-event loop turns is corked until it turns, a lone frame never is, and every frame
-arrives whole and in order either way.
+event loop turns is held until it turns (then written at once), a lone frame never is,
+and every frame arrives whole and in order either way.
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import aiohttp
-import pytest
 from websockets.server import ServerProtocol
 
 from router.server.metrics import Metrics
 from router.server.websocket import WebSocket, WebSocketChannel
 from tests.support import WAIT
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(socket, "TCP_CORK"), reason="TCP_CORK is Linux's: elsewhere nothing is corked"
-)
-
-Writer = Callable[[WebSocketChannel, socket.socket], Awaitable[None]]
+Writer = Callable[[WebSocketChannel], Awaitable[None]]
 
 
-def corked(sock: socket.socket) -> bool:
-    return bool(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK))
+def held(channel: WebSocketChannel) -> int:
+    """Frames the channel's WebSocket holds back until the loop turns."""
+    assert channel.ws is not None
+    return channel.ws.batched
 
 
 @asynccontextmanager
@@ -55,8 +51,7 @@ async def channel_to_client(write: Writer) -> AsyncIterator[aiohttp.ClientWebSoc
             ws.connection_made(self.transport)
             ws.flush()
             channel.attach(ws)
-            sock = self.transport.get_extra_info("socket")
-            writers.add(asyncio.ensure_future(write(channel, sock)))
+            writers.add(asyncio.ensure_future(write(channel)))
 
     loop = asyncio.get_running_loop()
     server = await loop.create_server(Upgrade, "127.0.0.1", 0)
@@ -79,46 +74,46 @@ async def received(ws: aiohttp.ClientWebSocketResponse, count: int) -> list[str]
     return frames
 
 
-async def test_a_burst_is_corked_until_the_loop_turns_and_arrives_in_order() -> None:
-    seen: list[bool] = []
+async def test_a_burst_is_held_until_the_loop_turns_and_arrives_in_order() -> None:
+    seen: list[int] = []
 
-    async def burst(channel: WebSocketChannel, sock: socket.socket) -> None:
+    async def burst(channel: WebSocketChannel) -> None:
         for n in range(50):
             await channel.send(f'{{"n":{n}}}')  # no wait in between: one turn of the loop
-            seen.append(corked(sock))
+            seen.append(held(channel))
         await asyncio.sleep(0)  # the loop turns: the burst is let go
         await asyncio.sleep(0)
-        seen.append(corked(sock))
+        seen.append(held(channel))
 
     async with channel_to_client(burst) as ws:
         assert await received(ws, 50) == [f'{{"n":{n}}}' for n in range(50)]
-    assert seen[0] is False  # the first frame of a turn is never held
-    assert all(seen[1:50])  # the rest of the burst is corked
-    assert seen[50] is False  # and uncorked once the loop has turned
+    assert seen[0] == 0  # the first frame of a turn is never held
+    assert seen[1:50] == list(range(1, 50))  # the rest of the burst is
+    assert seen[50] == 0  # and let go once the loop has turned
 
 
-async def test_lone_frames_are_never_corked() -> None:
-    seen: list[bool] = []
+async def test_lone_frames_are_never_held() -> None:
+    seen: list[int] = []
 
-    async def lone(channel: WebSocketChannel, sock: socket.socket) -> None:
+    async def lone(channel: WebSocketChannel) -> None:
         for n in range(5):
             await channel.send(f'{{"n":{n}}}')
-            seen.append(corked(sock))
+            seen.append(held(channel))
             await asyncio.sleep(0)  # the loop turns between frames
             await asyncio.sleep(0)
 
     async with channel_to_client(lone) as ws:
         assert await received(ws, 5) == [f'{{"n":{n}}}' for n in range(5)]
-    assert seen == [False] * 5
+    assert seen == [0] * 5
 
 
-async def test_closing_lets_a_corked_burst_go_first() -> None:
-    async def burst_then_close(channel: WebSocketChannel, sock: socket.socket) -> None:
+async def test_closing_lets_a_held_burst_go_first() -> None:
+    async def burst_then_close(channel: WebSocketChannel) -> None:
         for n in range(3):
             await channel.send(f'{{"n":{n}}}')
-        assert corked(sock)
+        assert held(channel) == 2
         await channel.close(1012, "stopping")
-        assert not corked(sock)
+        assert held(channel) == 0
 
     async with channel_to_client(burst_then_close) as ws:
         assert await received(ws, 3) == ['{"n":0}', '{"n":1}', '{"n":2}']

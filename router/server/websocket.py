@@ -15,8 +15,8 @@ and dropped if it still says nothing for half as long again. A closing handshake
 does not finish within :data:`CLOSE_TIMEOUT` seconds drops the TCP connection.
 
 :class:`WebSocketChannel` is a client connection's side of this: its
-:class:`~router.server.client.ClientChannel` (writes, corked in bursts) and the receiver
-that feeds the connection its frames.
+:class:`~router.server.client.ClientChannel` (a burst of writes goes out in one when the
+loop turns) and the receiver that feeds the connection its frames.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import asyncio
 import collections
 import logging
 import os
-import socket
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -84,6 +83,7 @@ class WebSocket(asyncio.Protocol):
     """One WebSocket connection, open (its opening handshake done by whoever made it)."""
 
     __slots__ = (
+        "_batch",
         "_ended",
         "_fragments",
         "_heard",
@@ -115,6 +115,8 @@ class WebSocket(asyncio.Protocol):
         self.lost = False
         #: the protocol is open and the connection there (:meth:`_sync`)
         self._open = False
+        #: messages sent since the loop last turned, after the first (None: none was)
+        self._batch: list[bytes] | None = None
         #: the receiver has been told the connection ended
         self._ended = False
         #: the task finishing a message's handler that had to wait
@@ -292,7 +294,14 @@ class WebSocket(asyncio.Protocol):
 
     def send(self, text: str) -> bool:
         """Write one text message, never waiting (see :attr:`paused`); False when the
-        connection is closing or closed (nothing is written)."""
+        connection is closing or closed (nothing is written).
+
+        The first message since the event loop last turned is written at once (a lone
+        frame, such as a prompt's answer, is never held); the ones after it in the same
+        turn (a burst: a backend's streamed updates, several to a read) wait for the
+        turn to end and go out in one write, instead of one system call and one TCP
+        segment each.
+        """
         if not self._open:
             return False
         frames = self.frames
@@ -300,8 +309,24 @@ class WebSocket(asyncio.Protocol):
             frames.send_text(text.encode())
             self.flush()
             return True
-        self.transport.write(text_frame(text.encode(), masked=frames.side is Side.CLIENT))
+        data = text_frame(text.encode(), masked=frames.side is Side.CLIENT)
+        if self._batch is not None:
+            self._batch.append(data)
+            return True
+        self.transport.write(data)
+        self._batch = []
+        asyncio.get_running_loop().call_soon(self._write_batch)
         return True
+
+    @property
+    def batched(self) -> int:
+        """Messages waiting for the loop to turn (:meth:`send`)."""
+        return len(self._batch) if self._batch else 0
+
+    def _write_batch(self) -> None:
+        batch, self._batch = self._batch, None
+        if batch and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(batch))
 
     def _sync(self) -> None:
         """Note whether the protocol is open: its state changes only in the calls this
@@ -346,8 +371,12 @@ class WebSocket(asyncio.Protocol):
             self.transport.abort()
 
     def flush(self) -> None:
-        """Write what the protocol has to send."""
+        """Write what the protocol has to send (after the messages waiting in a batch)."""
         transport = self.transport
+        if self._batch:
+            batch, self._batch = self._batch, []
+            if transport is not None and not transport.is_closing():
+                transport.write(b"".join(batch))
         for data in self.frames.data_to_send():
             if transport is None or transport.is_closing():
                 continue
@@ -527,18 +556,12 @@ class WebSocketChannel:
     (:class:`~router.server.client.ClientChannel`), and where its frames go (the
     :class:`Receiver` of its :class:`WebSocket`).
 
-    A frame is written to the transport when sent, so frames leave in call order, and a
-    full transport makes the sender wait (:meth:`WebSocket.drained`).
-
-    A burst (a second frame written before the event loop has turned, as when a
-    backend streams updates and one read brings several) is corked (Linux
-    ``TCP_CORK``) until the loop turns: the kernel then sends the burst's frames in as
-    few segments as fit instead of one each (BENCHMARKS.md: the router's CPU time per
-    streamed frame fell by a seventh). A lone frame (a prompt's answer) is never held; a
-    corked one waits at most for the loop's next turn (the kernel's own bound is 200 ms).
+    A frame is handed to the WebSocket when sent, so frames leave in call order (a burst
+    goes out in one write when the loop turns: :meth:`WebSocket.send`), and a full
+    transport makes the sender wait (:meth:`WebSocket.drained`).
     """
 
-    __slots__ = ("_burst", "_ended", "_metrics", "_socket", "connection", "deadline", "ws")
+    __slots__ = ("_ended", "_metrics", "connection", "deadline", "ws")
 
     #: :meth:`send` never needs a task of its own
     inline = True
@@ -547,39 +570,24 @@ class WebSocketChannel:
         self._metrics = metrics
         self._ended = ended
         self.ws: WebSocket | None = None
-        self._socket: socket.socket | None = None
         #: the connection fed by this channel (set once it is made)
         self.connection: ClientConnection | None = None
         #: the connection's deadline for ``initialize`` (its owner's timer)
         self.deadline: asyncio.TimerHandle | None = None
-        #: None: no frame written since the loop last turned; False: one; True: corked
-        self._burst: bool | None = None
 
     def attach(self, ws: WebSocket) -> None:
         """Write on ``ws`` (connected already)."""
         self.ws = ws
-        transport = ws.transport
-        self._socket = _corkable(transport.get_extra_info("socket") if transport else None)
 
     async def send(self, text: str) -> None:
         ws = self.ws
         assert ws is not None
-        if self._burst is None:
-            self._burst = False
-            asyncio.get_running_loop().call_soon(self._end_burst)
-        elif self._burst is False and self._socket is not None:
-            self._burst = _cork(self._socket, True)
         if ws.send(text) and ws.paused:
             await ws.drained()
 
-    def _end_burst(self) -> None:
-        if self._burst and self._socket is not None:
-            _cork(self._socket, False)
-        self._burst = None
-
     async def close(self, code: int, reason: str) -> None:
-        """Close with ``code`` and wait for the closing handshake (bounded)."""
-        self._end_burst()
+        """Close with ``code`` (after the frames sent before) and wait for the closing
+        handshake (bounded)."""
         if self.ws is not None:
             self.ws.close(code, reason)
             await self.ws.wait_close_frame()
@@ -604,22 +612,3 @@ class WebSocketChannel:
 
     def closed(self) -> None:
         self._ended(self)
-
-
-def _corkable(sock: socket.socket | None) -> socket.socket | None:
-    """``sock`` when the platform can cork it (Linux TCP), else None."""
-    if _TCP_CORK is None or sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
-        return None
-    return sock
-
-
-def _cork(sock: socket.socket, on: bool) -> bool:
-    """Cork or uncork ``sock``; whether it is corked now (a socket already closed is not)."""
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, cast(int, _TCP_CORK), 1 if on else 0)
-    except OSError:
-        return False
-    return on
-
-
-_TCP_CORK: int | None = getattr(socket, "TCP_CORK", None)
