@@ -6,8 +6,9 @@ The backend is one scripted backend (:mod:`bench.scripted`): it answers a
 backend's read and write, nothing else (with the reference agent, its own turn
 dilutes the hop: see :mod:`bench.forwarding`). Sides: the client straight to the
 backend, through the forwarder, through HAProxy (when installed), through the
-router, and, with ``--before DIR`` (repeatable), through a router run from another
-checkout of the package (an older commit; named for its folder), in the same rounds.
+router, through the router on uvloop (``router.event_loop``, when installed), and,
+with ``--before DIR`` (repeatable), through a router run from another checkout of the
+package (an older commit; named for its folder), in the same rounds.
 Per round, every side in rotating order:
 
 * consecutive prompts: each side in turn sends a batch of prompts one after
@@ -34,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.fleet import Child, Fleet, Scripted, haproxy_missing
+from bench.fleet import Child, Fleet, Scripted, haproxy_missing, uvloop_missing
 from bench.observe import cpu_time
 from bench.ratios import Budget, Result, Target, micro, percentile, rotated, row
 from bench.wire import AcpSocket, BenchError, prompt_params, resume_params
@@ -46,6 +47,7 @@ FORWARDER = "forwarder"
 SESSION = "b0-hop"
 PROMPT = "Say nothing: the backend answers at once."
 HAPROXY = "haproxy"
+UVLOOP = "router on uvloop"
 ADDED = Target(
     "hop alone: router's added latency on consecutive prompts <= 1.0x the forwarder's (p50)", 1.0
 )
@@ -107,6 +109,12 @@ async def run(
             hops[HAPROXY] = await stack.enter_async_context(fleet.haproxy(backend_url))
         else:
             notes.append(f"hop: no HAProxy side: {missing}")
+        missing = uvloop_missing()
+        if missing is None:
+            on_uvloop = fleet.router("router-hop-uvloop", pool, uvloop=True)
+            hops[UVLOOP] = await stack.enter_async_context(on_uvloop)
+        else:
+            notes.append(f"hop: no uvloop side: {missing}")
         for source in before:
             older = fleet.router(f"router-hop-{source.name}", pool, source=source)
             hops[before_name(source)] = await stack.enter_async_context(older)
@@ -151,6 +159,13 @@ def _rows(rounds: list[Round], hops: list[str], befores: list[str]) -> list[Resu
     alternating = _added(rounds, others, befores, "p50", "prompts alternating", None)
     frames = _held(rounds, others, befores, "cpu", "CPU per streamed update", CPU)
     rows = [*added, *trips, *alternating, *frames]
+    if UVLOOP in hops:  # what uvloop gains the router: its figures against asyncio's
+        for field, what in (
+            ("trip_cpu", "CPU per request-and-answer"),
+            ("cpu", "CPU per streamed update"),
+        ):
+            pairs = [(getattr(r, field)[UVLOOP], getattr(r, field)[ROUTER]) for r in rounds]
+            rows.append(row(BENCH, f"{what}, {UVLOOP}", "the same, router", micro(pairs), "us"))
     for hop in [*others, FORWARDER]:
         p50 = [(r.batch_p50[hop], r.batch_p50[DIRECT]) for r in rounds]
         measure = f"prompt round trip p50, consecutive prompts, {hop}"

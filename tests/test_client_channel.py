@@ -1,21 +1,24 @@
 """The client WebSocket's writer (:class:`router.server.websocket.WebSocketChannel`), on a
 real server (the router's own WebSocket on an asyncio server, after websockets' server
-handshake) and an aiohttp client over loopback: a burst of frames written before the
-event loop turns is held until it turns (then written at once), a lone frame never is,
-and every frame arrives whole and in order either way.
+handshake) and an aiohttp client over loopback: the frames a burst leads to (a read that
+brings a backend's several frames at once) are held until that read is done, then
+written at once; a lone frame never is; every frame arrives whole and in order either
+way, and a close lets held frames go first.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
+from typing import Any, cast
 
 import aiohttp
+from websockets.protocol import OPEN, Protocol, Side
 from websockets.server import ServerProtocol
 
 from router.server.metrics import Metrics
-from router.server.websocket import WebSocket, WebSocketChannel
+from router.server.websocket import WebSocket, WebSocketChannel, text_frame
 from tests.support import WAIT
 
 Writer = Callable[[WebSocketChannel], Awaitable[None]]
@@ -74,49 +77,107 @@ async def received(ws: aiohttp.ClientWebSocketResponse, count: int) -> list[str]
     return frames
 
 
-async def test_a_burst_is_held_until_the_loop_turns_and_arrives_in_order() -> None:
+class Nowhere(asyncio.Transport):
+    """A transport that reads when told and writes nowhere (a source's)."""
+
+    def write(self, data: Any) -> None:
+        pass
+
+    def is_closing(self) -> bool:
+        return False
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+class Source:
+    """A WebSocket reading a backend's frames (over a transport that goes nowhere): each
+    message it reads is handed to ``handle`` inline, as a link hands its messages to the
+    client connection."""
+
+    def __init__(self, handle: Callable[[str], Awaitable[None]]) -> None:
+        self.handle = handle
+        self.ws = WebSocket(Protocol(Side.CLIENT, state=OPEN), self)
+        self.ws.connection_made(Nowhere())
+
+    def read(self, *texts: str) -> None:
+        """One read that brings ``texts``, one frame each."""
+        self.ws.data_received(b"".join(text_frame(t.encode(), masked=False) for t in texts))
+
+    def received_text(self, text: str) -> Coroutine[Any, Any, None]:
+        return cast(Coroutine[Any, Any, None], self.handle(text))
+
+    def received_binary(self) -> None:
+        pass
+
+    def handling_failed(self, exc: Exception) -> None:
+        raise exc
+
+    def writable(self) -> None:
+        pass
+
+    def closed(self) -> None:
+        pass
+
+
+FRAMES = [f'{{"n":{n}}}' for n in range(50)]
+
+
+async def test_a_burst_is_held_until_its_read_is_done_and_arrives_in_order() -> None:
     seen: list[int] = []
 
     async def burst(channel: WebSocketChannel) -> None:
-        for n in range(50):
-            await channel.send(f'{{"n":{n}}}')  # no wait in between: one turn of the loop
+        async def forward(text: str) -> None:
+            await channel.send(text)
             seen.append(held(channel))
-        await asyncio.sleep(0)  # the loop turns: the burst is let go
-        await asyncio.sleep(0)
+
+        Source(forward).read(*FRAMES)  # one read, 50 frames
         seen.append(held(channel))
 
     async with channel_to_client(burst) as ws:
-        assert await received(ws, 50) == [f'{{"n":{n}}}' for n in range(50)]
-    assert seen[0] == 0  # the first frame of a turn is never held
-    assert seen[1:50] == list(range(1, 50))  # the rest of the burst is
-    assert seen[50] == 0  # and let go once the loop has turned
+        assert await received(ws, 50) == FRAMES
+    assert seen[:50] == list(range(1, 51))  # every frame of the burst is held
+    assert seen[50] == 0  # and all are written once the read is done
 
 
 async def test_lone_frames_are_never_held() -> None:
     seen: list[int] = []
 
     async def lone(channel: WebSocketChannel) -> None:
-        for n in range(5):
-            await channel.send(f'{{"n":{n}}}')
+        async def forward(text: str) -> None:
+            await channel.send(text)
             seen.append(held(channel))
-            await asyncio.sleep(0)  # the loop turns between frames
-            await asyncio.sleep(0)
+
+        source = Source(forward)
+        for text in FRAMES[:5]:  # one read each
+            source.read(text)
 
     async with channel_to_client(lone) as ws:
-        assert await received(ws, 5) == [f'{{"n":{n}}}' for n in range(5)]
+        assert await received(ws, 5) == FRAMES[:5]
     assert seen == [0] * 5
 
 
 async def test_closing_lets_a_held_burst_go_first() -> None:
+    closed = asyncio.Event()
+
     async def burst_then_close(channel: WebSocketChannel) -> None:
-        for n in range(3):
-            await channel.send(f'{{"n":{n}}}')
-        assert held(channel) == 2
-        await channel.close(1012, "stopping")
-        assert held(channel) == 0
+        async def forward(text: str) -> None:
+            await channel.send(text)
+            if text == FRAMES[2]:
+                assert held(channel) == 3
+                await channel.close(1012, "stopping")
+                assert held(channel) == 0
+                closed.set()
+
+        Source(forward).read(*FRAMES[:3])
+        async with asyncio.timeout(WAIT):
+            await closed.wait()
 
     async with channel_to_client(burst_then_close) as ws:
-        assert await received(ws, 3) == ['{"n":0}', '{"n":1}', '{"n":2}']
+        assert await received(ws, 3) == FRAMES[:3]
         async with asyncio.timeout(WAIT):
             closing = await ws.receive()
         assert closing.type is aiohttp.WSMsgType.CLOSE

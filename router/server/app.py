@@ -579,6 +579,8 @@ async def serve(
     the process is done, so a signal during clean-up cannot kill it halfway.
     """
     app = create_app(settings, config_path=config_path)
+    loop = type(asyncio.get_running_loop())
+    logger.info("event loop: %s (%s)", loop.__module__.partition(".")[0], loop.__name__)
     affinity = None if worker is None else _as_worker(app, worker)
     tls = server_context(settings.router)
     access_log = access_logger if settings.router.access_log else None

@@ -138,7 +138,7 @@ class BackendLink:
         self._ws: WebSocket | None = None
         #: the replayed handshake, while it runs (None once the link is open)
         self._handshake: _Handshake | None = None
-        self._on_message: Callable[[Message], Coroutine[Any, Any, None]] | None = None
+        self._on_message: Callable[[Message], Coroutine[Any, Any, None] | None] | None = None
         self._on_end: Ended | None = None
 
     @property
@@ -200,7 +200,7 @@ class BackendLink:
         self,
         initialize: Request,
         authenticate: Request | None,
-        on_message: Callable[[Message], Coroutine[Any, Any, None]],
+        on_message: Callable[[Message], Coroutine[Any, Any, None] | None],
         on_end: Ended,
         on_open: Callable[[Any], None] = lambda result: None,
     ) -> None:

@@ -80,6 +80,10 @@ class ClientChannel(Protocol):
     #: callback: :mod:`router.server.inline`): it uses no ``asyncio.timeout`` then
     inline: bool
 
+    def write(self, text: str) -> bool:
+        """Write ``text`` now if that needs no waiting (True); else write nothing (False:
+        :meth:`send` it)."""
+
     async def send(self, text: str) -> None:
         """Write one JSON-RPC message to the client, in call order; a client that is
         gone is not an error (its connection ends on its own)."""
@@ -469,24 +473,40 @@ class ClientConnection:
         if self.links.get(link.backend) is link:
             self._spawn(self._lose(link, reason), f"link-lost-{link.backend}")
 
-    def _from_link(self, link: BackendLink) -> Callable[[Message], Coroutine[Any, Any, None]]:
+    def _from_link(
+        self, link: BackendLink
+    ) -> Callable[[Message], Coroutine[Any, Any, None] | None]:
+        """What ``link`` hands each message from its backend to: nothing is left to run
+        when it was delivered at once (an update, written without waiting); else the
+        coroutine that carries it out."""
         backend, routes, metrics, channel = link.backend, self.routes, self.metrics, self.channel
 
-        async def route(message: Message) -> None:
+        def route(message: Message) -> Coroutine[Any, Any, None] | None:
             if self.links.get(backend) is not link:  # a link given up says nothing more
-                return
+                return None
             message = self.gate.outbound(message, backend)
             if routes.relays(message) and not routes.links_changed():
                 # nearly every frame from a backend (an update): delivered as it came,
                 # what _do would do with receive_backend's Deliver, with nothing built
                 metrics.count_frame(TO_CLIENT, message.text)
-                await channel.send(message.text)
-            else:
-                await self._do(routes.receive_backend(backend, message))
-            if routes.any_released():
-                await self._release_held()
+                if channel.write(message.text):
+                    return self._relayed(None) if routes.any_released() else None
+                return self._relayed(message.text)
+            return self._routed(backend, message)
 
         return route
+
+    async def _relayed(self, text: str | None) -> None:
+        """The rest of relaying ``text`` (None: it was written already)."""
+        if text is not None:
+            await self.channel.send(text)
+        if self.routes.any_released():
+            await self._release_held()
+
+    async def _routed(self, backend: BackendId, message: Message) -> None:
+        await self._do(self.routes.receive_backend(backend, message))
+        if self.routes.any_released():
+            await self._release_held()
 
     async def _lose(
         self, link: BackendLink, reason: str, refused: ErrorObject | None = None

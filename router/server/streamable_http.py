@@ -154,6 +154,10 @@ class HttpConnection:
     #: a write to an event stream has a deadline (``asyncio.timeout``): in a task only
     inline = False
 
+    def write(self, text: str) -> bool:
+        """An event stream's writes wait (with their deadline): always :meth:`send`."""
+        return False
+
     def __init__(self, entry: Entry, settings: RouterSection, metrics: Metrics) -> None:
         self.id: ConnectionId = new_connection_id()
         self.entry = entry

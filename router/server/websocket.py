@@ -115,7 +115,7 @@ class WebSocket(asyncio.Protocol):
         self.lost = False
         #: the protocol is open and the connection there (:meth:`_sync`)
         self._open = False
-        #: messages sent since the loop last turned, after the first (None: none was)
+        #: messages held while another WebSocket reads a burst (None: none are)
         self._batch: list[bytes] | None = None
         #: the receiver has been told the connection ended
         self._ended = False
@@ -166,8 +166,16 @@ class WebSocket(asyncio.Protocol):
             data = self._pass(data)
         elif self._rest:
             data, self._rest = self._rest + data, b""
-        if data:
+        if not data:
+            return
+        if BURST.reading or not several(data):
             self._split(data)
+            return
+        BURST.begin()  # what this read's frames lead to is written once it is read
+        try:
+            self._split(data)
+        finally:
+            BURST.end()
 
     def _split(self, data: bytes) -> None:
         """Read whole final text frames here (the frames nearly all traffic is); hand
@@ -296,11 +304,11 @@ class WebSocket(asyncio.Protocol):
         """Write one text message, never waiting (see :attr:`paused`); False when the
         connection is closing or closed (nothing is written).
 
-        The first message since the event loop last turned is written at once (a lone
-        frame, such as a prompt's answer, is never held); the ones after it in the same
-        turn (a burst: a backend's streamed updates, several to a read) wait for the
-        turn to end and go out in one write, instead of one system call and one TCP
-        segment each.
+        Messages sent while another WebSocket reads a burst (several frames in one read:
+        a backend's streamed updates, ~25 to a read) are held and go out in one write
+        when that read is done (:class:`Burst`), instead of one system call and one TCP
+        segment each. Any other message (a prompt's answer, the first of a burst) is
+        written at once.
         """
         if not self._open:
             return False
@@ -310,20 +318,22 @@ class WebSocket(asyncio.Protocol):
             self.flush()
             return True
         data = text_frame(text.encode(), masked=frames.side is Side.CLIENT)
-        if self._batch is not None:
+        if BURST.reading:
+            if self._batch is None:
+                self._batch = []
+                BURST.holding.append(self)
             self._batch.append(data)
             return True
         self.transport.write(data)
-        self._batch = []
-        asyncio.get_running_loop().call_soon(self._write_batch)
         return True
 
     @property
     def batched(self) -> int:
-        """Messages waiting for the loop to turn (:meth:`send`)."""
+        """Messages held until the burst being read is done (:meth:`send`)."""
         return len(self._batch) if self._batch else 0
 
-    def _write_batch(self) -> None:
+    def write_batch(self) -> None:
+        """Write the messages held (the burst is done)."""
         batch, self._batch = self._batch, None
         if batch and self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(batch))
@@ -373,10 +383,11 @@ class WebSocket(asyncio.Protocol):
     def flush(self) -> None:
         """Write what the protocol has to send (after the messages waiting in a batch)."""
         transport = self.transport
-        if self._batch:
-            batch, self._batch = self._batch, []
+        batch = self._batch
+        if batch:  # held messages go first (the burst's end then finds none)
             if transport is not None and not transport.is_closing():
                 transport.write(b"".join(batch))
+            batch.clear()
         for data in self.frames.data_to_send():
             if transport is None or transport.is_closing():
                 continue
@@ -535,6 +546,40 @@ def frame_bounds(data: bytes, i: int) -> tuple[int, int, int] | None:
     return data[i], head, length
 
 
+def several(data: bytes) -> bool:
+    """Whether ``data`` holds more than the first frame in it."""
+    bounds = frame_bounds(data, 0)
+    return bounds is not None and bounds[1] + bounds[2] < len(data)
+
+
+class Burst:
+    """While one WebSocket reads a burst (a read that brought several frames), the
+    messages any WebSocket sends are held (:meth:`WebSocket.send`), and written, one
+    write per WebSocket, when the read is done. The loop runs one callback at a time, so
+    one burst is read at a time; a handler that waits finishes outside it (its later
+    messages go out as they are sent)."""
+
+    __slots__ = ("holding", "reading")
+
+    def __init__(self) -> None:
+        self.reading = False
+        #: the WebSockets holding messages of this burst
+        self.holding: list[WebSocket] = []
+
+    def begin(self) -> None:
+        self.reading = True
+
+    def end(self) -> None:
+        self.reading = False
+        holding, self.holding = self.holding, []
+        for ws in holding:
+            ws.write_batch()
+
+
+#: the burst being read, if any (one per process: callbacks run one at a time)
+BURST = Burst()
+
+
 def text_frame(payload: bytes, *, masked: bool) -> bytes:
     """One final text frame carrying ``payload`` (masked with a random key: a client's)."""
     length = len(payload)
@@ -578,6 +623,14 @@ class WebSocketChannel:
     def attach(self, ws: WebSocket) -> None:
         """Write on ``ws`` (connected already)."""
         self.ws = ws
+
+    def write(self, text: str) -> bool:
+        ws = self.ws
+        assert ws is not None
+        if ws.paused:
+            return False
+        ws.send(text)  # a client that is gone is not an error (its connection ends)
+        return True
 
     async def send(self, text: str) -> None:
         ws = self.ws
