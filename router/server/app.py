@@ -460,9 +460,7 @@ def _open_client(
     metrics.connections.labels("accepted").inc()
     metrics.active_connections.inc()
     gate = app[GATEKEEPER].gate(address, admission.principal, app[POOL].hint_from_id)
-    connection = ClientConnection(
-        channel, app[POOL], app[HTTP], gate, principal=admission.principal
-    )
+    connection = ClientConnection(channel, app[POOL], gate, principal=admission.principal)
     app[CLIENTS].add(connection)
     return connection
 

@@ -12,7 +12,7 @@ resume/load/close are carried out when it releases them, after every answer
 cannot keep up is given up: exactly its requests are answered ``-32013`` and the
 agent requests it had sent the client are withdrawn (``$/cancel_request``); the
 client connection carries on. The client connection closes only for the client's
-own faults (an oversize frame: 1009, by aiohttp; binary frames are ignored) or on
+own faults (an oversize frame: 1009, by its WebSocket; binary frames are ignored) or on
 shutdown (1012). When the client goes, every task and link of the connection is
 cancelled and closed.
 """
@@ -23,8 +23,6 @@ import asyncio
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, assert_never
-
-import aiohttp
 
 from router.core.actions import (
     Absorbed,
@@ -101,7 +99,6 @@ class ClientConnection:
         self,
         channel: ClientChannel,
         pool: Pool,
-        http: aiohttp.ClientSession,
         gate: Gate,
         *,
         principal: Principal | None = None,
@@ -114,7 +111,6 @@ class ClientConnection:
         self.gate = gate
         self.pool = pool
         self.metrics: Metrics = pool.metrics
-        self.http = http
         settings = pool.settings.router
         self.routes = ClientRoutes(
             Limits(
