@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,17 +154,20 @@ async def _round(sides: list[Side], sizes: Sizes, index: int) -> Round:
 
 def _rows(rounds: list[Round], hops: list[str], befores: list[str]) -> list[Result]:
     others = [hop for hop in hops if hop != FORWARDER]
-    added = _added(rounds, others, befores, "batch_p50", "consecutive prompts", ADDED)
-    trips = _held(rounds, others, befores, "trip_cpu", "CPU per request-and-answer", TRIP)
-    alternating = _added(rounds, others, befores, "p50", "prompts alternating", None)
-    frames = _held(rounds, others, befores, "cpu", "CPU per streamed update", CPU)
-    rows = [*added, *trips, *alternating, *frames]
+    consecutive = "added latency p50, consecutive prompts"
+    rows = [
+        *_against(rounds, others, befores, consecutive, _batch_added, ADDED),
+        *_against(rounds, others, befores, "CPU per request-and-answer", _trip_cpu, TRIP),
+        *_against(rounds, others, befores, "added latency p50, prompts alternating",
+                  _alternating_added, None),
+        *_against(rounds, others, befores, "CPU per streamed update", _frame_cpu, CPU),
+    ]  # fmt: skip
     if UVLOOP in hops:  # what uvloop gains the router: its figures against asyncio's
-        for field, what in (
-            ("trip_cpu", "CPU per request-and-answer"),
-            ("cpu", "CPU per streamed update"),
+        for what, figure in (
+            ("CPU per request-and-answer", _trip_cpu),
+            ("CPU per streamed update", _frame_cpu),
         ):
-            pairs = [(getattr(r, field)[UVLOOP], getattr(r, field)[ROUTER]) for r in rounds]
+            pairs = [(figure(r, UVLOOP), figure(r, ROUTER)) for r in rounds]
             rows.append(row(BENCH, f"{what}, {UVLOOP}", "the same, router", micro(pairs), "us"))
     for hop in [*others, FORWARDER]:
         p50 = [(r.batch_p50[hop], r.batch_p50[DIRECT]) for r in rounds]
@@ -173,49 +176,16 @@ def _rows(rounds: list[Round], hops: list[str], befores: list[str]) -> list[Resu
     return rows
 
 
-def _added(
+def _against(
     rounds: list[Round],
     others: list[str],
     befores: list[str],
-    field: str,
     what: str,
+    figure: Callable[[Round, str], float],
     target: Target | None,
 ) -> list[Result]:
-    """Added latency p50 (``field``'s p50 minus direct's) of each hop against the
+    """``what`` (``figure`` of a round and a hop, seconds) of each hop against the
     forwarder's, then the router's against each older router's."""
-
-    def added(r: Round, hop: str) -> float:
-        p50: dict[str, float] = getattr(r, field)
-        return p50[hop] - p50[DIRECT]
-
-    rows: list[Result] = []
-    for hop in others:
-        pairs = [(added(r, hop), added(r, FORWARDER)) for r in rounds]
-        measure = f"added latency p50, {what}, {hop}"
-        chosen = target if hop == ROUTER else None
-        rows.append(row(BENCH, measure, "the same, forwarder", micro(pairs), "us", chosen))
-    for older in befores:
-        pairs = [(added(r, ROUTER), added(r, older)) for r in rounds]
-        measure = f"added latency p50, {what}, router"
-        rows.append(row(BENCH, measure, f"the same, {older}", micro(pairs), "us"))
-    return rows
-
-
-def _held(
-    rounds: list[Round],
-    others: list[str],
-    befores: list[str],
-    field: str,
-    what: str,
-    target: Target | None,
-) -> list[Result]:
-    """A per-hop figure (``field``) of each hop against the forwarder's, then the
-    router's against each older router's."""
-
-    def figure(r: Round, hop: str) -> float:
-        values: dict[str, float] = getattr(r, field)
-        return values[hop]
-
     rows: list[Result] = []
     for hop in others:
         pairs = [(figure(r, hop), figure(r, FORWARDER)) for r in rounds]
@@ -225,6 +195,22 @@ def _held(
         pairs = [(figure(r, ROUTER), figure(r, older)) for r in rounds]
         rows.append(row(BENCH, f"{what}, router", f"the same, {older}", micro(pairs), "us"))
     return rows
+
+
+def _batch_added(r: Round, hop: str) -> float:
+    return r.batch_p50[hop] - r.batch_p50[DIRECT]
+
+
+def _alternating_added(r: Round, hop: str) -> float:
+    return r.p50[hop] - r.p50[DIRECT]
+
+
+def _trip_cpu(r: Round, hop: str) -> float:
+    return r.trip_cpu[hop]
+
+
+def _frame_cpu(r: Round, hop: str) -> float:
+    return r.cpu[hop]
 
 
 async def _consecutive(side: Side, count: int) -> tuple[float, float | None]:

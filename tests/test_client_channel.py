@@ -19,6 +19,7 @@ from websockets.server import ServerProtocol
 
 from router.server.metrics import Metrics
 from router.server.websocket import WebSocket, WebSocketChannel, text_frame
+from tests.sockets import KeptTransport, Receiver
 from tests.support import WAIT
 
 Writer = Callable[[WebSocketChannel], Awaitable[None]]
@@ -77,23 +78,7 @@ async def received(ws: aiohttp.ClientWebSocketResponse, count: int) -> list[str]
     return frames
 
 
-class Nowhere(asyncio.Transport):
-    """A transport that reads when told and writes nowhere (a source's)."""
-
-    def write(self, data: Any) -> None:
-        pass
-
-    def is_closing(self) -> bool:
-        return False
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-
-class Source:
+class Source(Receiver):
     """A WebSocket reading a backend's frames (over a transport that goes nowhere): each
     message it reads is handed to ``handle`` inline, as a link hands its messages to the
     client connection."""
@@ -101,7 +86,7 @@ class Source:
     def __init__(self, handle: Callable[[str], Awaitable[None]]) -> None:
         self.handle = handle
         self.ws = WebSocket(Protocol(Side.CLIENT, state=OPEN), self)
-        self.ws.connection_made(Nowhere())
+        self.ws.connection_made(KeptTransport())
 
     def read(self, *texts: str) -> None:
         """One read that brings ``texts``, one frame each."""
@@ -109,18 +94,6 @@ class Source:
 
     def received_text(self, text: str) -> Coroutine[Any, Any, None]:
         return cast(Coroutine[Any, Any, None], self.handle(text))
-
-    def received_binary(self) -> None:
-        pass
-
-    def handling_failed(self, exc: Exception) -> None:
-        raise exc
-
-    def writable(self) -> None:
-        pass
-
-    def closed(self) -> None:
-        pass
 
 
 FRAMES = [f'{{"n":{n}}}' for n in range(50)]

@@ -9,7 +9,6 @@ itself must read back as the protocol's own.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -17,43 +16,12 @@ from websockets.frames import Frame, Opcode
 from websockets.protocol import Protocol, Side
 
 from router.server.websocket import FAST_BYTES, WebSocket, text_frame
+from tests.sockets import KeptTransport, Receiver
 
 LIMIT = 1 << 20
 
 
-class Transport(asyncio.Transport):
-    """What a WebSocket writes, kept."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.written = bytearray()
-
-    def write(self, data: Any) -> None:
-        self.written += data
-
-    def is_closing(self) -> bool:
-        return False
-
-    def can_write_eof(self) -> bool:
-        return True
-
-    def write_eof(self) -> None:
-        self.written += b"<eof>"
-
-    def close(self) -> None:
-        pass
-
-    def abort(self) -> None:
-        pass
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-
-class Seen:
+class Seen(Receiver):
     """A receiver that keeps what it is handed."""
 
     def __init__(self) -> None:
@@ -64,15 +32,6 @@ class Seen:
 
     def received_binary(self) -> None:
         self.messages.append(b"binary")
-
-    def handling_failed(self, exc: Exception) -> None:
-        raise exc
-
-    def writable(self) -> None:
-        pass
-
-    def closed(self) -> None:
-        pass
 
 
 def reference(data: bytes) -> tuple[list[str | bytes], bytes]:
@@ -103,7 +62,7 @@ def reference(data: bytes) -> tuple[list[str | bytes], bytes]:
 async def router_reads(data: bytes, cuts: list[int]) -> tuple[list[str | bytes], bytes]:
     seen = Seen()
     ws = WebSocket(Protocol(Side.SERVER, max_size=LIMIT), seen)
-    transport = Transport()
+    transport = KeptTransport()
     ws.connection_made(transport)
     start = 0
     for cut in [*sorted(cuts), len(data)]:

@@ -54,8 +54,8 @@ OUTBOX_FRAMES = 4096
 #: How long a link being given up may take to close its socket politely.
 CLOSE_TIMEOUT = 1.0
 
-#: the close code a link is given up with (the router is going away from it)
-GOING_AWAY = 1001
+#: the close code a link is given up with (a normal closure, as it always was)
+NORMAL_CLOSURE = 1000
 
 #: what an open link that ended calls: with the link and why it ended
 Ended = Callable[["BackendLink", str], None]
@@ -194,7 +194,7 @@ class BackendLink:
             self._cancelled = True
             task.cancel()
         if self._ws is not None:
-            self._ws.close(GOING_AWAY, timeout=CLOSE_TIMEOUT)
+            self._ws.close(NORMAL_CLOSURE, timeout=CLOSE_TIMEOUT)
 
     async def open(
         self,
