@@ -577,8 +577,6 @@ async def serve(
     the process is done, so a signal during clean-up cannot kill it halfway.
     """
     app = create_app(settings, config_path=config_path)
-    loop = type(asyncio.get_running_loop())
-    logger.info("event loop: %s (%s)", loop.__module__.partition(".")[0], loop.__name__)
     affinity = None if worker is None else _as_worker(app, worker)
     tls = server_context(settings.router)
     access_log = access_logger if settings.router.access_log else None
@@ -603,6 +601,8 @@ async def serve(
                     "no [auth] section: any client that reaches %s may use the agents", host
                 )
             await stack.enter_async_context(reloading_on_hangup(app[RELOADER].reload))
+            loop = type(asyncio.get_running_loop())
+            logger.info("event loop: %s (%s)", loop.__module__.partition(".")[0], loop.__name__)
             scheme = "ws" if tls is None else "wss"
             on_listening(f"{scheme}://{host}:{runner.addresses[0][1]}/acp")
             await signals.stop.wait()
