@@ -15,9 +15,8 @@ Per round, every side in rotating order:
   another on its warm connection, and the next side starts when it is done; a
   side's p50 minus direct's p50 is what its hop adds, and the hop's CPU time over
   the batch, divided by its prompts, is its CPU per request-and-answer round trip.
-  This is the path an editor waits on, measured so that nothing hides a hop's cost:
-  taking turns prompt by prompt (below) adds every process's wake-up to every hop
-  alike, which shrinks the ratios;
+  This is the path an editor waits on, each side measured alone (taking turns prompt
+  by prompt, below, adds every process's wake-up to every hop alike);
 * latency, alternating: prompts one at a time, the sides taking turns prompt by
   prompt (a burst of load from elsewhere falls on all of them alike);
 * CPU per forwarded frame: prompts that each ask the backend to stream
