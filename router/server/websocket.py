@@ -3,20 +3,24 @@
 websockets' sans-I/O protocol (:class:`websockets.protocol.Protocol`) reads and writes
 the frames, answers pings, keeps the size limit (a larger message fails the connection
 with 1009), checks masking (an unmasked frame from a client fails it with 1002) and runs
-the closing handshake; :class:`WebSocket` drives it from ``asyncio.Protocol`` callbacks.
+the closing handshake; :class:`WebSocket` drives it from ``asyncio.Protocol`` callbacks,
+and reads and writes the one frame nearly all traffic is (a whole, final text frame of up
+to :data:`FAST_BYTES`) itself, handing every other frame to the protocol byte for byte.
 So an idle connection holds no task and no coroutine, only its objects (README's
 "Benchmarks": the bytes per idle client), and a frame costs no task switch: a text
 frame's handler (:class:`Receiver`) runs inline from ``data_received``
 (:func:`router.server.inline.run_inline`), and only a handler that has to wait gets a
 task, while later frames are held back (and the transport stops reading) so that they
 are handled in the order they came. Binary frames are handed on only as "one came" (ACP
-ignores them). A connection that says nothing for :data:`HEARTBEAT` seconds is pinged,
-and dropped if it still says nothing for half as long again. A closing handshake that
-does not finish within :data:`CLOSE_TIMEOUT` seconds drops the TCP connection.
+ignores them). The messages a burst (a read that brought several frames) leads to are
+written once that read is done (:class:`Burst`). A connection that says nothing for
+:data:`HEARTBEAT` seconds is pinged, and dropped if it still says nothing for half as
+long again. A closing handshake that does not finish within :data:`CLOSE_TIMEOUT`
+seconds drops the TCP connection.
 
 :class:`WebSocketChannel` is a client connection's side of this: its
-:class:`~router.server.client.ClientChannel` (a burst of writes goes out in one when the
-loop turns) and the receiver that feeds the connection its frames.
+:class:`~router.server.client.ClientChannel` and the receiver that feeds the connection
+its frames.
 """
 
 from __future__ import annotations
@@ -80,7 +84,8 @@ class Receiver(Protocol):
 
 
 class WebSocket(asyncio.Protocol):
-    """One WebSocket connection, open (its opening handshake done by whoever made it)."""
+    """One WebSocket connection: a client's, its opening handshake done by whoever made
+    it; or a link's, from its TCP connection on (the upgrade's answer is read here)."""
 
     __slots__ = (
         "_batch",
