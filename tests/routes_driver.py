@@ -252,7 +252,8 @@ class Client:
         return self.carry_out(self.routes.backend_lost(BackendId(backend), refused, reason))
 
     def client_gone(self) -> Effects:
-        return self.carry_out(self.routes.client_gone(_alone))
+        """The client goes: its turns are cancelled, then the connection closes."""
+        return self.carry_out((*self.routes.client_gone(_alone), *self.routes.closed()))
 
     def abandon(self, error: JsonRpcError) -> Effects:
         """The router stops: no other connection holds any session."""

@@ -93,7 +93,8 @@ class Connection:
         assert any(isinstance(e, Send) for e in sent), sent
 
     def gone(self) -> Effects:
-        return self.carry(self.routes.client_gone(self.replica.directory.holders))
+        gone = self.routes.client_gone(self.replica.directory.holders)
+        return self.carry((*gone, *self.routes.closed()))
 
     def abandoned(self) -> Effects:
         holders = self.replica.directory.holders
