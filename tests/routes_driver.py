@@ -252,8 +252,7 @@ class Client:
         return self.carry_out(self.routes.backend_lost(BackendId(backend), refused, reason))
 
     def client_gone(self) -> Effects:
-        """The client goes: its turns are cancelled, then the connection closes."""
-        return self.carry_out((*self.routes.client_gone(_alone), *self.routes.closed()))
+        return self.carry_out(self.routes.client_gone(_alone))
 
     def abandon(self, error: JsonRpcError) -> Effects:
         """The router stops: no other connection holds any session."""

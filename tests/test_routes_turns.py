@@ -93,8 +93,7 @@ class Connection:
         assert any(isinstance(e, Send) for e in sent), sent
 
     def gone(self) -> Effects:
-        gone = self.routes.client_gone(self.replica.directory.holders)
-        return self.carry((*gone, *self.routes.closed()))
+        return self.carry(self.routes.client_gone(self.replica.directory.holders))
 
     def abandoned(self) -> Effects:
         holders = self.replica.directory.holders

@@ -425,13 +425,10 @@ class ClientSide:
 
     def client_gone(self, holders: Holders) -> Effects:
         """The client connection is gone: the prompt turns it leaves running are cancelled
-        (:meth:`_abandoned_turns`). Its sessions stay attached until :meth:`closed` (the
-        shell lets the cancels leave on its links first)."""
-        return self._abandoned_turns("client_gone", holders)
-
-    def closed(self) -> Effects:
-        """The connection and its links are closed: every session is detached."""
-        return self.sessions.detach_all()
+        (:meth:`_abandoned_turns`: the shell lets the cancels leave on its links before
+        they close), and every session is detached."""
+        cancels = self._abandoned_turns("client_gone", holders)
+        return (*cancels, *self.sessions.detach_all())
 
     def abandon(self, error: JsonRpcError, holders: Holders, why: TurnEnd = "stopping") -> Effects:
         """The connection is about to close (the router is stopping, or closes it): cancel

@@ -94,6 +94,20 @@ class OpenClients(set[ClientConnection]):
     def __init__(self) -> None:
         super().__init__()
         self.closes: set[asyncio.Task[None]] = set()
+        #: pulsed whenever a connection is counted in or out
+        self.changed = asyncio.Event()
+
+    def add(self, connection: ClientConnection) -> None:
+        super().add(connection)
+        self._pulse()
+
+    def discard(self, connection: object) -> None:
+        super().discard(connection)
+        self._pulse()
+
+    def _pulse(self) -> None:
+        self.changed.set()
+        self.changed.clear()
 
     def closing(self, close: Coroutine[Any, Any, None]) -> None:
         """Run ``close`` in a task held here until it ends."""

@@ -178,7 +178,6 @@ class ClientConnection:
         await asyncio.gather(*(link.sent() for link in links.values()))
         for link in links.values():  # an open link lives on its socket, not in a task
             link.close("the client connection has ended")
-        await self.carry_out(self.routes.closed())
 
     def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(work, name=name)
