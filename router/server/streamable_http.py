@@ -320,7 +320,8 @@ def accepts_events(accept: str | None) -> bool:
     return any(media in _EVENT_STREAM_RANGES for media in ranges)
 
 
-def _refusal(status: int, text: str) -> web.Response:
+def _text_response(status: int, text: str) -> web.Response:
+    """A plain-text answer of one line."""
     return web.Response(status=status, text=text + "\n")
 
 
@@ -328,7 +329,7 @@ def _failed(connection: HttpConnection) -> web.Response:
     """What the one boundary catch of a connection answers, once it logged the failure:
     the connection ends."""
     connection.end("error")
-    return _refusal(500, "the router failed; the connection has ended")
+    return _text_response(500, "the router failed; the connection has ended")
 
 
 async def read_body(request: web.Request, timeout: float) -> bytes | web.Response:
@@ -338,16 +339,16 @@ async def read_body(request: web.Request, timeout: float) -> bytes | web.Respons
         async with asyncio.timeout(timeout):
             return await request.read()
     except TimeoutError:
-        refusal = _refusal(408, f"the body did not arrive within {round(timeout * 1000)} ms")
+        refusal = _text_response(408, f"the body did not arrive within {round(timeout * 1000)} ms")
         return await _sent_and_closed(request, refusal)
     except web.HTTPRequestEntityTooLarge:
         return _too_large()
     except ConnectionError:  # the client went before its body was whole: no one to answer
-        return _refusal(400, "the connection ended before the body did")
+        return _text_response(400, "the connection ended before the body did")
 
 
 def _too_large() -> web.Response:
-    return _refusal(413, "the body is larger than router.max_message_bytes")
+    return _text_response(413, "the body is larger than router.max_message_bytes")
 
 
 async def _sent_and_closed(request: web.Request, refusal: web.Response) -> web.Response:
@@ -386,7 +387,9 @@ class Bodies:
         size = self._most if size is None else size
         if not self.budget.take(size):
             self._metrics.limited.labels("held_bytes").inc()
-            full = _refusal(503, "the router holds as many request bytes as it may: retry soon")
+            full = _text_response(
+                503, "the router holds as many request bytes as it may: retry soon"
+            )
             full.headers[hdrs.RETRY_AFTER] = str(RETRY_AFTER_SECONDS)
             yield full  # the body unread (aiohttp reads what comes of it, and drops it)
             return
@@ -472,7 +475,7 @@ class HttpFront:
         if isinstance(admission, web.Response):
             return admission
         if request.content_type != "application/json":
-            return _refusal(415, "POST a JSON-RPC message as application/json")
+            return _text_response(415, "POST a JSON-RPC message as application/json")
         async with self.bodies.read(request) as raw:
             if isinstance(raw, web.Response):
                 return raw
@@ -485,29 +488,29 @@ class HttpFront:
         try:
             body = raw.decode()
         except UnicodeDecodeError:
-            return _refusal(400, "the body is not UTF-8")
+            return _text_response(400, "the body is not UTF-8")
         shape = body.lstrip()[:1]
         if shape == "[":
-            return _refusal(501, "batches are not supported: POST one JSON-RPC message")
+            return _text_response(501, "batches are not supported: POST one JSON-RPC message")
         if shape != "{":
-            return _refusal(400, "POST one JSON-RPC message, a JSON object")
+            return _text_response(400, "POST one JSON-RPC message, a JSON object")
         try:
             message: Message | None = parse(body)
         except ParseError:
-            return _refusal(400, "the body is not JSON")
+            return _text_response(400, "the body is not JSON")
         except InvalidRequest:
             message = None  # the routing core answers it, on the connection stream
         connection_id = request.headers.get(acp.CONNECTION_ID_HEADER)
         if connection_id is None:
             if isinstance(message, Request) and message.method == acp.INITIALIZE:
                 return await self._start(request, admission, message)
-            return _refusal(400, "Acp-Connection-Id is required (POST initialize first)")
+            return _text_response(400, "Acp-Connection-Id is required (POST initialize first)")
         connection = self._find(connection_id, admission)
         if connection is None:
-            return _refusal(404, "no such connection")
+            return _text_response(404, "no such connection")
         rejected = connection.streams.post(message, request.headers.get(acp.SESSION_ID_HEADER))
         if rejected is not None:
-            return _refusal(rejected.status, rejected.text)
+            return _text_response(rejected.status, rejected.text)
         connection.touch()
         log_context.connection.set(connection.number)
         try:
@@ -517,7 +520,7 @@ class HttpFront:
             logger.exception("client connection failed")
             return _failed(connection)
         if not received:
-            return _refusal(404, "no such connection")
+            return _text_response(404, "no such connection")
         return web.Response(status=202)
 
     async def _start(
@@ -540,7 +543,7 @@ class HttpFront:
                     answer = await connection.initialize(initialize)
         except TimeoutError:
             connection.end("closed")
-            return _refusal(504, "initialize was not answered in time")
+            return _text_response(504, "initialize was not answered in time")
         except Exception:  # the one boundary catch of a connection: log it, end it
             logger.exception("client connection failed")
             return _failed(connection)
@@ -577,26 +580,26 @@ class HttpFront:
         if isinstance(admission, web.Response):
             return admission
         if not accepts_events(request.headers.get(hdrs.ACCEPT)):
-            return _refusal(
+            return _text_response(
                 406,
                 "GET /acp is a WebSocket upgrade, or an event stream"
                 " (Accept: text/event-stream, with Acp-Connection-Id)",
             )
         connection_id = request.headers.get(acp.CONNECTION_ID_HEADER)
         if connection_id is None:
-            return _refusal(
+            return _text_response(
                 400,
                 "GET /acp is a WebSocket upgrade, or an event stream of a connection"
                 " (Acp-Connection-Id: POST initialize first)",
             )
         connection = self._find(connection_id, admission)
         if connection is None:
-            return _refusal(404, "no such connection")
+            return _text_response(404, "no such connection")
         session = request.headers.get(acp.SESSION_ID_HEADER)
         key = SessionId(session) if session is not None else None
         attached = connection.streams.attach(key)
         if isinstance(attached, Rejected):
-            return _refusal(attached.status, attached.text)
+            return _text_response(attached.status, attached.text)
         return connection, key, attached
 
     async def _flush(
@@ -615,10 +618,10 @@ class HttpFront:
             return admission
         connection_id = request.headers.get(acp.CONNECTION_ID_HEADER)
         if connection_id is None:
-            return _refusal(400, "DELETE needs Acp-Connection-Id")
+            return _text_response(400, "DELETE needs Acp-Connection-Id")
         connection = self._find(connection_id, admission)
         if connection is None:
-            return _refusal(404, "no such connection")
+            return _text_response(404, "no such connection")
         connection.end("deleted")
         await connection.done.wait()
         return web.Response(status=202)
