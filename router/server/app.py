@@ -59,7 +59,7 @@ from router.server.admin import Admin
 from router.server.auth import TokenSource, session_secret
 from router.server.client import ClientChannel, ClientConnection
 from router.server.config import Settings
-from router.server.discovery import Discoveries
+from router.server.discoveries import Discoveries
 from router.server.gate import Gatekeeper
 from router.server.metrics import CONTENT_TYPE, Metrics, WorkersExposition
 from router.server.pool.backends import Pool

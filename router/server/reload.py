@@ -32,7 +32,7 @@ from router.core.membership import MembershipChange, needs_restart
 from router.protocol.errors import ConfigError
 from router.server.auth import TokenSource
 from router.server.config import Settings, TokenSection, load_settings
-from router.server.discovery import Discoveries
+from router.server.discoveries import Discoveries
 from router.server.metrics import Metrics
 from router.server.pool.backends import Pool
 from router.server.tls import backend_context
