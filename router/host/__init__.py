@@ -18,7 +18,7 @@ Design:
   ``sessionCapabilities.status`` and ``_meta.instanceId``, a nonce new for each agent
   process (so a router tells the agent's restart from a flap).
 * **Clients never make the host wait**: each has a bounded outbox and one writer task
-  (:mod:`.client`); one whose outbox overflows is closed with 1008.
+  (:mod:`.client_link`); one whose outbox overflows is closed with 1008.
 * **session/status** is asked of the agent when it advertises the method (its
   dialect, e.g. ``open``/``saved``, is translated to the RFD's values); otherwise the
   host answers from what it saw: ``active`` from a successful new/load/resume/fork
@@ -36,6 +36,6 @@ Design:
   outlives it.
 
 :mod:`.multiplex` and :mod:`.stderr` are the sans-I/O bookkeeping, :mod:`.process` the
-subprocess, :mod:`.client` a client's outbox and writer, :mod:`.server` the aiohttp
+subprocess, :mod:`.client_link` a client's outbox and writer, :mod:`.server` the aiohttp
 shell.
 """

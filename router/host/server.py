@@ -31,7 +31,7 @@ from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from router.host.client import CLOSE_SECONDS, TOO_SLOW, ClientLink
+from router.host.client_link import CLOSE_SECONDS, TOO_SLOW, ClientLink
 from router.host.multiplex import (
     HANDSHAKE_ID,
     Action,
