@@ -61,13 +61,14 @@ from router.server.client import ClientChannel, ClientConnection
 from router.server.config import Settings
 from router.server.discoveries import Discoveries
 from router.server.gate import Gatekeeper
+from router.server.http_connection import Entry
 from router.server.metrics import CONTENT_TYPE, Metrics, WorkersExposition
 from router.server.pool.backends import Pool
 from router.server.pool.upstream import Upstream
 from router.server.reload import Reloader
 from router.server.sansio_websocket import opened
 from router.server.shutdown import StopSignals, close_spread, reloading_on_hangup, wait_unless
-from router.server.streamable_http import Entry, HttpFront
+from router.server.streamable_http import HttpFront
 from router.server.tls import backend_context, server_context
 from router.server.websocket import FRAMES_LOG, WebSocket
 from router.server.websocket_channel import WebSocketChannel
