@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from router.core.health import Health
 from router.protocol.acp import ProbeResult
 from router.protocol.ids import BackendId, SessionId
-from router.server.app import RELOADER
+from router.server.app_keys import RELOADER
 from router.server.reload import Reloaded, ReloadRefused
 from tests.fleet import (
     RouterUnderTest,

@@ -17,7 +17,7 @@ import pytest
 
 from router.core import hinted_ids
 from router.protocol.ids import ConnectionId
-from router.server.app import CLIENTS, HTTP_FRONT, OpenClients
+from router.server.app_keys import CLIENTS, HTTP_FRONT, OpenClients
 from router.server.event_stream import event
 from router.server.http_connection import HttpConnection
 from router.server.shutdown import close_spread

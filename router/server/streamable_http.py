@@ -58,7 +58,7 @@ _EVENT_STREAM_RANGES = frozenset({"text/event-stream", "text/*", "*/*"})
 
 class Door(Protocol):
     """The front door's checks and bookkeeping, shared with the WebSocket upgrade
-    (:mod:`router.server.app`)."""
+    (:class:`router.server.admission.HttpDoor`)."""
 
     def admit(self, request: web.Request) -> Admitted | web.Response:
         """The origin and the token of any request: who it is, or the refusal."""
