@@ -10,8 +10,9 @@ Design:
 * **Ids** (:mod:`.multiplex`): client requests get host-assigned ids at the agent and
   their own ids back; agent requests keep the agent's ids and are answered only by
   the client they went to; the host's own ``initialize`` has a string id.
-* **Sessions** belong to the client that last created, loaded, resumed or forked
-  them; the agent's notifications and requests for a session go to that client.
+* **Sessions** (:mod:`.owners`) belong to the client that last created, loaded, resumed
+  or forked them; the agent's notifications and requests for a session go to that
+  client.
 * **initialize** is the host's: it initializes the agent once per process (with
   ``--client-capabilities``, default none, so the agent uses its own file system and
   terminals) and answers every client with the agent's result plus
@@ -35,7 +36,7 @@ Design:
   closes its stdin and sends the group SIGTERM, then SIGKILL, so nothing it started
   outlives it.
 
-:mod:`.multiplex` and :mod:`.stderr` are the sans-I/O bookkeeping, :mod:`.process` the
-subprocess, :mod:`.client_link` a client's outbox and writer, :mod:`.server` the aiohttp
-shell.
+:mod:`.multiplex`, :mod:`.owners` and :mod:`.stderr` are the sans-I/O bookkeeping,
+:mod:`.process` the subprocess, :mod:`.client_link` a client's outbox and writer,
+:mod:`.server` the aiohttp shell.
 """
