@@ -21,11 +21,13 @@ from aiohttp import web
 from router.core.health import Health
 from router.protocol.ids import BackendId
 from router.server.accepting import listen
-from router.server.app import CLIENTS, GUARD, POOL, UPSTREAM, app_runner, create_app
+from router.server.app import create_app
+from router.server.app_keys import CLIENTS, GUARD, POOL, UPSTREAM
 from router.server.config import Settings, settings_from
 from router.server.metrics import Metrics
 from router.server.pool.backends import Pool
 from router.server.pool.upstream import Upstream
+from router.server.serving import app_runner
 from router.server.tls import server_context
 from tests.support import WAIT, AgentProcess, start_agent
 

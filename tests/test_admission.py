@@ -10,8 +10,8 @@ from router.core.frontdoor import (
     Admitted,
     AuthOutcome,
     Credentials,
+    Denied,
     DoorPolicy,
-    Refused,
     bearer_token,
     normal_origin,
     principal_of,
@@ -87,19 +87,19 @@ def test_origins_compare_by_scheme_host_and_port(origin: str, normal: str) -> No
 def test_the_door_checks_origin_then_token() -> None:
     door = DoorPolicy.of(["https://editor.example"])
     cross_site = door.admit("https://evil.example", "Bearer alpha-token", CREDENTIALS)
-    assert isinstance(cross_site, Refused)
+    assert isinstance(cross_site, Denied)
     assert (cross_site.status, cross_site.reason, cross_site.auth) == (
         403,
         "forbidden_origin",
         None,
     )
     missing = door.admit(None, None, CREDENTIALS)
-    assert isinstance(missing, Refused)
+    assert isinstance(missing, Denied)
     assert (missing.status, missing.auth) == (401, AuthOutcome.MISSING)
     ok = door.admit("https://EDITOR.example", "Bearer alpha-token", CREDENTIALS)
     assert ok == Admitted(principal_of("alpha-token"), AuthOutcome.OK)
     assert door.admit(None, None, None) == Admitted(ANONYMOUS, AuthOutcome.OPEN)
-    assert isinstance(DoorPolicy.of([]).admit("http://127.0.0.1", None, None), Refused)
+    assert isinstance(DoorPolicy.of([]).admit("http://127.0.0.1", None, None), Denied)
     assert isinstance(DoorPolicy.of(["*"]).admit("http://any.where", None, None), Admitted)
 
 

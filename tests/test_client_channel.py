@@ -1,9 +1,9 @@
-"""The client WebSocket's writer (:class:`router.server.websocket.WebSocketChannel`), on a
-real server (the router's own WebSocket on an asyncio server, after websockets' server
-handshake) and an aiohttp client over loopback: the frames a burst leads to (a read that
-brings a backend's several frames at once) are held until that read is done, then
-written at once; a lone frame never is; every frame arrives whole and in order either
-way, and a close lets held frames go first.
+"""The client WebSocket's writer (:class:`router.server.websocket_channel.WebSocketChannel`),
+on a real server (the router's own WebSocket on an asyncio server, after websockets'
+server handshake) and an aiohttp client over loopback: the frames a burst leads to (a
+read that brings a backend's several frames at once) are held until that read is done,
+then written at once; a lone frame never is; every frame arrives whole and in order
+either way, and a close lets held frames go first.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from websockets.protocol import OPEN, Protocol, Side
 from websockets.server import ServerProtocol
 
 from router.server.metrics import Metrics
-from router.server.websocket import WebSocket, WebSocketChannel, text_frame
+from router.server.websocket import WebSocket, text_frame
+from router.server.websocket_channel import WebSocketChannel
 from tests.sockets import KeptTransport, Receiver
 from tests.support import WAIT
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from router.core.discovery import Discovered, Found, backend_id, discovered
 from router.protocol.ids import BackendId
-from router.server.app import RELOADER
+from router.server.app_keys import RELOADER
 from router.server.reload import Reloaded
 from tests.dns_server import DnsServer, dns_server
 from tests.fleet import start_router

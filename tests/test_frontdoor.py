@@ -19,7 +19,7 @@ import trustme
 import websockets
 from websockets.asyncio.client import connect
 
-from router.server.app import TOKENS
+from router.server.app_keys import TOKENS
 from tests.fleet import start_router, start_scripted
 from tests.support import WAIT, AcpClient, run_cli, run_cli_to_exit, start_agent, text_chunks
 
@@ -299,7 +299,7 @@ async def test_metrics_on_a_separate_listen_address(tmp_path: Path) -> None:
         )
         async with run_cli("serve", "--config", str(config)) as serve:
             front = serve.first_line.removeprefix("acp-router listening on ")
-            open_door = "WARNING router.server.app: no [auth] section"
+            open_door = "WARNING router.server.serving: no [auth] section"
             await serve.wait_for_log(open_door)
             line = await serve.wait_for_log("metrics on http://")
             match = re.search(r"metrics on (http://\S+)", line)

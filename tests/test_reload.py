@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from router.core.health import Health
 from router.protocol.acp import ProbeResult
 from router.protocol.ids import BackendId, SessionId
-from router.server.app import RELOADER
-from router.server.reload import Refused, Reloaded
+from router.server.app_keys import RELOADER
+from router.server.reload import Reloaded, ReloadRefused
 from tests.fleet import (
     RouterUnderTest,
     backends_of,
@@ -205,7 +205,7 @@ def toml_backends(backends: list[tuple[str, str]], extra: str = "") -> str:
 async def test_without_a_config_file_a_reload_is_refused() -> None:
     async with start_fleet_router(1) as (router, _):
         outcome = await router.app[RELOADER].reload()
-        assert isinstance(outcome, Refused)
+        assert isinstance(outcome, ReloadRefused)
         assert "without a config file" in outcome.reason
         assert outcome.as_json() == {"outcome": "refused", "reason": outcome.reason}
         assert outcome.http_status == 400
@@ -304,7 +304,7 @@ async def test_client_tokens_are_reloaded_with_the_file(tmp_path: Path) -> None:
         tokens.unlink()  # a token file that cannot be read refuses the whole reload
         config.write_text(toml_backends(backends[:0] + backends) + auth)
         outcome = await reloader.reload()
-        assert isinstance(outcome, Refused)
+        assert isinstance(outcome, ReloadRefused)
         assert "auth.tokens_file" in outcome.reason
         assert await upgrade_status(router.url, "new-token") == 101
 
@@ -312,7 +312,7 @@ async def test_client_tokens_are_reloaded_with_the_file(tmp_path: Path) -> None:
         wss = [("tls-1", "wss://127.0.0.1:1/acp")]
         config.write_text(toml_backends(wss, 'tls_ca = "/nonexistent.pem"\n') + auth)
         outcome = await reloader.reload()
-        assert isinstance(outcome, Refused)
+        assert isinstance(outcome, ReloadRefused)
         assert "backends.tls-1.tls_ca" in outcome.reason
         assert list(router.pool.links) == ["agent-1"]
 

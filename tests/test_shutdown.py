@@ -47,7 +47,7 @@ async def test_with_nothing_in_flight_sigterm_stops_at_once_and_says_so(tmp_path
             assert await router.stop() == 0  # the logs read to their end
         last = router.stderr.lines[-2:]
         assert last[0].rstrip().endswith("router.server.shutdown: stopping"), last
-        assert last[1].rstrip().endswith("router.server.app: stopped"), last
+        assert last[1].rstrip().endswith("router.server.serving: stopped"), last
 
 
 #: a process whose event loop gets SIGTERM just after it puts SIGTERM's default action

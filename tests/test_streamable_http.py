@@ -17,9 +17,11 @@ import pytest
 
 from router.core import hinted_ids
 from router.protocol.ids import ConnectionId
-from router.server.app import CLIENTS, HTTP_FRONT, OpenClients
+from router.server.app_keys import CLIENTS, HTTP_FRONT, OpenClients
+from router.server.event_stream import event
+from router.server.http_connection import HttpConnection
 from router.server.shutdown import close_spread
-from router.server.streamable_http import HttpConnection, accepts_events, event
+from router.server.streamable_http import accepts_events
 from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
 from tests.raw_http import raw_connection, raw_post, status_of
 from tests.support import WAIT, AcpClient, JsonObject

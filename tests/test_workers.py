@@ -29,7 +29,8 @@ import trustme
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from router.server.app import DOOR, HTTP_FRONT, METRICS, TOKENS, create_app
+from router.server.app import create_app
+from router.server.app_keys import DOOR, HTTP_FRONT, METRICS, TOKENS
 from router.server.metrics import Metrics, WorkersExposition, merge
 from router.server.shutdown import StopSignals
 from router.server.supervisor import Supervisor, backoff, ended
@@ -205,7 +206,7 @@ async def test_sigterm_stops_every_worker_cleanly(tmp_path: Path) -> None:
                 assert await router.process.wait() == 0
         for index in range(2):
             await router.wait_for_log(f"worker {index} router.server.shutdown: stopping")
-            await router.wait_for_log(f"worker {index} router.server.app: stopped")
+            await router.wait_for_log(f"worker {index} router.server.serving: stopped")
         await asyncio.gather(*(exited(pid) for pid in pids.values()))
         assert await router.stop() == 0  # the logs read to their end
     assert router.stderr.lines[-1].rstrip().endswith("router.server.supervisor: stopped")

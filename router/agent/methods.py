@@ -26,7 +26,7 @@ from typing import Any
 from router import __version__
 from router.agent import params
 from router.agent.connection import Connection, FrameSink
-from router.agent.listing import DEFAULT_PAGE_SIZE, paginate
+from router.agent.paging import DEFAULT_PAGE_SIZE, paginate
 from router.agent.sessions import ConnectionId, LiveSession, SessionTable
 from router.agent.store import Message, SessionStore, Speaker, StoredSession
 from router.agent.turns import TurnScope, parse_command, run_turn

@@ -363,9 +363,9 @@ def _serve(args: argparse.Namespace) -> int:
     that many (:mod:`router.server.supervisor`); or one of those workers."""
     import asyncio
 
-    from router.server.app import serve
     from router.server.config import load_settings
     from router.server.loops import runner
+    from router.server.serving import serve
 
     settings = load_settings(args.config)
     config_path = Path(args.config)
@@ -376,7 +376,7 @@ def _serve(args: argparse.Namespace) -> int:
             loop.run(serve(settings, config_path=config_path, worker=role))
         return 0
     if settings.router.workers > 1:
-        from router.server.app import announce
+        from router.server.serving import announce
         from router.server.supervisor import serve_workers
 
         command = [sys.executable, "-m", "router", "--log-level", args.log_level,

@@ -18,13 +18,15 @@ or the connection is simply lost), the editor does not see its agent die. The br
 
 * answers each request that was awaiting an answer, once, with a retryable ``-32013``
   (``data.reason`` says the router connection was lost);
-* reconnects with jittered exponential backoff, for up to ``--reconnect-for`` seconds;
+* reconnects with jittered exponential backoff, for up to ``--reconnect-for`` seconds
+  (:mod:`router.commands.dialing`);
 * replays the editor's ``initialize``, its last accepted ``authenticate`` and every
   session it had attached (:mod:`router.commands.reattach`), keeping the answers (and
   the history a replayed ``session/load`` sends again) from the editor;
-* then sends what the editor wrote meanwhile, in order (up to :data:`MAX_HELD` lines;
-  then stdin waits). An answer to an agent request made on the old connection is
-  dropped: its id meant something there only.
+* then sends what the editor wrote meanwhile, in order (up to
+  :data:`~router.commands.stdio.MAX_HELD` lines; then stdin waits). An answer to an
+  agent request made on the old connection is dropped: its id meant something there
+  only.
 
 When the router lets go of an attached session while the connection stays up (the
 agent that held it was restarted, say), the request that finds it so (``-32010``, "send
@@ -37,38 +39,28 @@ one line on stderr, when the router closes for another reason, refuses the bridg
 token (401, 403) or the replayed handshake, or cannot be reached again within
 ``--reconnect-for``; 2, with one line, when it was never reached: refused at once, or
 not reached within ``--reconnect-for``.
+
+docs/transport.md ("The stdio bridge: ``connect``") says how to use it; the editor's
+stdin and stdout are :mod:`router.commands.stdio`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import concurrent.futures
 import logging
 import os
-import random
-import select
-import stat
-import sys
-import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
-import orjson
 import websockets
 from websockets.asyncio.client import ClientConnection
 
-from router.commands.bearer import auth_headers, refusal_hint
-from router.commands.reattach import (
-    EditorState,
-    Reattach,
-    Reattachments,
-    ReplayRefused,
-    Steps,
-)
+from router.commands.dialing import Dialer, RouterRefused
+from router.commands.reattach import EditorState, Reattachments, Steps
+from router.commands.stdio import EditorGone, EditorPipes, StdinLines, open_stdout
 from router.protocol.errors import AcpRouterError, ProtocolError
-from router.protocol.jsonrpc import Message, Response
+from router.protocol.jsonrpc import Message
 from router.protocol.reading import parse
-from router.tasks import cancel_all_and_wait, cancel_and_wait
+from router.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
 
@@ -77,38 +69,10 @@ DRAIN_SECONDS = 60.0
 #: how long the bridge tries to reach the router again before it gives up (the default
 #: of ``--reconnect-for``)
 RECONNECT_FOR_SECONDS = 60.0
-#: the reconnect backoff: the first pause, and the longest (each is jittered down by up
-#: to half, so bridges that lost the same router do not come back in step)
-BACKOFF_FIRST_SECONDS = 0.1
-BACKOFF_MAX_SECONDS = 5.0
-#: a connection that lasted this long starts the backoff over; one that did not (a
-#: router that closes every connection at once) keeps it growing
-STABLE_SECONDS = 10.0
-#: one connection attempt (TCP, TLS, upgrade)
-OPEN_SECONDS = 10.0
-#: the replay of the editor's handshake and sessions on a new connection
-REPLAY_SECONDS = 30.0
-#: the closing handshake, when the bridge closes
-CLOSE_SECONDS = 2.0
-#: editor lines held while there is no connection
-MAX_HELD = 1024
 #: close codes after which the bridge reconnects: going away, abnormal closure (no
 #: close frame: the connection was lost), internal error, service restart, try again
 #: later, bad gateway
 RECONNECT_CODES = frozenset({1001, 1006, 1011, 1012, 1013, 1014})
-
-
-class RouterUnreachable(AcpRouterError):
-    """One attempt to reach the router failed; another may not."""
-
-
-class RouterRefused(AcpRouterError):
-    """The router will not take the bridge (its token, its handshake): retrying will not
-    help."""
-
-
-class EditorGone(AcpRouterError):
-    """The editor closed the bridge's stdout."""
 
 
 async def run_bridge(url: str, *, reconnect_for: float = RECONNECT_FOR_SECONDS) -> int:
@@ -117,7 +81,8 @@ async def run_bridge(url: str, *, reconnect_for: float = RECONNECT_FOR_SECONDS) 
     Raises:
         AcpRouterError: the router was never reached (the bridge never started).
     """
-    bridge = Bridge(url, StdinLines(), await _stdout(), reconnect_for=reconnect_for)
+    pipes = EditorPipes(StdinLines(), await open_stdout())
+    bridge = Bridge(url, pipes, reconnect_for=reconnect_for)
     try:
         return await bridge.run()
     except EditorGone:
@@ -129,126 +94,17 @@ async def run_bridge(url: str, *, reconnect_for: float = RECONNECT_FOR_SECONDS) 
         return 1
 
 
-async def _open(url: str, timeout: float) -> ClientConnection:
-    """Raises RouterRefused (401, 403, a URL that is not ws:// or wss://) or
-    RouterUnreachable (anything else)."""
-    try:
-        return await websockets.connect(
-            url,
-            max_size=None,
-            compression=None,
-            additional_headers=auth_headers(),
-            open_timeout=timeout,
-            close_timeout=CLOSE_SECONDS,
-        )
-    except websockets.InvalidStatus as exc:
-        status = exc.response.status_code
-        refused = RouterRefused if status in (401, 403) else RouterUnreachable
-        raise refused(f"{exc}{refusal_hint(status)}") from None
-    except websockets.InvalidURI as exc:
-        raise RouterRefused(str(exc)) from None
-    except (OSError, TimeoutError, websockets.InvalidHandshake) as exc:
-        raise RouterUnreachable(str(exc) or type(exc).__name__) from None
-
-
-class StdinLines:
-    """Lines of stdin, read by a daemon thread with ``os.read`` on fd 0: works for pipes,
-    files, terminals and /dev/null alike (epoll takes only some of them), and never
-    holds up the exit (it takes no lock the interpreter wants at shutdown, as
-    ``sys.stdin.buffer`` would). The small queue makes the thread wait when the router
-    is slower than the editor."""
-
-    def __init__(self) -> None:
-        self._lines: asyncio.Queue[bytes] = asyncio.Queue(maxsize=64)
-        loop = asyncio.get_running_loop()
-        threading.Thread(target=self._read, args=(loop,), name="stdin", daemon=True).start()
-
-    def _read(self, loop: asyncio.AbstractEventLoop) -> None:
-        try:
-            for line in _lines_of(sys.stdin.fileno()):
-                self._put(line, loop)
-            self._put(b"", loop)
-        except (RuntimeError, concurrent.futures.CancelledError):
-            pass  # the loop is gone: the bridge is exiting
-
-    def _put(self, line: bytes, loop: asyncio.AbstractEventLoop) -> None:
-        """Queue ``line`` on the loop's side, waiting while the queue is full."""
-        put = self._lines.put(line)
-        try:
-            asyncio.run_coroutine_threadsafe(put, loop).result()
-        except RuntimeError:  # the loop closed first: the coroutine never ran
-            put.close()
-            raise
-
-    async def readline(self) -> bytes:
-        """The next line, or b"" at the end of stdin."""
-        return await self._lines.get()
-
-
-def _lines_of(fd: int) -> Iterator[bytes]:
-    """The lines read from ``fd`` (the last one perhaps without its newline), until its
-    end or an error."""
-    pending = bytearray()
-    while True:
-        try:
-            chunk = os.read(fd, 1 << 16)
-        except BlockingIOError:  # a descriptor someone made non-blocking
-            select.select([fd], [], [])
-            continue
-        except OSError:
-            chunk = b""
-        if not chunk:
-            break
-        searched = len(pending)
-        pending += chunk
-        start = 0
-        while (end := pending.find(b"\n", max(start, searched))) >= 0:
-            yield bytes(pending[start : end + 1])
-            start = end + 1
-        del pending[:start]
-    if pending:
-        yield bytes(pending)
-
-
-async def _stdout() -> asyncio.StreamWriter | None:
-    """A non-blocking writer when stdout is a pipe or a socket (editors spawn agents with
-    either; a slow editor then holds the bridge back without blocking it); None for a
-    file or a terminal, which take plain writes."""
-    loop = asyncio.get_running_loop()
-    mode = os.fstat(sys.stdout.fileno()).st_mode
-    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
-        return None
-    transport, protocol = await loop.connect_write_pipe(
-        asyncio.streams.FlowControlMixin, sys.stdout
-    )
-    return asyncio.StreamWriter(transport, protocol, None, loop)
-
-
 class Bridge:
     """Pumps lines one way and frames the other over the current connection, and puts
     the editor's state back on a new one when the router goes away."""
 
-    def __init__(
-        self,
-        url: str,
-        stdin: StdinLines,
-        stdout: asyncio.StreamWriter | None,
-        *,
-        reconnect_for: float,
-    ) -> None:
-        self._url = url
-        self._ws: ClientConnection | None = None
-        self._stdin = stdin
-        self._stdout = stdout
-        self._reconnect_for = reconnect_for
+    def __init__(self, url: str, pipes: EditorPipes, *, reconnect_for: float) -> None:
+        self._pipes = pipes
         self._editor = EditorState()
         self._again = Reattachments(self._editor)
-        #: editor lines read while there was no connection, to send once there is
-        self._held: collections.deque[bytes] = collections.deque()
-        self._stdin_ended = False
+        self._dialer = Dialer(url, reconnect_for, pipes, self._editor)
         self._settled = asyncio.Event()  # nothing owed
         self._settled.set()
-        self._delay = BACKOFF_FIRST_SECONDS
 
     async def run(self) -> int:
         """Bridge until the editor is done or the router is gone for good.
@@ -260,19 +116,18 @@ class Bridge:
             EditorGone: stdout was closed.
         """
         try:
-            reached = await self._reach(first=True)
+            ws = await self._dialer.reach(first=True)
         except RouterRefused as exc:
             raise AcpRouterError(str(exc)) from None
-        if not reached:  # stdin ended first
+        if ws is None:  # stdin ended first
             why = "the bridge stopped waiting: its stdin ended"
-            await self._answer(self._editor.lost(why, _parsed(self._held)))
+            await self._answer(self._editor.lost(why, _parsed(self._pipes.held)))
             return 0
         loop = asyncio.get_running_loop()
         while True:
             opened = loop.time()
-            ws = await self._serve()
-            if loop.time() - opened >= STABLE_SECONDS:
-                self._delay = BACKOFF_FIRST_SECONDS
+            await self._serve(ws)
+            self._dialer.lasted(loop.time() - opened)
             code, reason = ws.close_code, ws.close_reason
             why = (
                 "the bridge stopped waiting: its stdin ended"
@@ -281,7 +136,7 @@ class Bridge:
             )
             await self._answer(self._editor.lost(why))
             self._again = Reattachments(self._editor)
-            if self._stdin_ended:
+            if self._pipes.ended:
                 await ws.close()
                 return 0
             if code not in RECONNECT_CODES:
@@ -289,17 +144,16 @@ class Bridge:
                     return 0
                 logger.error("connection lost: %s %s", code, reason)
                 return 1
-            if not await self._reach(first=False):  # stdin ended first
-                await self._answer(self._editor.lost(why, _parsed(self._held)))
+            ws = await self._dialer.reach(first=False)
+            if ws is None:  # stdin ended first
+                await self._answer(self._editor.lost(why, _parsed(self._pipes.held)))
                 return 0
 
     # -- one connection ------------------------------------------------------------------------
 
-    async def _serve(self) -> ClientConnection:
+    async def _serve(self, ws: ClientConnection) -> None:
         """Pump both ways until the connection closes, or stdin ends and the answers
-        still owed are through (or :data:`DRAIN_SECONDS` have passed); the connection."""
-        ws = self._ws
-        assert ws is not None
+        still owed are through (or :data:`DRAIN_SECONDS` have passed)."""
         upstream = asyncio.create_task(self._upstream(ws), name="stdin-to-ws")
         downstream = asyncio.create_task(self._downstream(ws), name="ws-to-stdout")
         try:
@@ -309,12 +163,11 @@ class Bridge:
             for task in done:
                 task.result()  # the editor gone
             if downstream.done():
-                return ws
-            if self._stdin_ended:
+                return
+            if self._pipes.ended:
                 await self._let_answers_through(downstream)
             else:  # a send failed: the connection is closing
                 await downstream
-            return ws
         finally:  # a send that failed as the connection closed ended its task: not news
             for task in (upstream, downstream):
                 task.cancel()
@@ -333,12 +186,8 @@ class Bridge:
         """Editor lines to the router, those held while reconnecting first; returns when
         stdin ends or a send fails (the connection is going)."""
         while True:
-            if self._held:
-                line = self._held.popleft()
-            else:  # stdin may have ended while the first connection was being made
-                line = b"" if self._stdin_ended else await self._stdin.readline()
+            line = await self._pipes.next_line()
             if not line:
-                self._stdin_ended = True
                 return
             text = line.decode(errors="replace").strip()
             if not text or not self._sending(text):
@@ -357,7 +206,7 @@ class Bridge:
                     continue
                 steps = self._received(frame)
                 if steps is None:
-                    await self._write_frame(frame)
+                    await self._pipes.write(frame)
                     continue
                 for text in steps.to_router:
                     await ws.send(text)
@@ -392,152 +241,12 @@ class Bridge:
         else:
             self._settled.set()
 
-    # -- reconnecting --------------------------------------------------------------------------
-
-    async def _reach(self, *, first: bool) -> bool:
-        """Reach the router and replay the editor's state there; False when stdin ended
-        first (on a reconnect: the editor is gone). The first connection is tried at
-        once, its first failure said on stderr, and the end of stdin does not stop it
-        (a script's lines are sent once it is up); a reconnect waits a backoff pause
-        first.
-
-        Raises:
-            RouterRefused: refused, or not reached within ``--reconnect-for``.
-        """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._reconnect_for
-        last = ""
-        holding = asyncio.create_task(self._hold_stdin(), name="stdin-held")
-        attempt: asyncio.Task[ClientConnection] | None = None
-        try:
-            pause = 0.0 if first else self._next_pause()
-            while (remaining := deadline - loop.time()) > 0:
-                if not await self._pause(min(pause, remaining), holding, first=first):
-                    return False
-                attempt = asyncio.create_task(
-                    self._attempt(max(deadline - loop.time(), 0.1)), name="reconnect"
-                )
-                stoppers = {attempt} if first else {attempt, holding}
-                await asyncio.wait(stoppers, return_when=asyncio.FIRST_COMPLETED)
-                if not attempt.done():
-                    return False  # stdin ended first: the attempt is stopped below
-                try:
-                    self._ws = attempt.result()
-                except RouterRefused as exc:
-                    if first:
-                        raise RouterRefused(f"cannot connect to {self._url}: {exc}") from None
-                    raise
-                except RouterUnreachable as exc:
-                    if first and not last:
-                        logger.info(
-                            "cannot reach %s yet (%s): retrying for up to %g s",
-                            self._url,
-                            exc,
-                            self._reconnect_for,
-                        )
-                    last = str(exc)
-                    pause = self._next_pause()
-                    continue
-                if not first:
-                    logger.info("reconnected to %s", self._url)
-                return True
-        finally:  # cancelled while waiting, too: nothing of this attempt runs on
-            running = [attempt] if attempt is not None and not attempt.done() else []
-            await cancel_all_and_wait(holding, *running)
-        verb = "connect" if first else "reconnect"
-        raise RouterRefused(
-            f"cannot {verb} to {self._url} within {self._reconnect_for:g} s: {last}"
-        )
-
-    async def _pause(self, seconds: float, holding: asyncio.Task[None], *, first: bool) -> bool:
-        """Wait ``seconds``; False when stdin ended meanwhile, on a reconnect."""
-        if first:
-            await asyncio.sleep(seconds)  # the backoff itself
-            return True
-        await asyncio.wait({holding}, timeout=seconds)
-        return not holding.done()
-
-    def _next_pause(self) -> float:
-        """The next backoff pause (jittered down by up to half); the backoff grows."""
-        pause = random.uniform(self._delay / 2, self._delay)
-        self._delay = min(self._delay * 2, BACKOFF_MAX_SECONDS)
-        return pause
-
-    async def _hold_stdin(self) -> None:
-        """Read the editor's lines while there is no connection, to send them once there
-        is one; returns when stdin ends."""
-        while True:
-            if len(self._held) >= MAX_HELD:  # stdin waits until the replay is done
-                await asyncio.get_running_loop().create_future()
-            line = await self._stdin.readline()
-            if not line:
-                self._stdin_ended = True
-                return
-            self._held.append(line)
-
-    async def _attempt(self, remaining: float) -> ClientConnection:
-        """Connect and replay; the connection, ready for the editor's frames.
-
-        Raises:
-            RouterUnreachable: try again later.
-            RouterRefused: the router refused the bridge's token or its replay.
-        """
-        ws = await _open(self._url, min(OPEN_SECONDS, remaining))
-        try:
-            async with asyncio.timeout(REPLAY_SECONDS):
-                await self._replay(ws)
-        except (TimeoutError, websockets.ConnectionClosed) as exc:
-            ws.transport.abort()
-            failure = str(exc) or type(exc).__name__
-            raise RouterUnreachable(f"the replay failed: {failure}") from None
-        except ReplayRefused as exc:
-            ws.transport.abort()
-            raise RouterRefused(str(exc)) from None
-        except BaseException:
-            ws.transport.abort()
-            raise
-        return ws
-
-    async def _replay(self, ws: ClientConnection) -> None:
-        reattach = Reattach(self._editor)
-        for step in reattach.start():
-            await ws.send(step)
-        while not reattach.done:
-            frame = await ws.recv()
-            if not isinstance(frame, str):
-                continue
-            try:
-                message: Message | None = parse(frame)
-            except ProtocolError:
-                message = None
-            if isinstance(message, Response) and reattach.owns(message):
-                for step in reattach.answered(message):
-                    await ws.send(step)
-            elif message is None or not reattach.mutes(message):
-                if message is not None:
-                    self._editor.received(message)
-                await self._write_frame(frame)
-        for session_id, refusal in reattach.dropped:
-            logger.warning("session %s is not attached again: %s", session_id, refusal)
-
     # -- the editor's side ---------------------------------------------------------------------
 
     async def _answer(self, frames: list[str]) -> None:
         for frame in frames:
-            await self._write_frame(frame)
+            await self._pipes.write(frame)
         self._note_settled()
-
-    async def _write_frame(self, frame: str) -> None:
-        line = _one_line(frame).encode() + b"\n"
-        try:
-            if self._stdout is None:
-                sys.stdout.buffer.write(line)
-                sys.stdout.buffer.flush()
-            else:
-                self._stdout.write(line)
-                await self._stdout.drain()
-        except (BrokenPipeError, ConnectionResetError):
-            raise EditorGone() from None
 
 
 def _parsed(lines: Iterable[bytes]) -> list[Message]:
@@ -548,12 +257,3 @@ def _parsed(lines: Iterable[bytes]) -> list[Message]:
         except ProtocolError:
             continue
     return messages
-
-
-def _one_line(frame: str) -> str:
-    if "\n" not in frame and "\r" not in frame:
-        return frame
-    try:
-        return orjson.dumps(orjson.loads(frame)).decode()
-    except orjson.JSONDecodeError:
-        return frame.replace("\r", " ").replace("\n", " ")

@@ -55,8 +55,8 @@ MAX_SESSIONS: Final = 4096
 MAX_ASKED: Final = 4096
 
 
-class Attach(enum.Enum):
-    """How a session is attached again: as the editor did, or as the router allows."""
+class AttachMethod(enum.Enum):
+    """The method that attaches a session again: as the editor did, or as the router allows."""
 
     RESUME = acp.SESSION_RESUME
     LOAD = acp.SESSION_LOAD
@@ -66,7 +66,7 @@ class Attach(enum.Enum):
 class Attached:
     """A session the editor attached, and the params that attach it again."""
 
-    how: Attach
+    how: AttachMethod
     params: dict[str, Any]
 
 
@@ -157,10 +157,10 @@ class EditorState:
             if change is acp.SessionOutcome.RELEASED:
                 self.forget(session_id)
             else:  # a session made here comes back by a resume
-                how = Attach(method) if method in acp.ATTACHING else Attach.RESUME
+                how = AttachMethod(method) if method in acp.ATTACHING else AttachMethod.RESUME
                 self._attach(session_id, how, request)
 
-    def _attach(self, session_id: SessionId, how: Attach, request: Request) -> None:
+    def _attach(self, session_id: SessionId, how: AttachMethod, request: Request) -> None:
         params = request.params if isinstance(request.params, dict) else {}
         self.sessions.pop(session_id, None)
         self.sessions[session_id] = Attached(how, {**params, "sessionId": session_id})
@@ -258,17 +258,17 @@ class Reattach:
         request_id = self._editor.new_id()
         frame = encode_request(request_id, how.value, attached.params)
         self._pending[request_id] = Request(request_id, how.value, attached.params, frame)
-        if how is Attach.LOAD:
+        if how is AttachMethod.LOAD:
             self._loading[request_id] = session_id
         return frame
 
-    def _how(self, wanted: Attach) -> Attach | None:
+    def _how(self, wanted: AttachMethod) -> AttachMethod | None:
         """``wanted`` when the router offers it, else the other way when it does."""
         result = self._editor.advertised if isinstance(self._editor.advertised, dict) else {}
         agent = result.get("agentCapabilities")
         offered = {
-            Attach.RESUME: acp.has_session_capability(result, "resume"),
-            Attach.LOAD: isinstance(agent, dict) and agent.get("loadSession") is True,
+            AttachMethod.RESUME: acp.has_session_capability(result, "resume"),
+            AttachMethod.LOAD: isinstance(agent, dict) and agent.get("loadSession") is True,
         }
         if offered[wanted]:
             return wanted

@@ -132,8 +132,9 @@ class Admitted:
 
 
 @dataclass(frozen=True, slots=True)
-class Refused:
-    """Answer the upgrade with HTTP ``status``; ``reason`` is the metric label."""
+class Denied:
+    """The door turns the client away: answer with HTTP ``status``; ``reason`` is the
+    metric label."""
 
     status: int
     reason: str
@@ -141,7 +142,7 @@ class Refused:
     auth: AuthOutcome | None = None
 
 
-Admission = Admitted | Refused
+Admission = Admitted | Denied
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,10 +158,10 @@ class DoorPolicy:
     ) -> Admission:
         """Rules 1 and 2, in that order; ``credentials`` None means the door is open."""
         if not origin_allowed(origin, self.allowed_origins):
-            return Refused(403, "forbidden_origin", "this Origin may not open the router\n")
+            return Denied(403, "forbidden_origin", "this Origin may not open the router\n")
         if credentials is None:
             return Admitted(ANONYMOUS, AuthOutcome.OPEN)
         outcome, principal = credentials.check(authorization)
         if principal is None:
-            return Refused(401, "unauthorized", "a valid Bearer token is required\n", outcome)
+            return Denied(401, "unauthorized", "a valid Bearer token is required\n", outcome)
         return Admitted(principal, outcome)

@@ -10,15 +10,16 @@ Design:
 * **Ids** (:mod:`.multiplex`): client requests get host-assigned ids at the agent and
   their own ids back; agent requests keep the agent's ids and are answered only by
   the client they went to; the host's own ``initialize`` has a string id.
-* **Sessions** belong to the client that last created, loaded, resumed or forked
-  them; the agent's notifications and requests for a session go to that client.
+* **Sessions** (:mod:`.owners`) belong to the client that last created, loaded, resumed
+  or forked them; the agent's notifications and requests for a session go to that
+  client.
 * **initialize** is the host's: it initializes the agent once per process (with
   ``--client-capabilities``, default none, so the agent uses its own file system and
   terminals) and answers every client with the agent's result plus
   ``sessionCapabilities.status`` and ``_meta.instanceId``, a nonce new for each agent
   process (so a router tells the agent's restart from a flap).
 * **Clients never make the host wait**: each has a bounded outbox and one writer task
-  (:mod:`.client`); one whose outbox overflows is closed with 1008.
+  (:mod:`.client_link`); one whose outbox overflows is closed with 1008.
 * **session/status** is asked of the agent when it advertises the method (its
   dialect, e.g. ``open``/``saved``, is translated to the RFD's values); otherwise the
   host answers from what it saw: ``active`` from a successful new/load/resume/fork
@@ -35,7 +36,7 @@ Design:
   closes its stdin and sends the group SIGTERM, then SIGKILL, so nothing it started
   outlives it.
 
-:mod:`.multiplex` and :mod:`.stderr` are the sans-I/O bookkeeping, :mod:`.process` the
-subprocess, :mod:`.client` a client's outbox and writer, :mod:`.server` the aiohttp
-shell.
+:mod:`.multiplex`, :mod:`.owners` and :mod:`.stderr` are the sans-I/O bookkeeping,
+:mod:`.process` the subprocess, :mod:`.client_link` a client's outbox and writer,
+:mod:`.server` the aiohttp shell.
 """

@@ -1,5 +1,6 @@
 """The bookkeeping of ``acp-router host``, sans-I/O: one stdio agent process shared by
-every WebSocket client, with the session table it answers ``session/status`` from.
+every WebSocket client, with the session table it answers ``session/status`` from
+(:mod:`router.host.owners`).
 
 Methods take parsed messages and return the frames to write (:class:`ToAgent`,
 :class:`ToClient`); nothing here reads a clock or does I/O.
@@ -15,12 +16,8 @@ Ids are kept apart like this:
   which client it went to and accepts the answer only from that client.
 * The host's own ``initialize`` uses a string id no client request can get.
 
-Sessions are routed to the client that last created, loaded, resumed or forked them
-(their *owner*); agent → client traffic for a session goes to its owner, or is
-refused (requests) or dropped (notifications) while nobody owns it. A session
-stays ``active`` while the agent process runs, whether or not a client is
-connected, until ``session/close``, ``session/archive`` or ``session/delete``
-succeeds (or fails with ``-32002``).
+Agent → client traffic for a session goes to its owner (:mod:`router.host.owners`), or
+is refused (requests) or dropped (notifications) while nobody owns it.
 
 Clients get the agent's ``initialize`` result with ``_meta.instanceId`` set to the
 shell's nonce for the agent process. An error the agent answers to a request that
@@ -30,12 +27,12 @@ it wrote to stderr (:class:`~router.host.stderr.StderrTail`) in ``data.agentStde
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from router import __version__
+from router.host.owners import ClientId, SessionOwners
 from router.host.stderr import StderrTail
 from router.protocol import acp
 from router.protocol.acp import ProbeResult
@@ -46,7 +43,6 @@ from router.protocol.errors import (
     InvalidParams,
     InvalidRequest,
     JsonRpcError,
-    SessionNotFound,
     TooManyInFlight,
     TooManySessions,
 )
@@ -71,8 +67,6 @@ HOST_INFO: Final = {"name": "acp-router-host", "title": "acp-router host", "vers
 STDERR_DATA_KEY: Final = "agentStderr"
 #: requests whose failure the agent explains on stderr, if anywhere
 STARTING: Final = acp.CREATING | acp.ATTACHING
-
-ClientId = int
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,27 +121,25 @@ class Multiplexer:
         aliases: Mapping[str, ProbeResult] = acp.DEFAULT_STATUS_ALIASES,
     ) -> None:
         self.limits = limits
-        self.aliases = aliases
         #: the agent's initialize result, once it answered; None while it is (re)starting
         self.agent_result: dict[str, Any] | None = None
         #: names the agent process in the initialize result clients get (a nonce per process)
         self.instance_id = ""
         #: the agent process's stderr, as the shell reads it
         self.stderr = StderrTail()
-        #: session id -> owning client (None: in memory, nobody attached)
-        self.sessions: dict[SessionId, ClientId | None] = {}
-        self._remembered: OrderedDict[SessionId, None] = OrderedDict()
+        self._owners = SessionOwners(limits.max_sessions, limits.max_remembered, aliases)
         self.clients: set[ClientId] = set()
         self._initialized: set[ClientId] = set()
         self._next_client = 0
         self._calls: dict[int, _Call] = {}
         self._client_calls: dict[ClientId, dict[RequestId, int]] = {}
         self._agent_requests: dict[RequestId, ClientId] = {}
-        #: the last v2 ``state_update`` snapshot of each session in memory
-        self._states: dict[SessionId, dict[str, Any]] = {}
-        #: sessions being loaded or resumed right now, and by which client
-        self._loading: dict[SessionId, ClientId] = {}
         self._next_id = 0
+
+    @property
+    def sessions(self) -> dict[SessionId, ClientId | None]:
+        """Session id -> owning client (None: in memory, nobody attached)."""
+        return self._owners.owners
 
     # -- the agent process -----------------------------------------------------------------------
 
@@ -200,14 +192,11 @@ class Multiplexer:
             if call.client in self.clients
         ]
         self.agent_result = None
-        self.sessions.clear()
-        self._remembered.clear()
+        self._owners.clear()
         self._calls.clear()
         for calls in self._client_calls.values():
             calls.clear()
         self._agent_requests.clear()
-        self._loading.clear()
-        self._states.clear()
         return actions
 
     # -- clients -------------------------------------------------------------------------------
@@ -228,11 +217,7 @@ class Multiplexer:
         self.clients.discard(client)
         self._initialized.discard(client)
         self._client_calls.pop(client, None)
-        for session_id, owner in self.sessions.items():
-            if owner == client:
-                self.sessions[session_id] = None
-        for session_id in [s for s, loader in self._loading.items() if loader == client]:
-            del self._loading[session_id]
+        self._owners.client_left(client)
         gone = InternalError("The client that was asked disconnected")
         orphaned = [rid for rid, owner in self._agent_requests.items() if owner == client]
         for request_id in orphaned:
@@ -268,15 +253,15 @@ class Multiplexer:
             raise InvalidParams(f"{request.method} needs params.sessionId as a string")
         if request.method == acp.SESSION_STATUS and not self.agent_has_status:
             assert session_id is not None
-            return [ToClient(client, encode_result(request.id, self.own_status(session_id)))]
+            return [ToClient(client, encode_result(request.id, self._owners.status(session_id)))]
         if request.method in acp.CREATING or (
-            request.method in acp.ATTACHING and session_id not in self.sessions
+            request.method in acp.ATTACHING and session_id not in self._owners
         ):
             self._check_room(session_id)
         return [self._forward(client, request, session_id)]
 
     def _check_room(self, session_id: SessionId | None) -> None:
-        if len(self.sessions) >= self.limits.max_sessions:
+        if self._owners.full:
             raise TooManySessions(None, {"sessionId": session_id} if session_id else None)
 
     def _forward(self, client: ClientId, request: Request, session_id: SessionId | None) -> ToAgent:
@@ -290,7 +275,7 @@ class Multiplexer:
         self._calls[host_id] = _Call(client, request, session_id, self.stderr.count)
         calls[request.id] = host_id
         if request.method in acp.ATTACHING and session_id is not None:
-            self._loading[session_id] = client
+            self._owners.loading(session_id, client)
         return ToAgent(replace_id(request.text, host_id))
 
     def _client_notification(self, client: ClientId, note: Notification) -> list[Action]:
@@ -301,44 +286,6 @@ class Multiplexer:
         if host_id is None:
             return []  # it names nothing this client has at the agent
         return [ToAgent(replace_param(note.text, "requestId", host_id))]
-
-    # -- session/status ----------------------------------------------------------------------------
-
-    def own_status(self, session_id: SessionId) -> dict[str, Any]:
-        """The host's answer from what it saw (RFD values).
-
-        Raises:
-            SessionNotFound: the host never saw the session, or the agent that had it died.
-        """
-        if session_id in self.sessions:
-            state = self._states.get(session_id)
-            return {"status": "active"} if state is None else {"status": "active", "state": state}
-        if session_id in self._remembered:
-            return {"status": "inactive"}
-        raise SessionNotFound(session_id)
-
-    def _translated_status(self, call: _Call, response: Response) -> str:
-        """The agent's own ``session/status`` answer in RFD values, whatever its dialect;
-        its ``_meta`` and a well-formed v2 ``state`` (on ``active``) pass through."""
-        assert call.session_id is not None
-        request_id = call.request.id
-        result = _object(response.result)
-        extra = {"_meta": result["_meta"]} if isinstance(result.get("_meta"), dict) else {}
-        match acp.classify_status(response, call.session_id, self.aliases):
-            case ProbeResult.ACTIVE:
-                state = acp.foreground_state(result.get("state"))
-                if state is not None:
-                    extra["state"] = state
-                return encode_result(request_id, {"status": "active", **extra})
-            case ProbeResult.INACTIVE:
-                return encode_result(request_id, {"status": "inactive", **extra})
-            case ProbeResult.NOT_FOUND:
-                return encode_error(request_id, SessionNotFound(call.session_id))
-            case ProbeResult.UNKNOWN:
-                try:
-                    return encode_result(request_id, self.own_status(call.session_id))
-                except SessionNotFound as exc:
-                    return encode_error(request_id, exc)
 
     # -- from the agent ----------------------------------------------------------------------------
 
@@ -356,13 +303,15 @@ class Multiplexer:
         calls = self._client_calls.get(call.client)
         if calls is not None:
             calls.pop(call.request.id, None)
-        if call.session_id is not None and self._loading.get(call.session_id) == call.client:
-            del self._loading[call.session_id]
+        if call.session_id is not None:
+            self._owners.loaded(call.session_id, call.client)
         self._settle(call, response)
         if call.client not in self.clients:
             return []  # its client went away; the session's bookkeeping is done
         if call.request.method == acp.SESSION_STATUS:
-            return [ToClient(call.client, self._translated_status(call, response))]
+            assert call.session_id is not None
+            answer = self._owners.translated_status(call.request.id, call.session_id, response)
+            return [ToClient(call.client, answer)]
         if call.request.method in STARTING and response.error is not None:
             return [ToClient(call.client, self._explained(call, response.error))]
         return [ToClient(call.client, replace_id(response.text, call.request.id))]
@@ -383,28 +332,15 @@ class Multiplexer:
             return
         change, session_id = outcome
         if change is acp.SessionOutcome.HELD:
-            self._hold(session_id, call.client if call.client in self.clients else None)
+            self._owners.hold(session_id, call.client if call.client in self.clients else None)
         else:
             remember = response.ok and call.request.method != acp.SESSION_DELETE
-            self._release(session_id, remember=remember)
-
-    def _hold(self, session_id: SessionId, owner: ClientId | None) -> None:
-        self._remembered.pop(session_id, None)
-        self.sessions[session_id] = owner
-
-    def _release(self, session_id: SessionId, *, remember: bool) -> None:
-        self.sessions.pop(session_id, None)
-        self._states.pop(session_id, None)
-        self._remembered.pop(session_id, None)
-        if remember and self.restorable:
-            self._remembered[session_id] = None
-            while len(self._remembered) > self.limits.max_remembered:
-                self._remembered.popitem(last=False)
+            self._owners.release(session_id, remember=remember and self.restorable)
 
     def _owner_of(self, message: Request | Notification) -> ClientId | None:
         session_id = acp.session_id_of(message)
         if session_id is not None:
-            owner = self._session_owner(session_id)
+            owner = self._owners.owner(session_id)
         else:  # request-scoped (e.g. elicitation/create naming the request it serves)
             named = message.param("requestId")
             call = self._calls.get(named) if isinstance(named, int) else None
@@ -427,42 +363,10 @@ class Multiplexer:
             named = note.param("requestId")
             client = self._agent_requests.get(named) if is_request_id(named) else None
         else:
-            self._adopt_child(note)
-            self._note_state(note)
+            self._owners.adopt_child(note)
+            self._owners.note_state(note)
             client = self._owner_of(note)
         return [] if client is None else [ToClient(client, note.text)]
-
-    def _adopt_child(self, note: Notification) -> None:
-        """A ``subagent_update`` announcing a child: it is in memory, owned like its parent."""
-        child, parent = acp.announced_child(note), acp.session_id_of(note)
-        if child is None or parent is None or child in self.sessions:
-            return
-        if len(self.sessions) < self.limits.max_sessions:
-            self._hold(child, self._session_owner(parent))
-
-    def _note_state(self, note: Notification) -> None:
-        """Keep a session's last v2 ``state_update`` as its foreground snapshot."""
-        session_id = acp.session_id_of(note)
-        update = note.param("update") if note.method == acp.SESSION_UPDATE else None
-        if (
-            session_id in self.sessions
-            and isinstance(update, dict)
-            and update.get("sessionUpdate") == acp.STATE_UPDATE
-        ):
-            assert session_id is not None
-            snapshot = acp.foreground_state(
-                {k: v for k, v in update.items() if k != "sessionUpdate"}
-            )
-            if snapshot is None:
-                self._states.pop(session_id, None)
-            else:
-                self._states[session_id] = snapshot
-
-    def _session_owner(self, session_id: SessionId) -> ClientId | None:
-        """The client a session's traffic goes to: the one loading or resuming it right now
-        (a load replays history before its answer), else the one that holds it."""
-        loading = self._loading.get(session_id)
-        return loading if loading is not None else self.sessions.get(session_id)
 
     # -- initialize ------------------------------------------------------------------------------
 

@@ -31,16 +31,9 @@ from typing import Any
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from router.host.client import CLOSE_SECONDS, TOO_SLOW, ClientLink
-from router.host.multiplex import (
-    HANDSHAKE_ID,
-    Action,
-    ClientId,
-    HostLimits,
-    Multiplexer,
-    ToAgent,
-    ToClient,
-)
+from router.host.client_link import CLOSE_SECONDS, TOO_SLOW, ClientLink
+from router.host.multiplex import HANDSHAKE_ID, Action, HostLimits, Multiplexer, ToAgent, ToClient
+from router.host.owners import ClientId
 from router.host.process import KILL_WAIT_SECONDS, AgentProcess
 from router.protocol.acp import DEFAULT_STATUS_ALIASES, ProbeResult
 from router.protocol.errors import AcpRouterError, InternalError, ProtocolError

@@ -259,7 +259,7 @@ def _parse_flat(text: str) -> Message:
     except msgspec.ValidationError:
         raise _not_an_object(text) from None
     except ValueError as exc:
-        raise _refusal(exc, text) from None
+        raise _read_error(exc, text) from None
     frame = Frame(text, shifted or text, shifted is not None, None, None, _UNSET)
     frame.params = _object(_PARAMS, flat.params) or _object(_PLAIN_PARAMS, flat.params)
     frame.result = _object(_RESULT, flat.result)
@@ -302,7 +302,7 @@ def _object(decoder: msgspec.json.Decoder[Any], raw: _Member) -> Any:
         return None
 
 
-def _refusal(exc: ValueError, text: str) -> ProtocolError:
+def _read_error(exc: ValueError, text: str) -> ProtocolError:
     """The error for a frame :func:`jsontext.read` refused."""
     if isinstance(exc, jsontext.TooDeep):
         return _invalid(f"{exc}: not read", _readable_id(text), NestingTooDeep)
@@ -316,7 +316,7 @@ def _not_an_object(text: str) -> ProtocolError:
     try:
         jsontext.read(_ANY, text)
     except ValueError as exc:
-        return _refusal(exc, text)
+        return _read_error(exc, text)
     if text.lstrip(" \t\r\n").startswith("["):
         return _invalid("Batches are not supported: send one JSON-RPC message per frame")
     return _invalid("A JSON-RPC message must be a JSON object")

@@ -120,7 +120,7 @@ class ConnectionGuard:
         """A connection was accepted: count it, or answer and close it."""
         peer = transport.get_extra_info("peername")
         address = str(peer[0]) if peer else "unknown"
-        refusal = self._refusal(transport, address)
+        refusal = self._admit(transport, address)
         if refusal is not None:
             answer(transport, *refusal)
             return
@@ -130,9 +130,9 @@ class ConnectionGuard:
         self._metrics.handshaking.inc()
         self._metrics.open_connections.set(len(self._open))
 
-    def _refusal(self, transport: asyncio.Transport, address: str) -> tuple[int, str] | None:
-        """Why this connection is refused at once (HTTP status and text), or None, counted;
-        an admitted one is counted against its address."""
+    def _admit(self, transport: asyncio.Transport, address: str) -> tuple[int, str] | None:
+        """Count this connection against its address (:func:`admit`), or why it is refused
+        at once (HTTP status and text), counted: near the open-file limit, or too many."""
         metrics = self._metrics
         sock = transport.get_extra_info("socket")
         fd = sock.fileno() if sock is not None else -1

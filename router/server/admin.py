@@ -32,7 +32,7 @@ from router.protocol.acp import ProbeResult, StatusAnswer
 from router.protocol.ids import BackendId, SessionId
 from router.server.auth import TokenSource
 from router.server.pool.backends import Pool
-from router.server.reload import Refused, Reloader
+from router.server.reload import Reloader, ReloadRefused
 
 #: sessions the page lists
 MAX_LISTED_SESSIONS = 200
@@ -123,7 +123,7 @@ class Admin:
     async def _reload(self, request: web.Request) -> web.Response:
         outcome = await self._reloader().reload()
         return web.json_response(
-            outcome.as_json(), status=400 if isinstance(outcome, Refused) else 200
+            outcome.as_json(), status=400 if isinstance(outcome, ReloadRefused) else 200
         )
 
 

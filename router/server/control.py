@@ -49,7 +49,7 @@ from router.protocol.jsonrpc import (
 )
 from router.server import log_context
 from router.server.config import BackendSection, ControlSection
-from router.server.faults import backend_faults, describe, refused
+from router.server.faults import backend_faults, connection_refused, describe
 from router.server.metrics import Metrics
 from router.server.tls import backend_context
 from router.server.wire import messages
@@ -141,7 +141,7 @@ class ControlLink:
                 pause = backoff.first  # it was up until the backend closed it
             except (BackendLinkLost, ProtocolError) as exc:
                 self._log_failure(_reason(exc))
-                down = LinkDown(refused=refused(exc))
+                down = LinkDown(refused=connection_refused(exc))
                 pause = backoff.after(pause, reached=self.up)  # up, however briefly
             except Exception:  # the link's boundary: a bug here must not stop the router
                 logger.exception("backend %s control link crashed; reconnecting", self.id)

@@ -35,7 +35,7 @@ def backend_faults(backend: BackendId) -> Iterator[None]:
         raise BackendLinkLost(None, {"backend": backend, "reason": describe(exc)}) from exc
 
 
-def refused(exc: BaseException) -> bool:
+def connection_refused(exc: BaseException) -> bool:
     """Whether ``exc`` (or what it was raised from) is a refused connection: nothing
     listens at the backend's address, so the process that held its sessions is gone."""
     seen: BaseException | None = exc

@@ -7,7 +7,7 @@ straight into a transport), so :func:`run_inline` steps the handler's coroutine 
 there, in the caller's context, and makes a task only when the coroutine waits on
 something (a full transport to drain, a lock): the task then finishes it from where it
 stopped. The caller keeps later frames back until that task is done, so their order
-holds (:class:`router.server.websocket.WebSocket`).
+holds (:class:`router.server.sansio_websocket.SansIoWebSocket`).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from router.core.membership import MembershipChange, needs_restart
 from router.protocol.errors import ConfigError
 from router.server.auth import TokenSource
 from router.server.config import Settings, TokenSection, load_settings
-from router.server.discovery import Discoveries
+from router.server.discoveries import Discoveries
 from router.server.metrics import Metrics
 from router.server.pool.backends import Pool
 from router.server.tls import backend_context
@@ -77,7 +77,7 @@ class Reloaded:
 
 
 @dataclass(frozen=True, slots=True)
-class Refused:
+class ReloadRefused:
     """The new file was refused (the reason names the key); nothing changed."""
 
     reason: str
@@ -89,7 +89,7 @@ class Refused:
         return {"outcome": "refused", "reason": self.reason}
 
 
-ReloadOutcome = Reloaded | Refused
+ReloadOutcome = Reloaded | ReloadRefused
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +138,7 @@ class Reloader:
             except ConfigError as exc:
                 logger.error("config reload refused, the running configuration stays: %s", exc)
                 self._metrics.config_reloads.labels("refused").inc()
-                return Refused(str(exc))
+                return ReloadRefused(str(exc))
             return self._apply(prepared)
 
     def _prepare(self) -> _Prepared:

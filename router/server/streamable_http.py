@@ -6,10 +6,12 @@ A connection starts with a POSTed ``initialize``, answered 200 with its JSON-RPC
 and a fresh ``Acp-Connection-Id``; every later request names it, and is answered 202
 (its JSON-RPC answer follows on an event stream). Each connection is one
 :class:`~router.server.client.ClientConnection`, routed by the same core as a WebSocket
-client's; the :class:`HttpConnection` is the channel it writes through, onto the event
-stream :mod:`router.core.streams` chooses. The front door's checks are the
-application's (:class:`Door`): origin and token on every request, draining and the
-connection limits when a connection starts.
+client's; the :class:`~router.server.http_connection.HttpConnection` is the channel it
+writes through, onto the event stream (:mod:`router.server.event_stream`) that
+:mod:`router.core.streams` chooses; a POST's body is read by
+:mod:`router.server.request_bodies`. The front door's checks are the application's
+(:class:`Door`): origin and token on every request, draining and the connection limits
+when a connection starts (docs/architecture.md, "Every rule and its file").
 
 Each connection has one owned task (:meth:`HttpFront._live`) that waits for its end
 (DELETE, the idle deadline, a stream that overflows, or the router closing it), then
@@ -25,60 +27,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
-from collections.abc import AsyncIterator, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterable
 from typing import Protocol
 
 from aiohttp import hdrs, web
 
 from router.core.frontdoor import Admitted
-from router.core.quotas import ByteBudget, ClientPlaces, Place
-from router.core.streams import (
-    Attached,
-    EventStreams,
-    Held,
-    Overflow,
-    Rejected,
-    StreamKey,
-    Write,
-)
+from router.core.quotas import ByteBudget, Place
+from router.core.streams import Attached, Rejected, StreamKey
 from router.protocol import acp
 from router.protocol.errors import InvalidRequest, ParseError
-from router.protocol.ids import ConnectionId, SessionId, new_connection_id
-from router.protocol.jsonrpc import Message, Request, RequestId
+from router.protocol.ids import ConnectionId, SessionId
+from router.protocol.jsonrpc import Message, Request
 from router.protocol.reading import parse
 from router.server import log_context
 from router.server.client import ClientChannel, ClientConnection
 from router.server.config import RouterSection
+from router.server.event_stream import EventStream, event
+from router.server.http_answers import text_response
+from router.server.http_connection import Entry, HttpConnection
 from router.server.metrics import Metrics
+from router.server.request_bodies import Bodies
 from router.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
 
-KEEPALIVE = b": keepalive\n\n"
-#: what a POST refused for ``router.max_held_bytes`` is told to wait
-RETRY_AFTER_SECONDS = 1
-_LINE_BREAK = re.compile(r"\r\n|\r|\n")
 #: Accept values that include text/event-stream
 _EVENT_STREAM_RANGES = frozenset({"text/event-stream", "text/*", "*/*"})
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """A client let in as a new connection; its ``place`` among ``places`` is held
-    until :meth:`Door.finish` (or until it is reclaimed while idle:
-    :meth:`HttpFront.reclaim`)."""
-
-    admission: Admitted
-    address: str
-    place: Place
-    places: ClientPlaces
-
-
 class Door(Protocol):
     """The front door's checks and bookkeeping, shared with the WebSocket upgrade
-    (:mod:`router.server.app`)."""
+    (:class:`router.server.admission.HttpDoor`)."""
 
     def admit(self, request: web.Request) -> Admitted | web.Response:
         """The origin and the token of any request: who it is, or the refusal."""
@@ -93,225 +73,6 @@ class Door(Protocol):
         """The client connection has ended: uncount it, free its place."""
 
 
-def event(text: str) -> bytes:
-    """One frame as a server-sent event. JSON text has line breaks only as whitespace
-    between tokens; each line becomes a ``data:`` line, which the client joins back."""
-    if "\n" not in text and "\r" not in text:
-        return f"data: {text}\n\n".encode()
-    return "".join(f"data: {line}\n" for line in _LINE_BREAK.split(text)).encode() + b"\n"
-
-
-class EventStream:
-    """One open ``GET``: a server-sent event stream to the client.
-
-    A write that the client does not take within ``write_timeout`` seconds (it keeps the
-    connection open and reads nothing) ends the stream and drops its connection, as a
-    WebSocket client that stops answering pings is dropped: the frames for it never
-    wait longer than that.
-    """
-
-    def __init__(
-        self, request: web.Request, response: web.StreamResponse, write_timeout: float
-    ) -> None:
-        self.response = response
-        self._transport = request.transport
-        self._write_timeout = write_timeout
-        #: set when the stream ends: displaced, its connection ended, or a write failed
-        self.ended = asyncio.Event()
-        self._written_at = asyncio.get_running_loop().time()
-
-    async def write(self, data: bytes) -> bool:
-        """Write ``data``; False (and the stream ends) when the client is gone, or does
-        not read."""
-        if self.ended.is_set():
-            return False
-        try:
-            async with asyncio.timeout(self._write_timeout):
-                await self.response.write(data)
-        except ConnectionError:  # aiohttp's ClientConnectionResetError is one
-            self.ended.set()
-            return False
-        except TimeoutError:
-            self.ended.set()
-            drop_unread(self._transport)
-            return False
-        self._written_at = asyncio.get_running_loop().time()
-        return True
-
-    async def keep_alive(self, interval: float) -> None:
-        """Until the stream ends, write a keepalive comment whenever nothing else was
-        written for ``interval`` seconds."""
-        loop = asyncio.get_running_loop()
-        while not self.ended.is_set():
-            remaining = self._written_at + interval - loop.time()
-            if remaining <= 0:
-                await self.write(KEEPALIVE)
-                continue
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(remaining):
-                    await self.ended.wait()
-
-
-def drop_unread(transport: asyncio.Transport | None) -> None:
-    """End an event stream whose client keeps its connection open and reads nothing."""
-    logger.warning("Streamable HTTP event stream dropped: the client does not read it")
-    if transport is not None:
-        transport.abort()
-
-
-class HttpConnection:
-    """One Streamable HTTP connection: its event streams, and the
-    :class:`~router.server.client.ClientChannel` its client connection writes through."""
-
-    #: a write to an event stream has a deadline (``asyncio.timeout``): in a task only
-    inline = False
-
-    def write(self, text: str) -> bool:
-        """An event stream's writes wait (with their deadline): always :meth:`send`."""
-        return False
-
-    def __init__(
-        self, entry: Entry, settings: RouterSection, metrics: Metrics, budget: ByteBudget
-    ) -> None:
-        self.id: ConnectionId = new_connection_id()
-        self.entry = entry
-        self.metrics = metrics
-        self.streams = EventStreams(
-            max_held=settings.http_held_frames,
-            # any one frame fits, as in a link's outbox
-            max_held_chars=2 * settings.max_message_bytes,
-            # room for sessions known but closed, beside the ones attached
-            max_sessions=2 * settings.max_sessions_per_connection,
-            max_awaited=settings.max_in_flight_per_connection,
-            budget=budget,
-        )
-        #: the open GETs, by holder number
-        self.writers: dict[int, EventStream] = {}
-        self.client: ClientConnection | None = None
-        #: the log context's number for it
-        self.number = 0
-        #: when it last had a POST, or a stream open or closed (the loop's clock)
-        self.active_at = asyncio.get_running_loop().time()
-        #: set to end it; why, in ``reason`` (a label of acp_router_http_connections_ended_total)
-        self.ending = asyncio.Event()
-        self.reason = ""
-        #: set once it has ended
-        self.done = asyncio.Event()
-        self._initialize: tuple[RequestId, asyncio.Future[str]] | None = None
-        #: POSTs may come at once, on several HTTP connections: their frames enter the
-        #: client connection one at a time, as a WebSocket's read loop hands them over
-        self._receiving = asyncio.Lock()
-        #: POSTs and event streams running now (:meth:`in_use`)
-        self._uses = 0
-
-    def end(self, reason: str) -> None:
-        if not self.ending.is_set():
-            self.reason = reason
-            self.ending.set()
-
-    def touch(self) -> None:
-        self.active_at = asyncio.get_running_loop().time()
-
-    @contextlib.contextmanager
-    def in_use(self) -> Iterator[None]:
-        """A POST or an event stream of the connection runs for the block: between them
-        the connection is idle, and its place may go to a newcomer (docs/security.md: Limits)."""
-        entry = self.entry
-        self._uses += 1
-        entry.places.use(entry.place)
-        try:
-            yield
-        finally:
-            self._uses -= 1
-            if not self._uses:
-                entry.places.rest(entry.place)
-
-    async def receive(self, text: str) -> bool:
-        """Hand one POSTed frame to the client connection; False when the connection
-        ended first (its client connection takes nothing more)."""
-        assert self.client is not None
-        async with self._receiving:
-            if self.ending.is_set():
-                return False
-            await self.client.receive(text)
-            return True
-
-    async def end_client(self) -> None:
-        """End the client connection, once no POST is handing it a frame (one that
-        comes later finds the connection ended: :meth:`receive`)."""
-        assert self.client is not None
-        async with self._receiving:
-            await self.client.ended()
-
-    async def initialize(self, request: Request) -> str:
-        """Hand ``initialize`` to the client connection; its answer, which the client
-        gets in the POST's body rather than on a stream."""
-        answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._initialize = (request.id, answer)
-        try:
-            if not await self.receive(request.text):
-                raise ConnectionError("the connection ended before its initialize")
-            return await answer
-        finally:
-            self._initialize = None
-
-    # -- ClientChannel ------------------------------------------------------------------------
-
-    async def send(
-        self, text: str, message: Message | None = None, answers: RequestId | None = None
-    ) -> None:
-        if self._initialize is not None and answers == self._initialize[0]:
-            answer = self._initialize[1]
-            if not answer.done():
-                answer.set_result(text)
-                return
-        match self.streams.deliver(text, message, answers):
-            case Write(key, holder):
-                stream = self.writers[holder]
-                if not await stream.write(event(text)):
-                    self.closed(key, holder)
-            case Held():
-                pass
-            case Overflow(key, shared):
-                logger.warning(
-                    "Streamable HTTP client connection ended: the %s stream held its most"
-                    " (%s) and the client had not opened it",
-                    "connection" if key is None else "session",
-                    "router.max_held_bytes over every connection"
-                    if shared
-                    else f"{self.streams.max_held} frames,"
-                    f" {self.streams.max_held_chars} characters over the connection",
-                )
-                self.end("overflow")
-
-    async def close(self, code: int, reason: str) -> None:
-        """End the connection (its streams end; the client sees them close) and wait
-        until it has ended."""
-        self.end("closed")
-        await self.done.wait()
-
-    # -- GETs ---------------------------------------------------------------------------------
-
-    def opened(self, attached: Attached, stream: EventStream) -> None:
-        self.writers[attached.holder] = stream
-        if attached.displaced is None:
-            self.metrics.http_streams.inc()
-        else:
-            displaced = self.writers.pop(attached.displaced, None)
-            if displaced is not None:
-                displaced.ended.set()
-        self.touch()
-
-    def closed(self, key: StreamKey, holder: int) -> None:
-        """The GET ``holder`` has ended (or its last write failed)."""
-        writer = self.writers.pop(holder, None)
-        if writer is not None:
-            writer.ended.set()
-        if self.streams.release(key, holder):
-            self.metrics.http_streams.dec()
-            self.touch()
-
-
 def accepts_events(accept: str | None) -> bool:
     """Whether an ``Accept`` header value includes ``text/event-stream``."""
     if accept is None:
@@ -320,80 +81,11 @@ def accepts_events(accept: str | None) -> bool:
     return any(media in _EVENT_STREAM_RANGES for media in ranges)
 
 
-def _refusal(status: int, text: str) -> web.Response:
-    return web.Response(status=status, text=text + "\n")
-
-
 def _failed(connection: HttpConnection) -> web.Response:
     """What the one boundary catch of a connection answers, once it logged the failure:
     the connection ends."""
     connection.end("error")
-    return _refusal(500, "the router failed; the connection has ended")
-
-
-async def read_body(request: web.Request, timeout: float) -> bytes | web.Response:
-    """A request's body, read within ``timeout`` seconds (a client that trickles it is
-    answered 408, as one that trickles its headers), else the refusal."""
-    try:
-        async with asyncio.timeout(timeout):
-            return await request.read()
-    except TimeoutError:
-        refusal = _refusal(408, f"the body did not arrive within {round(timeout * 1000)} ms")
-        return await _sent_and_closed(request, refusal)
-    except web.HTTPRequestEntityTooLarge:
-        return _too_large()
-    except ConnectionError:  # the client went before its body was whole: no one to answer
-        return _refusal(400, "the connection ended before the body did")
-
-
-def _too_large() -> web.Response:
-    return _refusal(413, "the body is larger than router.max_message_bytes")
-
-
-async def _sent_and_closed(request: web.Request, refusal: web.Response) -> web.Response:
-    """Send ``refusal`` now and close the connection after it, the body left unread:
-    aiohttp would otherwise linger, reading what is left of it, for seconds more."""
-    refusal.force_close()
-    await refusal.prepare(request)
-    await refusal.write_eof()
-    if request.transport is not None:
-        request.transport.close()
-    return refusal
-
-
-class Bodies:
-    """Request bodies, read only within the bytes every connection may hold together
-    (``router.max_held_bytes``, shared with the frames held for event streams): a body
-    that would pass it is answered 503 with ``Retry-After``, unread. A body counts from before its first byte is read (its ``Content-Length``, or
-    ``router.max_message_bytes`` when it has none) until its frame is handed on."""
-
-    def __init__(self, budget: ByteBudget, settings: RouterSection, metrics: Metrics) -> None:
-        self.budget = budget
-        self._most = settings.max_message_bytes
-        self._timeout = settings.handshake_timeout_ms / 1000
-        self._metrics = metrics
-
-    @contextlib.asynccontextmanager
-    async def read(self, request: web.Request) -> AsyncIterator[bytes | web.Response]:
-        """The body (held for the block), or the refusal to answer."""
-        if not request.body_exists:
-            yield b""
-            return
-        size = request.content_length
-        if size is not None and size > self._most:
-            yield _too_large()
-            return
-        size = self._most if size is None else size
-        if not self.budget.take(size):
-            self._metrics.limited.labels("held_bytes").inc()
-            full = _refusal(503, "the router holds as many request bytes as it may: retry soon")
-            full.headers[hdrs.RETRY_AFTER] = str(RETRY_AFTER_SECONDS)
-            yield full  # the body unread (aiohttp reads what comes of it, and drops it)
-            return
-        try:
-            yield await read_body(request, self._timeout)
-        finally:
-            self.budget.give(size)
+    return text_response(500, "the router failed; the connection has ended")
 
 
 class HttpFront:
@@ -472,7 +164,7 @@ class HttpFront:
         if isinstance(admission, web.Response):
             return admission
         if request.content_type != "application/json":
-            return _refusal(415, "POST a JSON-RPC message as application/json")
+            return text_response(415, "POST a JSON-RPC message as application/json")
         async with self.bodies.read(request) as raw:
             if isinstance(raw, web.Response):
                 return raw
@@ -485,29 +177,29 @@ class HttpFront:
         try:
             body = raw.decode()
         except UnicodeDecodeError:
-            return _refusal(400, "the body is not UTF-8")
+            return text_response(400, "the body is not UTF-8")
         shape = body.lstrip()[:1]
         if shape == "[":
-            return _refusal(501, "batches are not supported: POST one JSON-RPC message")
+            return text_response(501, "batches are not supported: POST one JSON-RPC message")
         if shape != "{":
-            return _refusal(400, "POST one JSON-RPC message, a JSON object")
+            return text_response(400, "POST one JSON-RPC message, a JSON object")
         try:
             message: Message | None = parse(body)
         except ParseError:
-            return _refusal(400, "the body is not JSON")
+            return text_response(400, "the body is not JSON")
         except InvalidRequest:
             message = None  # the routing core answers it, on the connection stream
         connection_id = request.headers.get(acp.CONNECTION_ID_HEADER)
         if connection_id is None:
             if isinstance(message, Request) and message.method == acp.INITIALIZE:
                 return await self._start(request, admission, message)
-            return _refusal(400, "Acp-Connection-Id is required (POST initialize first)")
+            return text_response(400, "Acp-Connection-Id is required (POST initialize first)")
         connection = self._find(connection_id, admission)
         if connection is None:
-            return _refusal(404, "no such connection")
+            return text_response(404, "no such connection")
         rejected = connection.streams.post(message, request.headers.get(acp.SESSION_ID_HEADER))
         if rejected is not None:
-            return _refusal(rejected.status, rejected.text)
+            return text_response(rejected.status, rejected.text)
         connection.touch()
         log_context.connection.set(connection.number)
         try:
@@ -517,7 +209,7 @@ class HttpFront:
             logger.exception("client connection failed")
             return _failed(connection)
         if not received:
-            return _refusal(404, "no such connection")
+            return text_response(404, "no such connection")
         return web.Response(status=202)
 
     async def _start(
@@ -540,7 +232,7 @@ class HttpFront:
                     answer = await connection.initialize(initialize)
         except TimeoutError:
             connection.end("closed")
-            return _refusal(504, "initialize was not answered in time")
+            return text_response(504, "initialize was not answered in time")
         except Exception:  # the one boundary catch of a connection: log it, end it
             logger.exception("client connection failed")
             return _failed(connection)
@@ -577,26 +269,26 @@ class HttpFront:
         if isinstance(admission, web.Response):
             return admission
         if not accepts_events(request.headers.get(hdrs.ACCEPT)):
-            return _refusal(
+            return text_response(
                 406,
                 "GET /acp is a WebSocket upgrade, or an event stream"
                 " (Accept: text/event-stream, with Acp-Connection-Id)",
             )
         connection_id = request.headers.get(acp.CONNECTION_ID_HEADER)
         if connection_id is None:
-            return _refusal(
+            return text_response(
                 400,
                 "GET /acp is a WebSocket upgrade, or an event stream of a connection"
                 " (Acp-Connection-Id: POST initialize first)",
             )
         connection = self._find(connection_id, admission)
         if connection is None:
-            return _refusal(404, "no such connection")
+            return text_response(404, "no such connection")
         session = request.headers.get(acp.SESSION_ID_HEADER)
         key = SessionId(session) if session is not None else None
         attached = connection.streams.attach(key)
         if isinstance(attached, Rejected):
-            return _refusal(attached.status, attached.text)
+            return text_response(attached.status, attached.text)
         return connection, key, attached
 
     async def _flush(
@@ -615,10 +307,10 @@ class HttpFront:
             return admission
         connection_id = request.headers.get(acp.CONNECTION_ID_HEADER)
         if connection_id is None:
-            return _refusal(400, "DELETE needs Acp-Connection-Id")
+            return text_response(400, "DELETE needs Acp-Connection-Id")
         connection = self._find(connection_id, admission)
         if connection is None:
-            return _refusal(404, "no such connection")
+            return text_response(404, "no such connection")
         connection.end("deleted")
         await connection.done.wait()
         return web.Response(status=202)

@@ -32,9 +32,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from router.server.app import create_app, serve_metrics
+from router.server.app import create_app
 from router.server.config import Settings
 from router.server.metrics import WorkersExposition
+from router.server.operator_endpoints import serve_metrics
 from router.server.shutdown import StopSignals, wait_unless
 from router.server.tls import server_context
 from router.server.workers import (

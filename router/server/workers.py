@@ -48,8 +48,9 @@ import aiohttp
 from aiohttp import hdrs, web
 
 from router.protocol import acp
+from router.server.event_stream import drop_unread
 from router.server.pool.backends import Pool
-from router.server.streamable_http import HttpFront, drop_unread
+from router.server.streamable_http import HttpFront
 from router.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from router.agent.listing import paginate
+from router.agent.paging import paginate
 from router.agent.store import SessionInfo
 from router.protocol.errors import InvalidParams
 

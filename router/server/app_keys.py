@@ -1,0 +1,87 @@
+"""The router application's state, each part under a typed key (aiohttp's ``AppKey``):
+the settings, metrics, pool and door its handlers read, and what the application keeps
+of its own: the client connections open now, and whether it is draining
+(docs/architecture.md, "Every rule and its file").
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from router.core.frontdoor import DoorPolicy
+from router.core.quotas import ClientPlaces
+from router.server.accepting import ConnectionGuard
+from router.server.auth import TokenSource
+from router.server.client import ClientConnection
+from router.server.config import Settings
+from router.server.gate import Gatekeeper
+from router.server.metrics import Metrics
+from router.server.pool.backends import Pool
+from router.server.pool.upstream import Upstream
+from router.server.reload import Reloader
+from router.server.streamable_http import HttpFront
+
+SETTINGS = web.AppKey("settings", Settings)
+METRICS = web.AppKey("metrics", Metrics)
+POOL = web.AppKey("pool", Pool)
+UPSTREAM = web.AppKey("upstream", Upstream)
+
+
+class OpenClients(set[ClientConnection]):
+    """The client connections open now, on any transport (closed with 1012 on shutdown),
+    and the tasks closing some of them (a revoked token's, one past its initialize
+    deadline)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closes: set[asyncio.Task[None]] = set()
+        #: pulsed whenever a connection is counted in or out
+        self.changed = asyncio.Event()
+
+    def add(self, connection: ClientConnection) -> None:
+        super().add(connection)
+        self._pulse()
+
+    def discard(self, connection: object) -> None:
+        super().discard(connection)
+        self._pulse()
+
+    def _pulse(self) -> None:
+        self.changed.set()
+        self.changed.clear()
+
+    def closing(self, close: Coroutine[Any, Any, None]) -> None:
+        """Run ``close`` in a task held here until it ends."""
+        task = asyncio.create_task(close, name="close-client")
+        self.closes.add(task)
+        task.add_done_callback(self.closes.discard)
+
+
+class Draining(asyncio.Event):
+    """Set once the router is stopping: /readyz says 503 and new clients are refused."""
+
+
+CLIENTS = web.AppKey("clients", OpenClients)
+DRAINING = web.AppKey("draining", Draining)
+DOOR = web.AppKey("door", DoorPolicy)
+#: the client tokens, re-readable
+TOKENS = web.AppKey("tokens", TokenSource)
+GATEKEEPER = web.AppKey("gatekeeper", Gatekeeper)
+#: the one way to reload the configuration: SIGHUP and POST /admin/reload call it
+RELOADER = web.AppKey("reloader", Reloader)
+CONFIG_PATH = web.AppKey("config_path", Path)
+#: limits and the handshake deadline of every TCP connection (router.server.accepting)
+GUARD = web.AppKey("guard", ConnectionGuard)
+#: the Streamable HTTP connections
+HTTP_FRONT = web.AppKey("http_front", HttpFront)
+#: client connections (WebSocket or Streamable HTTP) open per token (or address) and in
+#: all: an HTTP connection holds no TCP connection of its own, so the TCP counts miss it
+PLACES = web.AppKey("places", ClientPlaces)
+ADMIN_TOKENS = web.AppKey("admin_tokens", TokenSource)
+#: what ``GET /metrics`` answers: this router's registry, or, in a worker, every worker's
+EXPOSITION: web.AppKey[Callable[[], Awaitable[bytes]]] = web.AppKey("exposition")
