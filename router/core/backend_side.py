@@ -123,7 +123,7 @@ def _resumed(
     if _not_found(response) and len(call.tried) + 1 < routes.limits.max_resume_attempts:
         tried = (*call.tried, backend)
         routes.calls[request_id] = replace(call, backend=None, tried=tried)
-        relocate = Locate(call.request, session_id, tried, call.internal)
+        relocate = Locate(call.request, session_id, tried, call.internal, call.claimed)
         return (Resumed(backend, "not_found"), NotThere(session_id, backend), relocate)
     if call.internal:
         answered: Effect = FailedOver("ok" if response.ok else "failed", session_id)

@@ -46,6 +46,8 @@ class PendingCall:
     held: bool = False
     #: made by the router itself (a failover's resume): its answer is not the client's
     internal: bool = False
+    #: the home the client's hinted id named, for this call's locates only
+    claimed: BackendId | None = None
 
     def may_attach(self, attached_to: Callable[[SessionId], BackendId | None]) -> bool:
         """Whether its answer may attach a session not attached here now: a

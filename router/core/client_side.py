@@ -123,15 +123,17 @@ class ClientSide:
 
     # -- from the client ---------------------------------------------------------------------
 
-    def receive_client(self, message: Message) -> Effects:
-        """Route one message from the client."""
+    def receive_client(self, message: Message, claimed: BackendId | None = None) -> Effects:
+        """Route one message from the client; ``claimed``: the home its hinted session id
+        named (:mod:`router.core.hinted_ids`), a guess its locate asks first, if it needs
+        one, and nothing remembers."""
         if isinstance(message, Response):
             return self._client_response(message)
         if isinstance(message, Notification):
             return self._client_notification(message)
-        return self._client_request(message)
+        return self._client_request(message, claimed)
 
-    def _client_request(self, request: Request) -> Effects:
+    def _client_request(self, request: Request, claimed: BackendId | None) -> Effects:
         if self.stopping:
             return (refusal(request.id, RouterStopping()),)
         if _reserved(request.id):
@@ -142,19 +144,19 @@ class ClientSide:
             return (refusal(request.id, error),)
         if self._in_flight() >= self.limits.max_in_flight:
             return (refusal(request.id, TooManyInFlight()),)
-        return self._route_or_hold(request)
+        return self._route_or_hold(request, claimed)
 
-    def _route_or_hold(self, request: Request) -> Effects:
+    def _route_or_hold(self, request: Request, claimed: BackendId | None) -> Effects:
         queue_of = self._held_session(request)
         if queue_of is None:
-            return self._route_request(request)
-        self.calls[request.id] = PendingCall(request, queue_of, held=True)
+            return self._route_request(request, claimed)
+        self.calls[request.id] = PendingCall(request, queue_of, held=True, claimed=claimed)
         self.sessions.wait(queue_of, request)
         return NOTHING
 
-    def _route_request(self, request: Request) -> Effects:
+    def _route_request(self, request: Request, claimed: BackendId | None) -> Effects:
         try:
-            call, effects = self._classify(request)
+            call, effects = self._classify(request, claimed)
         except JsonRpcError as exc:
             return (refusal(request.id, exc),)
         self.calls[request.id] = call
@@ -186,7 +188,7 @@ class ClientSide:
             return None  # read-only, and answered from the pool: it need not wait a failover
         return session_id
 
-    def _classify(self, request: Request) -> tuple[PendingCall, Effects]:
+    def _classify(self, request: Request, claimed: BackendId | None) -> tuple[PendingCall, Effects]:
         method = request.method
         if method == acp.INITIALIZE:
             self.initialize = request
@@ -206,12 +208,14 @@ class ClientSide:
         if method == acp.SESSION_LIST:
             return PendingCall(request, None), (AskPool(Query.LIST, request),)
         if method in acp.SESSION_SCOPED:
-            return self._session_request(request)
+            return self._session_request(request, claimed)
         if self.last_backend is None:
             raise MethodNotFound(method)
         return self._forwarded(request, None, self.last_backend)
 
-    def _session_request(self, request: Request) -> tuple[PendingCall, Effects]:
+    def _session_request(
+        self, request: Request, claimed: BackendId | None
+    ) -> tuple[PendingCall, Effects]:
         session_id = acp.session_id_of(request)
         if session_id is None:
             raise InvalidParams(f"{request.method} needs params.sessionId as a string")
@@ -221,7 +225,7 @@ class ClientSide:
                 f" {self.limits.max_session_id_chars} characters"
             )
         backend = self.sessions.backend(session_id)
-        call = PendingCall(request, session_id)
+        call = PendingCall(request, session_id, claimed=claimed)
         if request.method == acp.SESSION_STATUS:
             self._charge_for(request, attached=backend is not None)
             return call, (AskPool(Query.STATUS, request, session_id),)
@@ -232,7 +236,7 @@ class ClientSide:
         elif request.method not in acp.RELEASING:
             raise SessionNotAttached(session_id)
         self._charge_for(request, attached=False)
-        return call, (Locate(request, session_id),)
+        return call, (Locate(request, session_id, claimed=claimed),)
 
     def _charge_for(self, request: Request, *, attached: bool) -> None:
         """Spend one locate of the client's budget, if the request costs one."""
@@ -417,8 +421,8 @@ class ClientSide:
                 self.held_notifications -= 1
                 effects += self._client_notification(frame)
             else:
-                del self.calls[frame.id]
-                effects += self._route_or_hold(frame)
+                waited = self.calls.pop(frame.id)
+                effects += self._route_or_hold(frame, waited.claimed)
         return tuple(effects)
 
     # -- the end -------------------------------------------------------------------------------

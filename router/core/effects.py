@@ -159,12 +159,15 @@ class Place:
 class Locate:
     """Find where ``session_id`` lives, skipping the backends in ``tried`` (they answered
     this call ``-32002``); then :meth:`~router.core.routes.ClientRoutes.located`, or
-    ``fail``. The router's own calls (a failover's resume) are ``internal``."""
+    ``fail``. The router's own calls (a failover's resume) are ``internal``; ``claimed``
+    is the home the client's hinted id named (:mod:`router.core.hinted_ids`), asked first
+    by this locate only (:attr:`router.core.locate.Snapshot.claimed`)."""
 
     request: Request
     session_id: SessionId
     tried: tuple[BackendId, ...] = ()
     internal: bool = False
+    claimed: BackendId | None = None
 
 
 class Query(enum.Enum):

@@ -348,7 +348,7 @@ def _open_client(
     metrics = app[METRICS]
     metrics.connections.labels("accepted").inc()
     metrics.active_connections.inc()
-    gate = app[GATEKEEPER].gate(address, admission.principal, app[POOL].hint_from_id)
+    gate = app[GATEKEEPER].gate(address, admission.principal)
     connection = ClientConnection(channel, app[UPSTREAM], gate, principal=admission.principal)
     app[CLIENTS].add(connection)
     return connection

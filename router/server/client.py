@@ -190,7 +190,7 @@ class ClientConnection:
         if isinstance(passed, Refusal):
             await self._refuse(passed)
             return
-        await self.carry_out(self.routes.receive_client(passed))
+        await self.carry_out(self.routes.receive_client(*passed))
 
     async def _refuse(self, refusal: Refusal) -> None:
         if refusal.text is None:
@@ -270,14 +270,14 @@ class ClientConnection:
                     await self.carry_out(self.routes.fail(request.id, exc))
                     return
                 await self.carry_out(self.routes.placed(request.id, backend))
-            case Locate(request, session_id, tried, internal):
+            case Locate(request, session_id, tried, internal, claimed):
                 if internal:
                     logger.info("failing over session %s", session_id)
                 elif not tried:  # the link it will most likely need opens while it runs
-                    likely = self.pool.likely(session_id)
+                    likely = self.pool.likely(session_id, claimed)
                     if likely is not None:
                         await self.carry_out(self.routes.open_ahead(request.id, likely))
-                self._spawn(self._locate(request, session_id, tried), "locate")
+                self._spawn(self._locate(request, session_id, tried, claimed), "locate")
             case AskPool(Query.STATUS, request, session_id):
                 assert session_id is not None
                 self._spawn(
@@ -340,11 +340,15 @@ class ClientConnection:
         await self.carry_out(self.routes.answer(request_id, result))
 
     async def _locate(
-        self, request: Request, session_id: SessionId, tried: tuple[BackendId, ...] = ()
+        self,
+        request: Request,
+        session_id: SessionId,
+        tried: tuple[BackendId, ...] = (),
+        claimed: BackendId | None = None,
     ) -> None:
         log_context.session.set(session_id)
         try:
-            located = await self.upstream.locator.locate(session_id, tried)
+            located = await self.upstream.locator.locate(session_id, tried, claimed)
         except JsonRpcError as exc:
             await self.carry_out(self.routes.fail(request.id, exc))
             return

@@ -36,7 +36,7 @@ from router.core.health import (
     Health,
     Instance,
 )
-from router.core.locate import AdminState, Snapshot, hint_after_answer, lasting
+from router.core.locate import AdminState, Snapshot, first_guess, hint_after_answer, lasting
 from router.core.membership import Member, MembershipChange
 from router.core.placement import Node
 from router.protocol import acp
@@ -317,11 +317,16 @@ class Pool:
     # -- what a locate starts from -------------------------------------------------------------------
 
     def snapshot(
-        self, session_id: SessionId, tried: tuple[BackendId, ...] = (), *, ask_all: bool = False
+        self,
+        session_id: SessionId,
+        tried: tuple[BackendId, ...] = (),
+        *,
+        ask_all: bool = False,
+        claimed: BackendId | None = None,
     ) -> Snapshot:
         """What a locate of ``session_id`` starts from (:class:`router.core.locate.Snapshot`);
         ``ask_all``: the whole pool is asked (an audit), as it is for a session seen split
-        lately."""
+        lately; ``claimed``: the home the client's hinted id named (a member, or nothing)."""
         directory = self.directory
         candidates = self.fleet.candidates(
             session_id, directory.attached_to(session_id), self._retired, self._clock()
@@ -336,18 +341,23 @@ class Pool:
             directory.absences.probed(session_id),
             directory.stale.get(session_id, frozenset()),
             ask_all or session_id in directory.suspects,
+            self._member(claimed),
         )
 
     def only_backend(self) -> BackendId | None:
         """The pool's one backend, when it has one and it is up and open to sessions."""
         return self.fleet.only_backend(self._clock())
 
-    def likely(self, session_id: SessionId) -> BackendId | None:
-        """Where a resume of ``session_id`` will most likely go (:meth:`Fleet.likely`)."""
+    def likely(self, session_id: SessionId, claimed: BackendId | None = None) -> BackendId | None:
+        """Where a resume of ``session_id`` will most likely go (:meth:`Fleet.likely`);
+        ``claimed``: the home its client's hinted id named."""
         directory = self.directory
-        return self.fleet.likely(
-            session_id, directory.attached_to(session_id), directory.hint(session_id), self._clock()
-        )
+        hint = first_guess(directory.hint(session_id), self._member(claimed))
+        return self.fleet.likely(session_id, directory.attached_to(session_id), hint, self._clock())
+
+    def _member(self, claimed: BackendId | None) -> BackendId | None:
+        """A client's claim, when it names a member of the pool."""
+        return claimed if claimed in self.links else None
 
     def can_list(self, backend: BackendId) -> bool:
         return self.fleet.can_ask(backend, "list")
@@ -373,12 +383,6 @@ class Pool:
         if backend is None:
             raise NoBackendAvailable()
         return backend
-
-    def hint_from_id(self, session_id: SessionId, backend: BackendId) -> None:
-        """A client named ``session_id`` by a hinted id whose home is ``backend``: where
-        this replica has no hint of its own, that home is the first to ask."""
-        if backend in self.links and self.directory.hint(session_id) is None:
-            self.remember(session_id, backend, None)
 
     # -- what client connections report ----------------------------------------------------------
 
