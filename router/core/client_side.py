@@ -206,6 +206,7 @@ class ClientSide:
             self._check_room(None)
             return PendingCall(request, None), (Place(request),)
         if method == acp.SESSION_LIST:
+            self._charge_for(request, attached=False)
             return PendingCall(request, None), (AskPool(Query.LIST, request),)
         if method in acp.SESSION_SCOPED:
             return self._session_request(request, claimed)

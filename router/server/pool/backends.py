@@ -473,6 +473,7 @@ class Pool:
         activity = {b: a.last_activity for b, a in answers.items() if a.last_activity is not None}
         return results, activity
 
-    async def alive(self, backend: BackendId) -> bool:
-        """Whether ``backend`` answers a probe now (a frozen process does not)."""
-        return await self.prober.alive(backend)
+    async def alive(self, backend: BackendId, *, reports: bool = True) -> bool:
+        """Whether ``backend`` answers a probe now (a frozen process does not); unless it
+        ``reports``, a probe that goes unanswered moves nothing of its health."""
+        return await self.prober.alive(backend, reports=reports)
