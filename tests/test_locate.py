@@ -258,6 +258,18 @@ def test_a_live_client_link_keeps_a_refusing_backend_the_sessions_home() -> None
         decide_snapshot(unknown, {BackendId("b"): INACTIVE, BackendId("c"): NOT_FOUND})
 
 
+def test_a_mixed_backends_answer_does_not_outweigh_a_live_link_here() -> None:
+    # its URL reaches more than one process: its control link's "not found" is one
+    # process's word, and this router holds the session on a live link to the URL
+    mixed = _up("a", attached=True, mixed=True)
+    assert evidence(mixed, NOT_FOUND) is ACTIVE
+    assert evidence(mixed, INACTIVE) is ACTIVE
+    assert evidence(_up("a", mixed=True), NOT_FOUND) is NOT_FOUND  # nothing held here
+    snapshot = _snapshot(mixed, _up("b"))
+    located = decide_snapshot(snapshot, {BackendId("a"): NOT_FOUND, BackendId("b"): INACTIVE})
+    assert located == Located("a", Outcome.ACTIVE)  # never resumed on "b" beside it
+
+
 def test_a_gone_backend_is_not_in_the_pool() -> None:
     snapshot = _snapshot(Candidate(BackendId("a"), Health.GONE, attached=True), _up("b"))
     assert decide_snapshot(snapshot, {BackendId("b"): INACTIVE}) == Located("b", Outcome.INACTIVE)

@@ -9,7 +9,10 @@ and decides once it has heard enough; the shell only sends the probes and waits.
 
 The evidence about one backend (:func:`evidence`):
 
-* where the backend answered ``session/status``, its answer wins;
+* where the backend answered ``session/status``, its answer wins (but a backend whose
+  URL was seen to reach more than one process, *mixed*, speaks for its control link's
+  process only: there, a session attached to it through this router on a live link is
+  ``active`` whatever the control link says);
 * where it could not (no ``session/status``, its control link down, the probe timed
   out), a session attached to it through this router on a live link is ``active``
   there: that link proves the process alive, and the session in its memory;
@@ -111,6 +114,9 @@ class Candidate:
     leaving: bool = False
     #: the session is attached to it through this router, on a link that is alive
     attached: bool = False
+    #: its client links reached another process than its control link
+    #: (:mod:`router.core.health`): its answers speak for one of its processes only
+    mixed: bool = False
 
     @property
     def probeable(self) -> bool:
@@ -180,7 +186,8 @@ def evidence(candidate: Candidate, answer: ProbeResult | None) -> ProbeResult | 
     """What the router may believe about the session on ``candidate``; None: nothing
     (up, but it cannot be asked)."""
     if answer in (ProbeResult.ACTIVE, ProbeResult.INACTIVE, ProbeResult.NOT_FOUND):
-        return answer
+        # a mixed backend's answer is its control link's process's, not the link's here
+        return ProbeResult.ACTIVE if candidate.mixed and candidate.attached else answer
     if candidate.attached and candidate.health is not Health.GONE:
         return ProbeResult.ACTIVE
     if answer is ProbeResult.UNKNOWN or candidate.health is Health.UNKNOWN:

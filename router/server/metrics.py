@@ -305,6 +305,13 @@ class Metrics:
             ["backend"],
             registry=registry,
         )
+        self.backend_instance_mismatches = Counter(
+            "acp_router_backend_instance_mismatch_total",
+            "Client links that reached another process than the backend's control link (its"
+            " URL reaches more than one process: a balancer, a rolling update with surge)",
+            ["backend"],
+            registry=registry,
+        )
         self.resume_attempts = Counter(
             "acp_router_resume_attempts_total",
             "session/resume and session/load forwarded to a backend, by attempt: first, retry"
@@ -494,6 +501,7 @@ class Metrics:
             for reason in DROP_REASONS:
                 self.backend_frames_dropped.labels(backend, reason)
             self.backend_restarts.labels(backend)
+            self.backend_instance_mismatches.labels(backend)
             for admin in AdminState:
                 self.backend_admin_state.labels(backend, admin.value).set(admin is AdminState.READY)
         for attempt in ("first", "retry"):
@@ -521,6 +529,7 @@ class Metrics:
             self.resumes,
             self.backend_state_changes,
             self.backend_restarts,
+            self.backend_instance_mismatches,
             self.backend_frames_dropped,
         )
 

@@ -278,6 +278,8 @@ class Pool:
         if step.restarted:
             logger.warning("backend %s came back as a new process", backend)
             self.metrics.backend_restarts.labels(backend).inc()
+        if step.mismatch:
+            self._mismatch(backend)
         if heard.now_gone and not before.seen:
             logger.info("backend %s has not been reached since the router started", backend)
         if step.lost_memory:
@@ -292,6 +294,24 @@ class Pool:
             logger.info("backend %s left DNS and is gone: out of the pool", backend)
             self._drop_leaving(backend)
         self._pulse(self.ready_changed)
+
+    def _mismatch(self, backend: BackendId) -> None:
+        """A client link reached another process than ``backend``'s control link
+        (:attr:`router.core.health.Transition.mismatch`): say so, count it, and probe the
+        control link again (a control link whose process is gone, or frozen, turns the
+        backend unknown by itself)."""
+        logger.warning(
+            "backend %s: a client link reached another process than its control link; its"
+            " URL (%s) must reach one process (a balancer or a rolling update behind it?)",
+            backend,
+            self.url(backend),
+        )
+        self.metrics.backend_instance_mismatches.labels(backend).inc()
+        self.spawn(self._recheck(backend), f"recheck-{backend}")
+
+    async def _recheck(self, backend: BackendId) -> None:
+        if await self.prober.alive(backend):
+            logger.info("backend %s: its control link's process answers: it stays up", backend)
 
     def _drop_leaving(self, backend: BackendId) -> None:
         for source, found in self._discovered.items():
