@@ -170,6 +170,8 @@ class ScriptedBackend:
     status: StatusAnswer
     advertise_status: bool = True
     url: str = ""
+    #: it advertises ``session/list`` (the router lists it)
+    advertise_list: bool = True
     received: list[dict[str, Any]] = field(default_factory=list)
     #: every frame exactly as it arrived
     frames: list[str] = field(default_factory=list)
@@ -233,7 +235,9 @@ class ScriptedBackend:
             client = params.get("clientInfo") or {}
             if client.get("title") == "acp-router control link":
                 await asyncio.sleep(self.control_initialize_seconds)
-            session_caps: dict[str, Any] = {"resume": {}, "list": {}}
+            session_caps: dict[str, Any] = {"resume": {}}
+            if self.advertise_list:
+                session_caps["list"] = {}
             if self.advertise_status:
                 session_caps["status"] = {}
             result: dict[str, Any] | None = {

@@ -38,12 +38,14 @@ from router.core.calls import Charge, Holders, Limits, PendingCall, free
 from router.core.effects import (
     NOTHING,
     AskPool,
+    Awaited,
     CancelTurn,
     Dropped,
     Effect,
     Effects,
     FailedOver,
     Initialize,
+    Late,
     Locate,
     OpenLink,
     Place,
@@ -107,6 +109,9 @@ class ClientSide:
         self.failovers = 0
         #: the router is stopping: every request gets RouterStopping
         self.stopping = False
+        #: the calls :meth:`abandon` answered, and what each awaited: an answer that
+        #: comes for one later is dropped and counted (:class:`~router.core.effects.Late`)
+        self.abandoned: dict[RequestId, Awaited] = {}
 
     @property
     def authenticate(self) -> Request | None:
@@ -342,7 +347,7 @@ class ClientSide:
         no link yet, its ``authenticate``) goes to ``backend``."""
         call = self.calls.get(request_id)
         if call is None:  # answered meanwhile (the router is stopping)
-            return NOTHING
+            return self.gone(request_id, "a placement")
         if call.request.method == acp.AUTHENTICATE:
             return self._authenticate(call.request, [backend])
         return self.located(request_id, backend)
@@ -352,7 +357,7 @@ class ClientSide:
         (a link opened ahead elsewhere for it is closed)."""
         call = self.calls.get(request_id)
         if call is None:  # answered meanwhile (the router is stopping)
-            return NOTHING
+            return self.gone(request_id, "a location")
         self.calls[request_id] = replace(call, backend=backend)
         sent = self.send(backend, call.request.text)
         closed = self.links.done(request_id)
@@ -368,7 +373,7 @@ class ClientSide:
     def answer(self, request_id: RequestId, result: Any) -> Effects:
         """The router's own answer to a call in flight (nothing, once it was answered)."""
         if request_id not in self.calls:
-            return (Dropped(f"an answer to {request_id!r}, answered already"),)
+            return self.gone(request_id, "an answer")
         return self.conclude(request_id, (Reply(encode_result(request_id, result), request_id),))
 
     def fail(self, request_id: RequestId, error: JsonRpcError | ErrorObject) -> Effects:
@@ -376,10 +381,18 @@ class ClientSide:
         itself, its quiet end (nothing, once it was answered)."""
         call = self.calls.get(request_id)
         if call is None:
-            return (Dropped(f"an error for {request_id!r}, answered already"),)
+            return self.gone(request_id, "an error")
         if call.internal:
             return self.conclude(request_id, (FailedOver("failed", call.session_id),))
         return self.conclude(request_id, (refusal(request_id, error),))
+
+    def gone(self, request_id: RequestId, what: str) -> Effects:
+        """``what`` came for ``request_id``, which is answered already: late, if
+        :meth:`abandon` answered it (counted once), else just dropped."""
+        kind = self.abandoned.pop(request_id, None)
+        if kind is not None:
+            return (Late(kind),)
+        return (Dropped(f"{what} for {request_id!r}, answered already"),)
 
     def conclude(
         self, request_id: RequestId, answered: Effects, attach_to: BackendId | None = None
@@ -438,7 +451,8 @@ class ClientSide:
         """The connection is about to close (the router is stopping, or closes it): cancel
         the prompt turns it leaves running (:meth:`_abandoned_turns`), answer every
         request still in flight with ``error``, held ones included, withdraw every agent
-        request the client was still answering, and refuse every request from now on."""
+        request the client was still answering, and refuse every request from now on. An
+        answer that comes later for a call it answered is :class:`~router.core.effects.Late`."""
         self.stopping = True
         effects: list[Effect] = list(self._abandoned_turns(why, holders))
         self.held_notifications = 0
@@ -446,6 +460,8 @@ class ClientSide:
         self.auth.round = None
         for request_id in list(self.calls):
             call = self.calls.pop(request_id)
+            if call.awaits is not None:
+                self.abandoned[request_id] = call.awaits
             effects += self.links.done(request_id)
             if not call.internal:
                 effects.append(refusal(request_id, error))

@@ -17,7 +17,7 @@ else (docs/architecture.md, "The effects channel"). Four kinds:
   the log): :class:`Attach`, :class:`Detach`, :class:`Learned`, :class:`MovedAway`,
   :class:`Released`,
   :class:`NotThere`, :class:`ResumeSent`, :class:`Resumed`, :class:`FailedOver`,
-  :class:`Dropped`.
+  :class:`Dropped`, :class:`Late`.
 """
 
 from __future__ import annotations
@@ -287,6 +287,18 @@ class Dropped:
     reason: str
 
 
+#: what a call in flight is waiting on (the ``kind`` label of the late-answer metric)
+Awaited = Literal["status", "list", "locate", "backend"]
+
+
+@dataclass(frozen=True, slots=True)
+class Late:
+    """An answer to a call the connection abandoned (the router is stopping, or closes
+    it) came in: it is dropped quietly, and counted by what the call awaited (``kind``)."""
+
+    kind: Awaited
+
+
 Effect = (
     Reply
     | Notify
@@ -310,6 +322,7 @@ Effect = (
     | Resumed
     | FailedOver
     | Dropped
+    | Late
 )
 
 #: what every entry point of the core returns

@@ -41,6 +41,7 @@ from router.core.effects import (
     Effects,
     FailedOver,
     Initialize,
+    Late,
     Learned,
     Locate,
     MovedAway,
@@ -82,7 +83,9 @@ from router.server.pool.upstream import Upstream
 logger = logging.getLogger(__name__)
 
 #: what the core learned, for the shell to record
-Noted = Learned | MovedAway | Released | NotThere | ResumeSent | Resumed | FailedOver | Dropped
+Noted = (
+    Learned | MovedAway | Released | NotThere | ResumeSent | Resumed | FailedOver | Dropped | Late
+)
 
 
 class ClientChannel(Protocol):
@@ -253,6 +256,9 @@ class ClientConnection:
                     logger.warning("failover of session %s: %s", session_id, result)
             case Dropped(reason):
                 logger.debug("dropped a frame: %s", reason)
+            case Late(kind):
+                self.metrics.late_answers.labels(kind).inc()
+                logger.debug("dropped a %s answer that came after the connection was closed", kind)
             case _:
                 assert_never(effect)
 
