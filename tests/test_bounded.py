@@ -301,13 +301,17 @@ async def test_a_list_flood_on_a_backend_slow_to_list_fails_no_one_elses_resume(
 
 
 @contextlib.asynccontextmanager
-async def frozen_first(tmp_path: Path) -> AsyncIterator[tuple[RouterUnderTest, AgentProcess]]:
-    """Two agents behind a router (probe timeout 300 ms), the first frozen (SIGSTOP: it
-    accepts TCP and answers nothing) for the block; then thawed, and up again. The
-    router, and the agent that stays up."""
+async def frozen_first(
+    tmp_path: Path, settings: dict[str, Any] | None = None
+) -> AsyncIterator[tuple[RouterUnderTest, AgentProcess]]:
+    """Two agents behind a router (probe timeout 300 ms; ``settings``: more of its
+    ``[router]`` table), the first frozen (SIGSTOP: it accepts TCP and answers nothing)
+    for the block; then thawed, and up again. The router, and the agent that stays up."""
     async with (
         start_fleet(tmp_path, 2) as agents,
-        start_router(backends_of(agents), probe={"timeout_ms": 300}) as router,
+        start_router(
+            backends_of(agents), probe={"timeout_ms": 300}, router=settings or {}
+        ) as router,
     ):
         frozen, thawed = agents
         frozen.cli.process.send_signal(signal.SIGSTOP)
@@ -351,7 +355,10 @@ async def test_a_frozen_backend_gets_no_new_sessions_and_list_answers_without_it
 async def test_watching_a_silent_backend_whose_link_takes_no_probe_does_not_spin(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with frozen_first(tmp_path) as (router, thawed):
+    # it lists as fast as it can: every page costs a locate, so a budget that does not
+    # run out within the watch's pace
+    unlimited = {"locates_per_minute_per_connection": 1_000_000}
+    async with frozen_first(tmp_path, unlimited) as (router, thawed):
         async with AcpClient.connect(router.url) as client:
             await client.initialize()
             await client_status(client, "sess_anyone")  # its probe times out: silent
