@@ -180,6 +180,8 @@ class ScriptedBackend:
     status: StatusAnswer
     advertise_status: bool = True
     url: str = ""
+    #: it advertises ``session/list`` (the router lists it)
+    advertise_list: bool = True
     received: list[dict[str, Any]] = field(default_factory=list)
     #: every frame exactly as it arrived
     frames: list[str] = field(default_factory=list)
@@ -190,6 +192,11 @@ class ScriptedBackend:
     scripted: dict[str, list[str]] = field(default_factory=dict)
     #: pulsed on every frame that arrives
     arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    #: per method, an event its answers wait for (a slow answer, released by the test)
+    held: dict[str, asyncio.Event] = field(default_factory=dict)
+    #: answer each connection's frames one at a time, in order (a backend that reads its
+    #: next frame only once it has answered the last): a held answer holds the rest
+    serial: bool = False
 
     async def until(self, condition: Callable[[], bool]) -> None:
         """Wait until ``condition`` holds, checked as each frame arrives."""
@@ -210,6 +217,9 @@ class ScriptedBackend:
                 message = json.loads(frame)
                 self.received.append(message)
                 self.arrived.set()
+                if self.serial:
+                    await self._answer(ws, message)
+                    continue
                 answer = asyncio.create_task(self._answer(ws, message))
                 answers.add(answer)
                 answer.add_done_callback(answers.discard)
@@ -220,6 +230,9 @@ class ScriptedBackend:
 
     async def _answer(self, ws: websockets.ServerConnection, message: dict[str, Any]) -> None:
         method, params = message.get("method"), message.get("params") or {}
+        held = self.held.get(method) if isinstance(method, str) else None
+        if held is not None:
+            await held.wait()
         if method in self.scripted:
             for text in self.scripted[method]:
                 with contextlib.suppress(websockets.ConnectionClosed):
@@ -232,7 +245,9 @@ class ScriptedBackend:
             client = params.get("clientInfo") or {}
             if client.get("title") == "acp-router control link":
                 await asyncio.sleep(self.control_initialize_seconds)
-            session_caps: dict[str, Any] = {"resume": {}, "list": {}}
+            session_caps: dict[str, Any] = {"resume": {}}
+            if self.advertise_list:
+                session_caps["list"] = {}
             if self.advertise_status:
                 session_caps["status"] = {}
             result: dict[str, Any] | None = {

@@ -234,9 +234,10 @@ class Client:
 
     # -- the client and its backends ---------------------------------------------------------
 
-    def send(self, text: str) -> Effects:
-        """A frame from the client."""
-        return self.carry_out(self.routes.receive_client(parse(text)))
+    def send(self, text: str, claimed: str | None = None) -> Effects:
+        """A frame from the client (``claimed``: the home its hinted session id named)."""
+        home = BackendId(claimed) if claimed is not None else None
+        return self.carry_out(self.routes.receive_client(parse(text), home))
 
     def backend(self, backend: str, text: str) -> Effects:
         """A frame from ``backend``."""

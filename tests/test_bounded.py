@@ -5,8 +5,9 @@
 * the admin status page reads a cached view: a refresh costs no probe;
 * a repeated resume of an unknown id is answered from a short negative memory, and
   locates are bounded per connection and per address;
-* a frozen backend (it accepts TCP and answers nothing) gets no new sessions, and
-  ``session/list`` answers from the others within the probe timeout, naming it.
+* a frozen backend (it accepts TCP and answers nothing) gets no new sessions once a
+  probe goes unanswered, and ``session/list`` answers from the others within the probe
+  timeout, naming it (its page alone says nothing of the backend's health).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from router.protocol.ids import BackendId
 from router.server import control
 from tests.fleet import (
     RouterUnderTest,
+    ScriptedBackend,
     backends_of,
     error_reply,
     router_settings,
@@ -221,17 +223,95 @@ async def client_status(client: AcpClient, session_id: str) -> JsonObject:
     return await client.request("session/status", {"sessionId": session_id})
 
 
+# -- session/list: under the locate budget, and no page makes a backend silent ----------------
+
+
+def lists_in(backend: ScriptedBackend) -> int:
+    return sum(1 for m in backend.received if m.get("method") == "session/list")
+
+
+async def test_list_pages_are_within_the_locate_budget() -> None:
+    """Each page asks every backend: a flood of lists from one client is bounded like its
+    resumes (on the code before: all 20 went to every backend)."""
+    limits = {"locates_per_minute_per_connection": 5}
+    async with (
+        start_scripted("a", _inactive) as backend,
+        start_router([("a", backend.url)], router=limits) as router,
+        AcpClient.connect(router.url) as flooder,
+    ):
+        await flooder.initialize()
+        pages = await asyncio.gather(*(flooder.request("session/list", {}) for _ in range(20)))
+        assert sum("result" in page for page in pages) == 5, pages
+        refused = [page["error"] for page in pages if "error" in page]
+        assert {(e["code"], e["data"]["limit"]) for e in refused} == {(-32014, "connection")}
+        assert lists_in(backend) == 5
+        assert router.metric("acp_router_limited_total", limit="locates_per_connection") == 15
+
+
+async def _active(session_id: str) -> dict[str, Any] | None:
+    return {"status": "active"}
+
+
+def probed(message: dict[str, Any], session_id: str) -> bool:
+    return message.get("method") == "session/status" and message["params"] == {
+        "sessionId": session_id
+    }
+
+
+async def test_a_list_flood_on_a_backend_slow_to_list_fails_no_one_elses_resume() -> None:
+    """A backend that answers its frames in turn, and lists slowly: while it lists, the
+    probe sent beside each page goes unanswered, and the page leaves it out; but that is
+    one client's page, not the pool's evidence. Another client's resume of a session that
+    lives there is still located there (on the code before: each page made the backend
+    silent, and the resume failed closed, -32012)."""
+    async with (
+        start_scripted("slow", _active) as slow,
+        start_scripted("other", _inactive) as other,
+        start_router([("slow", slow.url), ("other", other.url)]) as router,
+        AcpClient.connect(router.url) as flooder,
+        AcpClient.connect(router.url) as resumer,
+    ):
+        other.scripted["session/status"] = [NOT_FOUND]
+        slow.serial = True  # its control link's frames are answered in turn
+        slow.held["session/list"] = listed = asyncio.Event()
+        try:
+            await flooder.initialize()
+            await resumer.initialize()
+            first = asyncio.create_task(flooder.request("session/list", {}))
+            async with asyncio.timeout(WAIT):
+                await slow.until(lambda: lists_in(slow) == 1)  # it is listing: nothing else
+            pages = await asyncio.gather(*(flooder.request("session/list", {}) for _ in range(10)))
+            for page in pages:
+                assert page["result"]["_meta"] == {"unlistedBackends": ["slow"]}, page
+            resuming = asyncio.create_task(resume(resumer, "sess_1"))
+            # its probe is out (to both backends at once); the slow one answers it once its
+            # lists are done
+            async with asyncio.timeout(WAIT):
+                await other.until(lambda: any(probed(m, "sess_1") for m in other.received))
+            listed.set()
+            resumed = await resuming
+            assert resumed.get("result") == {}, resumed
+            assert router.pool.health(BackendId("slow")) is Health.UP
+            assert "result" in await first
+        finally:
+            listed.set()  # a backend answering in turn ends only once it has answered
+
+
 # -- a frozen backend ---------------------------------------------------------------------------------
 
 
 @contextlib.asynccontextmanager
-async def frozen_first(tmp_path: Path) -> AsyncIterator[tuple[RouterUnderTest, AgentProcess]]:
-    """Two agents behind a router (probe timeout 300 ms), the first frozen (SIGSTOP: it
-    accepts TCP and answers nothing) for the block; then thawed, and up again. The
-    router, and the agent that stays up."""
+async def frozen_first(
+    tmp_path: Path, settings: dict[str, Any] | None = None
+) -> AsyncIterator[tuple[RouterUnderTest, AgentProcess]]:
+    """Two agents behind a router (probe timeout 300 ms; ``settings``: more of its
+    ``[router]`` table), the first frozen (SIGSTOP: it accepts TCP and answers nothing)
+    for the block; then thawed, and up again. The router, and the agent that stays up."""
     async with (
         start_fleet(tmp_path, 2) as agents,
-        start_router(backends_of(agents), probe={"timeout_ms": 300}) as router,
+        start_router(
+            backends_of(agents), probe={"timeout_ms": 300}, router=settings or {}
+        ) as router,
     ):
         frozen, thawed = agents
         frozen.cli.process.send_signal(signal.SIGSTOP)
@@ -254,6 +334,12 @@ async def test_a_frozen_backend_gets_no_new_sessions_and_list_answers_without_it
             # on the old main: -32603 for everyone after 5 s
             assert listed["result"]["_meta"] == {"unlistedBackends": ["agent-1"]}, listed
             assert loop.time() - started < 2.0  # about one probe timeout
+            # a page left it out, and that is all: one client's list is no evidence for
+            # everyone (a backend busy with a slow list may answer nothing else meanwhile)
+            assert router.pool.health(BackendId("agent-1")) is Health.UP
+            # a probe that goes unanswered makes it silent
+            status = await client_status(client, "sess_anyone")
+            assert status["error"]["code"] == -32012, status
             assert router.pool.health(BackendId("agent-1")) is Health.UNKNOWN
             # while it stays silent it gets no new sessions (on the old main: some,
             # each answered -32013 after the connect deadline)
@@ -269,10 +355,13 @@ async def test_a_frozen_backend_gets_no_new_sessions_and_list_answers_without_it
 async def test_watching_a_silent_backend_whose_link_takes_no_probe_does_not_spin(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with frozen_first(tmp_path) as (router, thawed):
+    # it lists as fast as it can: every page costs a locate, so a budget that does not
+    # run out within the watch's pace
+    unlimited = {"locates_per_minute_per_connection": 1_000_000}
+    async with frozen_first(tmp_path, unlimited) as (router, thawed):
         async with AcpClient.connect(router.url) as client:
             await client.initialize()
-            await client.request("session/list", {})  # its probe times out: silent
+            await client_status(client, "sess_anyone")  # its probe times out: silent
             assert router.pool.health(BackendId("agent-1")) is Health.UNKNOWN
             # its link, still up, takes no more requests (as when its table of
             # unanswered ones is full): each retry of the watch is refused at once

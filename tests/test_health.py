@@ -124,8 +124,9 @@ def test_a_client_link_to_a_backend_whose_control_link_is_down_is_alive_not_up()
     assert not step.lost_memory
 
 
-def test_a_client_link_can_see_a_restart() -> None:
-    step = _step(UP, ClientLinkUp(_instance("n2")), 5.0)
+def test_a_client_link_can_see_a_restart_while_the_control_link_is_down() -> None:
+    down = _step(UP, LinkDown(), 4.0).state
+    step = _step(down, ClientLinkUp(_instance("n2")), 5.0)
     assert step.restarted
     assert step.lost_memory
     assert step.state.health is Health.UNKNOWN  # until the control link sees it too
@@ -133,6 +134,41 @@ def test_a_client_link_can_see_a_restart() -> None:
     back = _step(step.state, CameUp(_instance("n2")), 6.0)
     assert back.state.health is Health.UP
     assert not back.restarted
+
+
+def test_another_process_on_a_client_link_beside_an_up_control_link_is_reported() -> None:
+    """One URL, several processes (a balancer, a rolling update with surge): the control
+    link is up and speaks for its process, so a client link that reaches another is
+    reported, not a restart (on the code before: unknown, hints gone, until the control
+    link reconnected)."""
+    step = _step(UP, ClientLinkUp(_instance("n2")), 5.0)
+    assert step.mismatch
+    assert not step.restarted
+    assert not step.lost_memory
+    assert step.state.health is Health.UP
+    assert step.state.instance == _instance()  # the control link's process
+    assert (step.state.live_links, step.state.mixed) == (1, True)
+    # the control link's own process again: nothing to report
+    again = _step(step.state, ClientLinkUp(_instance()), 6.0)
+    assert not again.mismatch
+    assert again.state.live_links == 2
+
+
+def test_a_restart_seen_first_on_a_client_link_is_confirmed_by_the_control_link() -> None:
+    # the new process answers a client link before the old one's control link drops
+    seen = _step(UP, ClientLinkUp(_instance("n2")), 5.0).state
+    down = _step(seen, LinkDown(), 5.5).state
+    assert down.health is Health.UNKNOWN
+    back = _step(down, CameUp(_instance("n2")), 6.0)
+    assert back.restarted
+    assert back.lost_memory
+    assert back.state.health is Health.UP
+    assert not back.state.mixed  # its control link speaks for the process it reached
+    # a balancer that still reaches the old process: its control link came back to it
+    same = _step(down, CameUp(_instance()), 6.0)
+    assert not same.restarted
+    assert not same.lost_memory
+    assert not same.state.mixed
 
 
 def test_a_backend_never_reached_lapses_quietly() -> None:

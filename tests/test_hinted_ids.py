@@ -208,3 +208,73 @@ async def test_a_crafted_hinted_id_is_answered_and_the_connection_goes_on(tmp_pa
         assert client.ws.close_code is None
         assert (await client.prompt(client_id, "again")).get("result") == {"stopReason": "end_turn"}
     assert router.metric("acp_router_client_errors_total", code="-32603") == 0
+
+
+# -- a hint from a client is worth what a backend confirms ---------------------------------------
+
+
+def _hints(router: RouterUnderTest) -> dict[str, str]:
+    return {s: h.backend for s, h in router.pool.directory.hints.items()}
+
+
+async def test_forged_hinted_ids_in_prompts_leave_the_hint_table_as_it_was(tmp_path: Path) -> None:
+    """1,500 prompts naming sessions nobody has by hinted ids (no secret makes one): the
+    hint table, bounded at 1,000, keeps what it had, so a session found before is found
+    again with one probe, not a fan-out."""
+    async with start_fleet(tmp_path, 3) as agents:
+        async with AcpClient.connect(agents[2].url) as direct:
+            await direct.initialize()
+            session_id = await direct.new_session(CWD)  # a plain id, made on agent-3
+        cache = {"max_entries": 1000}
+        async with start_router(backends_of(agents), router=HINTED, cache=cache) as router:
+            async with AcpClient.connect(router.url) as client:
+                await client.initialize()
+                assert (await resume(client, session_id)).get("result") == {}
+            kept = _hints(router)
+            assert kept == {session_id: "agent-3"}
+            probes, fanouts = _probes(router), router.metric("acp_router_probe_fanouts_total")
+            async with AcpClient.connect(router.url) as forger:
+                await forger.initialize()
+                for n in range(1500):
+                    frame = {"jsonrpc": "2.0", "id": n, "method": "session/prompt"}
+                    home = agents[n % 3].agent_id
+                    frame["params"] = {"sessionId": hinted(f"forged-{n}", home), "prompt": []}
+                    await forger.ws.send(json.dumps(frame))
+                last = await forger.request("session/prompt", {"sessionId": hinted("x", "agent-1")})
+                assert last["error"]["code"] == -32010, last  # each one: not attached here
+            # on the code before: 1,000 forged homes, and the session found before pushed out
+            assert _hints(router) == kept
+            assert (_probes(router), router.metric("acp_router_probe_fanouts_total")) == (
+                probes,
+                fanouts,
+            )
+            async with AcpClient.connect(router.url) as client:
+                await client.initialize()
+                assert (await resume(client, session_id)).get("result") == {}
+            assert _probes(router) == probes + 1  # its hint: agent-3 alone
+            assert router.metric("acp_router_probe_fanouts_total") == fanouts
+
+
+async def test_forged_hinted_ids_in_resumes_cost_a_locate_each_and_plant_nothing(
+    tmp_path: Path,
+) -> None:
+    """What routing.md says a forged hinted id costs: one locate of the forger's budget
+    (its home, then the pool, as any id nobody knows costs: 3 probes in a pool of 3), and
+    nothing once the budget is spent; the home it names is remembered nowhere."""
+    budget = {**HINTED, "locates_per_minute_per_connection": 50}
+    async with (
+        start_fleet(tmp_path, 3) as agents,
+        start_router(backends_of(agents), router=budget) as router,
+        AcpClient.connect(router.url) as forger,
+    ):
+        await forger.initialize()
+        for n in range(50):
+            answer = await resume(forger, hinted(f"forged-{n}", "agent-1"))
+            assert answer["error"]["code"] == -32002, answer
+        assert _probes(router) == 150
+        assert router.metric("acp_router_probe_fanouts_total") == 50
+        for n in range(50, 100):
+            over = await resume(forger, hinted(f"forged-{n}", "agent-1"))
+            assert over["error"]["code"] == -32014, over  # the budget is spent
+        assert _probes(router) == 150
+        assert _hints(router) == {}  # on the code before: 50 hints at agent-1, for free

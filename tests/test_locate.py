@@ -22,6 +22,7 @@ from router.core.locate import (
     UnknownPolicy,
     decide as decide_snapshot,
     evidence,
+    hint_after,
 )
 from router.core.split_brain import How, Verdict, judge
 from router.core.status import StatusRound, pool_status
@@ -257,6 +258,18 @@ def test_a_live_client_link_keeps_a_refusing_backend_the_sessions_home() -> None
         decide_snapshot(unknown, {BackendId("b"): INACTIVE, BackendId("c"): NOT_FOUND})
 
 
+def test_a_mixed_backends_answer_does_not_outweigh_a_live_link_here() -> None:
+    # its URL reaches more than one process: its control link's "not found" is one
+    # process's word, and this router holds the session on a live link to the URL
+    mixed = _up("a", attached=True, mixed=True)
+    assert evidence(mixed, NOT_FOUND) is ACTIVE
+    assert evidence(mixed, INACTIVE) is ACTIVE
+    assert evidence(_up("a", mixed=True), NOT_FOUND) is NOT_FOUND  # nothing held here
+    snapshot = _snapshot(mixed, _up("b"))
+    located = decide_snapshot(snapshot, {BackendId("a"): NOT_FOUND, BackendId("b"): INACTIVE})
+    assert located == Located("a", Outcome.ACTIVE)  # never resumed on "b" beside it
+
+
 def test_a_gone_backend_is_not_in_the_pool() -> None:
     snapshot = _snapshot(Candidate(BackendId("a"), Health.GONE, attached=True), _up("b"))
     assert decide_snapshot(snapshot, {BackendId("b"): INACTIVE}) == Located("b", Outcome.INACTIVE)
@@ -334,6 +347,62 @@ def test_a_hint_in_maintenance_or_down_is_not_asked_first() -> None:
     down = Candidate(BackendId("b"), Health.UNKNOWN)
     round_ = _round(_snapshot(_up("a"), down, hint=Hint(BackendId("b"), checked=99.0)))
     assert round_.start() == Ask((BackendId("a"),))
+
+
+# -- a client's claim: the home its hinted id names ------------------------------------------------
+
+
+def _claimed(*candidates: Candidate, claimed: str, hint: Hint | None = None) -> Snapshot:
+    return Snapshot(SessionId("s1"), candidates, hint, claimed=BackendId(claimed))
+
+
+def test_a_claim_is_asked_first_and_trusted_only_with_an_audit() -> None:
+    round_ = _round(_claimed(_up("a"), _up("b"), _up("c"), claimed="c"))
+    assert round_.start() == Ask((BackendId("c"),))
+    assert round_.hear({BackendId("c"): ACTIVE}) == Located("c", Outcome.ACTIVE, audit=True)
+    # it said active: a probe confirmed it, so the locate leaves a hint there
+    assert hint_after(round_, Located("c", Outcome.ACTIVE, audit=True)) is None
+
+
+def test_a_claim_that_is_not_active_is_forgotten_and_the_pool_asked() -> None:
+    round_ = _round(_claimed(_up("a"), _up("b"), _up("c"), claimed="c"))
+    round_.start()
+    assert round_.hear({BackendId("c"): NOT_FOUND}) == Ask((BackendId("a"), BackendId("b")))
+    located = round_.hear({BackendId("a"): NOT_FOUND, BackendId("b"): NOT_FOUND})
+    assert located == Located("a", Outcome.DEFAULT)
+    assert hint_after(round_, located) is False  # nothing found: nothing remembered
+    assert (round_.stage, round_.probes) == (Stage.STALE, 3)
+
+
+def test_the_routers_own_hint_is_asked_before_a_claim() -> None:
+    hint = Hint(BackendId("b"), checked=99.0)
+    round_ = _round(_claimed(_up("a"), _up("b"), _up("c"), claimed="c", hint=hint))
+    assert round_.start() == Ask((BackendId("b"),))
+
+
+def test_a_claim_is_not_where_the_router_placed_a_split_session() -> None:
+    # both copies active, neither attached here: the claim does not choose the home (it
+    # would, as "placed", if it were the router's own hint); the rank does
+    snapshot = _claimed(_up("a"), _up("b"), claimed="b")
+    located = decide_snapshot(snapshot, {BackendId("a"): ACTIVE, BackendId("b"): ACTIVE})
+    assert located.verdict == Verdict("a", ("b",), How.RANK)
+    placed = decide_snapshot(
+        Snapshot(SessionId("s1"), snapshot.candidates, Hint(BackendId("b"))),
+        {BackendId("a"): ACTIVE, BackendId("b"): ACTIVE},
+    )
+    assert placed.verdict == Verdict("b", ("a",), How.PLACED)
+
+
+def test_a_claim_orders_the_backends_that_cannot_be_asked_and_leaves_no_hint() -> None:
+    blind = (_up("a", has_status=False), _up("b", has_status=False), _up("c", has_status=False))
+    round_ = _round(_claimed(*blind, claimed="b"))
+    located = round_.start()
+    assert located == Located("b", Outcome.DEFAULT)
+    assert isinstance(located, Located)
+    assert hint_after(round_, located) is False  # the resume's answer says whether it is there
+    # the router's own memory comes first, and is not a default
+    remembered = _round(_claimed(*blind, claimed="b", hint=Hint(BackendId("c"), lasting=True)))
+    assert remembered.start() == Located("c", Outcome.REMEMBERED)
 
 
 # -- the router's session/status --------------------------------------------------------------------

@@ -3,7 +3,16 @@
 
 from __future__ import annotations
 
-from router.core.effects import Attach, CloseLink, Deliver, Detach, Locate, Resumed, Send
+from router.core.effects import (
+    Attach,
+    CloseLink,
+    Deliver,
+    Detach,
+    Late,
+    Locate,
+    Resumed,
+    Send,
+)
 from router.core.health import Health
 from router.core.routes import Limits
 from router.protocol.errors import RouterStopping
@@ -135,10 +144,14 @@ def test_abandon_answers_every_call_once_and_refuses_what_comes_after() -> None:
     assert notified(withdrawn)["params"] == {"requestId": asked["id"]}
     assert client.closed == [CloseLink("b", "opened ahead, not needed")]
     assert client.routes.unanswered() == []
-    # the shell's late outcomes find nothing to answer; new requests are refused
-    assert client.located(3, "b") == ()
+    # the shell's late outcomes find nothing to answer: each is late once (counted by
+    # what it awaited), then just dropped; new requests are refused
+    assert client.located(3, "b") == (Late("locate"),)
     assert dropped(client.answer(3, {}))
+    assert client.backend("a", result(2, {})) == (Late("backend"),)
     assert dropped(client.backend("a", result(2, {})))
+    assert dropped(client.fail(4, RouterStopping()))  # held: nothing was asked for it
+    assert client.routes.abandoned == {}
     error_reply(client.send(prompt(5, "s1")), 5, RouterStopping.code)
 
 
@@ -152,4 +165,4 @@ def test_abandon_ends_a_failover_quietly() -> None:
     (answer,) = client.abandon(RouterStopping())
     error_reply(answer, 2, RouterStopping.code)  # the client's; the router's own is not
     assert client.routes.unanswered() == []
-    assert client.placed(locate.request.id, "b") == ()
+    assert client.placed(locate.request.id, "b") == (Late("locate"),)

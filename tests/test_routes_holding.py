@@ -170,3 +170,22 @@ def test_held_frames_count_against_the_in_flight_limit() -> None:
     error_reply(client.send(prompt(3, "s1")), 3, -32014)
     assert dropped(client.send(notification("session/cancel", sid("s1"))))
     assert sorted(client.routes.unanswered()) == [1, 2]
+
+
+def test_a_claimed_home_goes_with_its_resumes_locates_held_or_located_again() -> None:
+    """The home a client's hinted id named is this call's guess: its locate, the one after
+    it waited behind another resume, and the one after a -32002 all carry it."""
+    client = Client()
+    assert client.send(resume(1, "s1"), claimed="c") == (
+        Locate(as_request(resume(1, "s1")), "s1", claimed="c"),
+    )
+    assert client.send(resume(2, "s1"), claimed="c") == ()  # held behind the first
+    client.located(1, "b")
+    again = client.backend("b", error(1, -32002, sid("s1")))
+    assert again[-1] == Locate(as_request(resume(1, "s1")), "s1", ("b",), claimed="c")
+    client.located(1, "c")
+    assert client.backend("c", error(1, -32603))[-1] == Locate(
+        as_request(resume(2, "s1")), "s1", claimed="c"
+    )
+    # a request that names no home carries no claim
+    assert client.send(resume(3, "s2")) == (Locate(as_request(resume(3, "s2")), "s2"),)

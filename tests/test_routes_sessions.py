@@ -384,6 +384,17 @@ def test_what_may_ask_the_whole_pool_costs_a_locate_and_what_is_routed_costs_not
     assert budget.charged == 3
 
 
+def test_each_list_page_costs_a_locate() -> None:
+    """A page of ``session/list`` asks every backend: it is charged as a locate is."""
+    budget = Budget(1)
+    client = Client(charge=budget)
+    listing = request(1, "session/list", {})
+    assert client.send(listing) == (AskPool(Query.LIST, as_request(listing)),)
+    data = error_reply(client.send(request(2, "session/list", {})), 2, -32014)
+    assert data["limit"] == "connection"
+    assert budget.charged == 1
+
+
 def test_a_resume_past_the_session_limit_is_answered_but_not_attached() -> None:
     """A child a backend announces takes the room while a resume is in flight."""
     client = Client(Limits(max_sessions=2))

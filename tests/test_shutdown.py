@@ -11,12 +11,19 @@ import contextlib
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
 
-from tests.fleet import start_fleet
+from router.server.app_keys import CLIENTS, OpenClients
+from router.server.serving import drain
+from router.server.shutdown import close_spread
+from tests.fleet import ScriptedBackend, start_fleet, start_router, start_scripted
+from tests.relay import Relay, start_relay
 from tests.support import WAIT, AcpClient, CliProcess, JsonObject, run_cli
 from tests.test_cli import wait_backends_up, write_config
 
@@ -203,3 +210,146 @@ async def test_a_turn_that_finishes_within_the_drain_finishes(tmp_path: Path) ->
                 assert cut["error"]["data"]["reason"] == "the router is stopping", cut
                 await asyncio.gather(closed_at(short), closed_at(long))
             assert await router.stop() == 0
+
+
+# -- answers that come after the stop closed their connection -------------------------------------
+
+#: frames the client queues on a link the relay holds: more than the sockets between hold
+#: (a few MiB), each under the scripted backend's frame limit (1 MiB), so the stop waits for
+#: the link to flush (up to its deadline) after it has answered everything in flight
+PADS, PAD_CHARS = 12, 800_000
+IN_FLIGHT = 3
+
+
+@dataclass
+class Scene:
+    """A client with a prompt turn on ``turns`` (behind ``relay``, which holds what the
+    client sends it) and, on ``pool``, statuses, lists and locates whose probes and pages
+    are held until ``answers`` is set."""
+
+    turns: ScriptedBackend
+    pool: ScriptedBackend
+    relay: Relay
+    answers: asyncio.Event
+    turn_ends: asyncio.Event
+
+    @property
+    def backends(self) -> list[tuple[str, str]]:
+        return [("turns", self.relay.url), ("pool", self.pool.url)]
+
+    def release(self) -> None:
+        self.answers.set()
+        self.turn_ends.set()
+
+
+@contextlib.asynccontextmanager
+async def stop_scene() -> AsyncIterator[Scene]:
+    answers = asyncio.Event()
+
+    async def held(session_id: str) -> dict[str, Any] | None:
+        if session_id == "s1":
+            return {"status": "not_found"}  # s1 lives on the backend that cannot be asked
+        await answers.wait()
+        return {"status": "inactive"}
+
+    async with (
+        start_scripted("turns", _nothing, advertise_status=False) as turns,
+        start_scripted("pool", held) as pool,
+        start_relay(turns.url) as relay,
+    ):
+        turns.advertise_list = False
+        turns.held["session/prompt"] = turn_ends = asyncio.Event()
+        pool.held["session/list"] = answers
+        scene = Scene(turns, pool, relay, answers, turn_ends)
+        try:
+            yield scene
+        finally:
+            scene.release()
+            relay.release()
+
+
+async def _nothing(session_id: str) -> dict[str, Any] | None:
+    return None
+
+
+def _asked(backend: ScriptedBackend, method: str) -> int:
+    return sum(1 for m in backend.received if m.get("method") == method)
+
+
+async def in_flight(client: AcpClient, scene: Scene) -> list[asyncio.Task[JsonObject]]:
+    """A turn, then statuses, lists and locates, all waiting (the pads queued behind the
+    turn on a link the relay holds); the requests, to be answered."""
+    await client.initialize()
+    resumed = await client.request("session/resume", {"sessionId": "s1", "cwd": "/w"})
+    assert resumed.get("result") == {}, resumed
+    requests = [asyncio.create_task(client.prompt("s1", "hello"))]
+    for n in range(IN_FLIGHT):
+        requests.append(asyncio.create_task(client.status(f"sess_status_{n}")))
+        requests.append(asyncio.create_task(client.request("session/list", {})))
+        params = {"sessionId": f"sess_locate_{n}", "cwd": "/w"}
+        requests.append(asyncio.create_task(client.request("session/resume", params)))
+    pool, turns = scene.pool, scene.turns
+    async with asyncio.timeout(WAIT):
+        await turns.until(lambda: _asked(turns, "session/prompt") == 1)
+        # s1's, then one probe per status and per locate, a probe and a page per list
+        await pool.until(
+            lambda: (
+                _asked(pool, "session/status") == 1 + 3 * IN_FLIGHT
+                and _asked(pool, "session/list") == IN_FLIGHT
+            )
+        )
+    scene.relay.hold()
+    for _ in range(PADS):
+        await client.notify("_test/pad", {"pad": "x" * PAD_CHARS})
+    # answered by the router once it has read (and queued) every pad
+    ping = await client.request("_test/ping", request_id="acp-router:ping")
+    assert ping["error"]["code"] == -32600, ping
+    return requests
+
+
+async def stopped_answers(requests: list[asyncio.Task[JsonObject]]) -> None:
+    """Every request in flight is answered -32013 by the stop."""
+    for answer in await asyncio.gather(*requests):
+        assert answer["error"]["code"] == -32013, answer
+
+
+async def test_answers_that_come_after_a_stop_are_dropped_and_counted() -> None:
+    probe = {"timeout_ms": 60_000, "list_timeout_ms": 60_000}  # nothing in flight times out
+    async with stop_scene() as scene, start_router(scene.backends, probe=probe) as router:
+        async with AcpClient.connect(router.url) as client:
+            requests = await in_flight(client, scene)
+            hurry = asyncio.Event()
+            await drain(router.app, 0.0, hurry)
+            clients: OpenClients = router.app[CLIENTS]  # the stop's own sequence (serve)
+            stopping = asyncio.create_task(close_spread(list(clients), 0.0, hurry))
+            await stopped_answers(requests)  # the connection is abandoned
+            scene.release()  # now the pool answers, and the turn ends
+            await stopping
+        for kind, count in {"status": 3, "list": 3, "locate": 3, "backend": 1}.items():
+            # on the code before: no such metric (each was dropped, uncounted)
+            assert router.metric("acp_router_late_answers_total", kind=kind) == count, kind
+
+
+async def test_a_stop_with_statuses_lists_and_locates_in_flight_logs_no_traceback(
+    tmp_path: Path,
+) -> None:
+    async with stop_scene() as scene:
+        config = tmp_path / "router.toml"
+        tables = "".join(f'[[backends]]\nid = "{b}"\nurl = "{u}"\n' for b, u in scene.backends)
+        probe = "[probe]\ntimeout_ms = 60000\nlist_timeout_ms = 60000\n"
+        config.write_text(f'[router]\nlisten = "127.0.0.1:0"\n{probe}{tables}')
+        async with run_cli("--log-level", "DEBUG", "serve", "--config", str(config)) as router:
+            for backend, _ in scene.backends:
+                await router.wait_for_log(f"backend {backend} is up")
+            async with AcpClient.connect(router_url(router)) as client:
+                requests = await in_flight(client, scene)
+                router.process.send_signal(signal.SIGTERM)
+                await stopped_answers(requests)
+                scene.release()
+                async with asyncio.timeout(WAIT):
+                    assert await router.process.wait() == 0
+            assert await router.stop() == 0  # its logs read to their end
+        log = router.stderr.text
+        assert "Traceback" not in log, log
+        for kind in ("status", "list", "locate", "backend"):
+            assert f"dropped a {kind} answer that came after the connection was closed" in log

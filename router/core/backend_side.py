@@ -93,6 +93,8 @@ def _response(routes: ClientSide, backend: BackendId, response: Response) -> Eff
         answer = Deliver(replace_id(ended.response.text, ended.request.id), ended.response)
         return routes.conclude(ended.request.id, (answer,))
     call = routes.calls.get(response.id) if response.id is not None else None
+    if call is None and response.id in routes.abandoned:
+        return routes.gone(response.id, f"a response from {backend}")
     if call is None or call.backend != backend:
         return (Dropped(f"a response from {backend} to no request in flight there"),)
     method, session_id = call.request.method, call.session_id
@@ -123,7 +125,7 @@ def _resumed(
     if _not_found(response) and len(call.tried) + 1 < routes.limits.max_resume_attempts:
         tried = (*call.tried, backend)
         routes.calls[request_id] = replace(call, backend=None, tried=tried)
-        relocate = Locate(call.request, session_id, tried, call.internal)
+        relocate = Locate(call.request, session_id, tried, call.internal, call.claimed)
         return (Resumed(backend, "not_found"), NotThere(session_id, backend), relocate)
     if call.internal:
         answered: Effect = FailedOver("ok" if response.ok else "failed", session_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from router.core.effects import Awaited
 from router.protocol import acp
 from router.protocol.ids import BackendId, SessionId
 from router.protocol.jsonrpc import Request
@@ -46,6 +47,23 @@ class PendingCall:
     held: bool = False
     #: made by the router itself (a failover's resume): its answer is not the client's
     internal: bool = False
+    #: the home the client's hinted id named, for this call's locates only
+    claimed: BackendId | None = None
+
+    @property
+    def awaits(self) -> Awaited | None:
+        """What its answer is waiting on: the pool's status or list, a locate, or a
+        backend's response; None while it is held (nothing was asked for it yet)."""
+        if self.held:
+            return None
+        method = self.request.method
+        if method == acp.SESSION_STATUS:
+            return "status"
+        if method == acp.SESSION_LIST:
+            return "list"
+        if self.backend is None and (method in acp.ATTACHING or method in acp.RELEASING):
+            return "locate"
+        return "backend"
 
     def may_attach(self, attached_to: Callable[[SessionId], BackendId | None]) -> bool:
         """Whether its answer may attach a session not attached here now: a

@@ -38,12 +38,14 @@ from router.core.calls import Charge, Holders, Limits, PendingCall, free
 from router.core.effects import (
     NOTHING,
     AskPool,
+    Awaited,
     CancelTurn,
     Dropped,
     Effect,
     Effects,
     FailedOver,
     Initialize,
+    Late,
     Locate,
     OpenLink,
     Place,
@@ -107,6 +109,9 @@ class ClientSide:
         self.failovers = 0
         #: the router is stopping: every request gets RouterStopping
         self.stopping = False
+        #: the calls :meth:`abandon` answered, and what each awaited: an answer that
+        #: comes for one later is dropped and counted (:class:`~router.core.effects.Late`)
+        self.abandoned: dict[RequestId, Awaited] = {}
 
     @property
     def authenticate(self) -> Request | None:
@@ -123,15 +128,17 @@ class ClientSide:
 
     # -- from the client ---------------------------------------------------------------------
 
-    def receive_client(self, message: Message) -> Effects:
-        """Route one message from the client."""
+    def receive_client(self, message: Message, claimed: BackendId | None = None) -> Effects:
+        """Route one message from the client; ``claimed``: the home its hinted session id
+        named (:mod:`router.core.hinted_ids`), a guess its locate asks first, if it needs
+        one, and nothing remembers."""
         if isinstance(message, Response):
             return self._client_response(message)
         if isinstance(message, Notification):
             return self._client_notification(message)
-        return self._client_request(message)
+        return self._client_request(message, claimed)
 
-    def _client_request(self, request: Request) -> Effects:
+    def _client_request(self, request: Request, claimed: BackendId | None) -> Effects:
         if self.stopping:
             return (refusal(request.id, RouterStopping()),)
         if _reserved(request.id):
@@ -142,19 +149,19 @@ class ClientSide:
             return (refusal(request.id, error),)
         if self._in_flight() >= self.limits.max_in_flight:
             return (refusal(request.id, TooManyInFlight()),)
-        return self._route_or_hold(request)
+        return self._route_or_hold(request, claimed)
 
-    def _route_or_hold(self, request: Request) -> Effects:
+    def _route_or_hold(self, request: Request, claimed: BackendId | None) -> Effects:
         queue_of = self._held_session(request)
         if queue_of is None:
-            return self._route_request(request)
-        self.calls[request.id] = PendingCall(request, queue_of, held=True)
+            return self._route_request(request, claimed)
+        self.calls[request.id] = PendingCall(request, queue_of, held=True, claimed=claimed)
         self.sessions.wait(queue_of, request)
         return NOTHING
 
-    def _route_request(self, request: Request) -> Effects:
+    def _route_request(self, request: Request, claimed: BackendId | None) -> Effects:
         try:
-            call, effects = self._classify(request)
+            call, effects = self._classify(request, claimed)
         except JsonRpcError as exc:
             return (refusal(request.id, exc),)
         self.calls[request.id] = call
@@ -186,7 +193,7 @@ class ClientSide:
             return None  # read-only, and answered from the pool: it need not wait a failover
         return session_id
 
-    def _classify(self, request: Request) -> tuple[PendingCall, Effects]:
+    def _classify(self, request: Request, claimed: BackendId | None) -> tuple[PendingCall, Effects]:
         method = request.method
         if method == acp.INITIALIZE:
             self.initialize = request
@@ -204,14 +211,17 @@ class ClientSide:
             self._check_room(None)
             return PendingCall(request, None), (Place(request),)
         if method == acp.SESSION_LIST:
+            self._charge_for(request, attached=False)
             return PendingCall(request, None), (AskPool(Query.LIST, request),)
         if method in acp.SESSION_SCOPED:
-            return self._session_request(request)
+            return self._session_request(request, claimed)
         if self.last_backend is None:
             raise MethodNotFound(method)
         return self._forwarded(request, None, self.last_backend)
 
-    def _session_request(self, request: Request) -> tuple[PendingCall, Effects]:
+    def _session_request(
+        self, request: Request, claimed: BackendId | None
+    ) -> tuple[PendingCall, Effects]:
         session_id = acp.session_id_of(request)
         if session_id is None:
             raise InvalidParams(f"{request.method} needs params.sessionId as a string")
@@ -221,7 +231,7 @@ class ClientSide:
                 f" {self.limits.max_session_id_chars} characters"
             )
         backend = self.sessions.backend(session_id)
-        call = PendingCall(request, session_id)
+        call = PendingCall(request, session_id, claimed=claimed)
         if request.method == acp.SESSION_STATUS:
             self._charge_for(request, attached=backend is not None)
             return call, (AskPool(Query.STATUS, request, session_id),)
@@ -232,7 +242,7 @@ class ClientSide:
         elif request.method not in acp.RELEASING:
             raise SessionNotAttached(session_id)
         self._charge_for(request, attached=False)
-        return call, (Locate(request, session_id),)
+        return call, (Locate(request, session_id, claimed=claimed),)
 
     def _charge_for(self, request: Request, *, attached: bool) -> None:
         """Spend one locate of the client's budget, if the request costs one."""
@@ -337,7 +347,7 @@ class ClientSide:
         no link yet, its ``authenticate``) goes to ``backend``."""
         call = self.calls.get(request_id)
         if call is None:  # answered meanwhile (the router is stopping)
-            return NOTHING
+            return self.gone(request_id, "a placement")
         if call.request.method == acp.AUTHENTICATE:
             return self._authenticate(call.request, [backend])
         return self.located(request_id, backend)
@@ -347,7 +357,7 @@ class ClientSide:
         (a link opened ahead elsewhere for it is closed)."""
         call = self.calls.get(request_id)
         if call is None:  # answered meanwhile (the router is stopping)
-            return NOTHING
+            return self.gone(request_id, "a location")
         self.calls[request_id] = replace(call, backend=backend)
         sent = self.send(backend, call.request.text)
         closed = self.links.done(request_id)
@@ -363,7 +373,7 @@ class ClientSide:
     def answer(self, request_id: RequestId, result: Any) -> Effects:
         """The router's own answer to a call in flight (nothing, once it was answered)."""
         if request_id not in self.calls:
-            return (Dropped(f"an answer to {request_id!r}, answered already"),)
+            return self.gone(request_id, "an answer")
         return self.conclude(request_id, (Reply(encode_result(request_id, result), request_id),))
 
     def fail(self, request_id: RequestId, error: JsonRpcError | ErrorObject) -> Effects:
@@ -371,10 +381,18 @@ class ClientSide:
         itself, its quiet end (nothing, once it was answered)."""
         call = self.calls.get(request_id)
         if call is None:
-            return (Dropped(f"an error for {request_id!r}, answered already"),)
+            return self.gone(request_id, "an error")
         if call.internal:
             return self.conclude(request_id, (FailedOver("failed", call.session_id),))
         return self.conclude(request_id, (refusal(request_id, error),))
+
+    def gone(self, request_id: RequestId, what: str) -> Effects:
+        """``what`` came for ``request_id``, which is answered already: late, if
+        :meth:`abandon` answered it (counted once), else just dropped."""
+        kind = self.abandoned.pop(request_id, None)
+        if kind is not None:
+            return (Late(kind),)
+        return (Dropped(f"{what} for {request_id!r}, answered already"),)
 
     def conclude(
         self, request_id: RequestId, answered: Effects, attach_to: BackendId | None = None
@@ -417,8 +435,8 @@ class ClientSide:
                 self.held_notifications -= 1
                 effects += self._client_notification(frame)
             else:
-                del self.calls[frame.id]
-                effects += self._route_or_hold(frame)
+                waited = self.calls.pop(frame.id)
+                effects += self._route_or_hold(frame, waited.claimed)
         return tuple(effects)
 
     # -- the end -------------------------------------------------------------------------------
@@ -434,7 +452,8 @@ class ClientSide:
         """The connection is about to close (the router is stopping, or closes it): cancel
         the prompt turns it leaves running (:meth:`_abandoned_turns`), answer every
         request still in flight with ``error``, held ones included, withdraw every agent
-        request the client was still answering, and refuse every request from now on."""
+        request the client was still answering, and refuse every request from now on. An
+        answer that comes later for a call it answered is :class:`~router.core.effects.Late`."""
         self.stopping = True
         effects: list[Effect] = list(self._abandoned_turns(why, holders))
         self.held_notifications = 0
@@ -442,6 +461,8 @@ class ClientSide:
         self.auth.round = None
         for request_id in list(self.calls):
             call = self.calls.pop(request_id)
+            if call.awaits is not None:
+                self.abandoned[request_id] = call.awaits
             effects += self.links.done(request_id)
             if not call.internal:
                 effects.append(refusal(request_id, error))

@@ -17,7 +17,7 @@ else (docs/architecture.md, "The effects channel"). Four kinds:
   the log): :class:`Attach`, :class:`Detach`, :class:`Learned`, :class:`MovedAway`,
   :class:`Released`,
   :class:`NotThere`, :class:`ResumeSent`, :class:`Resumed`, :class:`FailedOver`,
-  :class:`Dropped`.
+  :class:`Dropped`, :class:`Late`.
 """
 
 from __future__ import annotations
@@ -159,12 +159,15 @@ class Place:
 class Locate:
     """Find where ``session_id`` lives, skipping the backends in ``tried`` (they answered
     this call ``-32002``); then :meth:`~router.core.routes.ClientRoutes.located`, or
-    ``fail``. The router's own calls (a failover's resume) are ``internal``."""
+    ``fail``. The router's own calls (a failover's resume) are ``internal``; ``claimed``
+    is the home the client's hinted id named (:mod:`router.core.hinted_ids`), asked first
+    by this locate only (:attr:`router.core.locate.Snapshot.claimed`)."""
 
     request: Request
     session_id: SessionId
     tried: tuple[BackendId, ...] = ()
     internal: bool = False
+    claimed: BackendId | None = None
 
 
 class Query(enum.Enum):
@@ -284,6 +287,18 @@ class Dropped:
     reason: str
 
 
+#: what a call in flight is waiting on (the ``kind`` label of the late-answer metric)
+Awaited = Literal["status", "list", "locate", "backend"]
+
+
+@dataclass(frozen=True, slots=True)
+class Late:
+    """An answer to a call the connection abandoned (the router is stopping, or closes
+    it) came in: it is dropped quietly, and counted by what the call awaited (``kind``)."""
+
+    kind: Awaited
+
+
 Effect = (
     Reply
     | Notify
@@ -307,6 +322,7 @@ Effect = (
     | Resumed
     | FailedOver
     | Dropped
+    | Late
 )
 
 #: what every entry point of the core returns

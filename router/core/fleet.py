@@ -183,6 +183,7 @@ class Fleet:
                 admin=self.admin.get(b, AdminState.READY),
                 leaving=b in self.leaving,
                 attached=b in attached,
+                mixed=b in self.states and self.states[b].mixed,
             )
             for b in self.ranking.rank(session_id)
         ]

@@ -8,7 +8,7 @@ the process behind it goes on running turns. So it stays in the pool as *unknown
 positive evidence that its process lost its memory, and only two things are:
 
 * it came back as another process (:meth:`Instance.same_process`), seen on the control
-  link or on any client link that opens to it;
+  link, or on a client link that opens to it while the control link is down;
 * no link of any kind to it (the control link, or a client connection's link) has been
   alive for the grace (``control.down_grace_ms``).
 
@@ -20,7 +20,18 @@ closes its copies of the sessions that live elsewhere now
 (:func:`router.core.split_brain.stale_on_return`), then turns up (:class:`Fenced`).
 
 A client link that is alive proves the process is alive, however often the control
-link's reconnects are refused. A backend whose control link is up but whose probes time
+link's reconnects are refused.
+
+A backend's URL must reach one process. A client link that reaches another process than
+the control link while the control link is up (an L4 balancer with several processes
+behind one URL, a rolling update with surge) is reported (:attr:`Transition.mismatch`),
+not taken for a restart: the control link is checked again (a probe), and while its
+process answers, the backend stays up and keeps its hints. It is *mixed* until the
+control link next comes up: the control link's answers speak for its own process only,
+so a ``not found`` from it does not outweigh a session attached here on a live link
+(:func:`router.core.locate.evidence`). A real restart seen first on a client link is
+still one: the old process's control link drops, and the new process it reaches then is
+the restart (:class:`CameUp`). A backend whose control link is up but whose probes time
 out (a frozen process: it accepts TCP and answers nothing) is *silent*: unknown too,
 until it answers something again.
 
@@ -144,6 +155,9 @@ class BackendState:
     fencing: bool = False
     #: while fencing: its control link is up (it is alive, and does not lapse)
     linked: bool = False
+    #: a client link reached another process than the control link's since the control
+    #: link last came up (more than one process behind its URL)
+    mixed: bool = False
 
     @classmethod
     def starting(cls, now: float) -> BackendState:
@@ -182,6 +196,9 @@ class Transition:
     restarted: bool = False
     #: it came back as the same process after it was given up: fence it now
     fence: bool = False
+    #: a client link reached another process than the control link, which is up: report
+    #: it, and probe the control link again (no restart, no demotion)
+    mismatch: bool = False
 
 
 def transition(state: BackendState, event: Event, *, now: float, grace: float) -> Transition:
@@ -215,6 +232,9 @@ def _answered(
 ) -> Transition:
     """A process answered ``initialize``, on the control link or on a client link."""
     restarted = state.instance is not None and not state.instance.same_process(event.instance)
+    if restarted and isinstance(event, ClientLinkUp) and state.health is Health.UP:
+        live = replace(state, live_links=state.live_links + 1, mixed=True)
+        return Transition(live, mismatch=True)
     returned = health is Health.GONE and state.seen and not restarted
     fencing = (returned or state.fencing) and not restarted
     if isinstance(event, CameUp):

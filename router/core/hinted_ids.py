@@ -4,10 +4,12 @@ For a session the router placed, the client gets ``<agent's id>@<home>.<check>``
 is the backend's id (base64url), ``check`` a short checksum of both, so that an agent's
 own id that happens to hold an ``@`` is not taken for a hinted one. Any replica, a fresh
 one after a restart included, reads the home from the id alone and asks that backend
-first: one probe where a cold locate asks the whole pool. The hint is only a guess (the
-session may have moved since), so it is checked like any other hint (an ``active``
-answer from the home, else the fan-out), and a forged one costs its forger one probe:
-no secret is needed.
+first: one probe where a cold locate asks the whole pool. The home is only a claim
+(anyone can make one: no secret is needed, and the session may have moved since), so it
+serves that frame's locate alone (:mod:`router.core.locate`): asked first, believed only
+as far as the home's ``active`` answer, and remembered only once a backend confirms it. A
+forged one plants nothing and costs what any id nobody knows costs: a locate, within its
+sender's budget.
 
 Agents never see these ids: :class:`HintedSessions` opens them on the way in and puts
 them back on the way out, splicing the ``sessionId`` members of the frame's text (as

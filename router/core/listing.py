@@ -26,6 +26,15 @@ _CURSOR_VERSION = 1
 MAX_CWD_CHARS = 4096
 MAX_CURSOR_CHARS = 65_536
 
+#: Whether the probe sent beside each backend's page (to see a frozen one within the
+#: probe timeout) reports an unanswered probe to the pool's health
+#: (:mod:`router.core.health`): it does not. A backend busy with a slow list may answer
+#: nothing else meanwhile (one that reads a large store, or answers its link's frames in
+#: turn), and one client's pages are no evidence for everyone: such a backend is left out
+#: of that page (``_meta.unlistedBackends``) and nothing more. The probes of a locate or
+#: a ``session/status``, and the silent watch, move a backend's health.
+PAGE_PROBES_REPORT = False
+
 
 @dataclass(frozen=True, slots=True)
 class ListPage:

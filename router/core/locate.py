@@ -9,7 +9,10 @@ and decides once it has heard enough; the shell only sends the probes and waits.
 
 The evidence about one backend (:func:`evidence`):
 
-* where the backend answered ``session/status``, its answer wins;
+* where the backend answered ``session/status``, its answer wins (but a backend whose
+  URL was seen to reach more than one process, *mixed*, speaks for its control link's
+  process only: there, a session attached to it through this router on a live link is
+  ``active`` whatever the control link says);
 * where it could not (no ``session/status``, its control link down, the probe timed
   out), a session attached to it through this router on a live link is ``active``
   there: that link proves the process alive, and the session in its memory;
@@ -26,14 +29,20 @@ The rules (docs/routing.md, "Locate"), over that evidence, in rendezvous order:
    resuming elsewhere could run it twice.
 3. No ``active``, some ``inactive`` → the best-ranked backend that knows it.
 4. Nothing known by any backend that can be asked → the backends that cannot be asked:
-   the one this router remembers placing or finding the session on, else the
-   best-ranked of them; each answers ``-32002`` at most once per resume (``tried``),
-   then the next is tried.
+   the one this router remembers placing or finding the session on, else the one the
+   client's hinted id names, else the best-ranked of them; each answers ``-32002`` at
+   most once per resume (``tried``), then the next is tried.
 5. No backend left to try → the best-ranked backend (the rendezvous default) on the
    first try, ``-32002`` after that.
 
 Backends that do not advertise ``session/status`` are never probed; gone ones are not
 in the pool.
+
+A client's hinted id names a home (:mod:`router.core.hinted_ids`): anyone can make one,
+so it is a *claim*, worth what a backend confirms. Where this router has no hint of its
+own, the claim is asked first, as an unconfirmed hint is; but it is no evidence (not
+where the router placed the session, for split brain), and a locate leaves a hint only
+where a probe found the session (:func:`hint_after`): a forged claim plants nothing.
 """
 
 from __future__ import annotations
@@ -105,6 +114,9 @@ class Candidate:
     leaving: bool = False
     #: the session is attached to it through this router, on a link that is alive
     attached: bool = False
+    #: its client links reached another process than its control link
+    #: (:mod:`router.core.health`): its answers speak for one of its processes only
+    mixed: bool = False
 
     @property
     def probeable(self) -> bool:
@@ -134,6 +146,18 @@ class Snapshot:
     stale: frozenset[BackendId] = frozenset()
     #: ask the whole pool, whatever the hint says (an audit; a session seen split lately)
     ask_all: bool = False
+    #: the home the client's hinted id named, for this locate only (a claim, above)
+    claimed: BackendId | None = None
+
+    @property
+    def first_guess(self) -> Hint | None:
+        return first_guess(self.hint, self.claimed)
+
+
+def first_guess(hint: Hint | None, claimed: BackendId | None) -> Hint | None:
+    """What a locate asks first: this router's own hint, else the client's claim (never
+    confirmed: an ``active`` from it is trusted with an audit to follow)."""
+    return hint if hint is not None or claimed is None else Hint(claimed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +186,8 @@ def evidence(candidate: Candidate, answer: ProbeResult | None) -> ProbeResult | 
     """What the router may believe about the session on ``candidate``; None: nothing
     (up, but it cannot be asked)."""
     if answer in (ProbeResult.ACTIVE, ProbeResult.INACTIVE, ProbeResult.NOT_FOUND):
-        return answer
+        # a mixed backend's answer is its control link's process's, not the link's here
+        return ProbeResult.ACTIVE if candidate.mixed and candidate.attached else answer
     if candidate.attached and candidate.health is not Health.GONE:
         return ProbeResult.ACTIVE
     if answer is ProbeResult.UNKNOWN or candidate.health is Health.UNKNOWN:
@@ -205,7 +230,7 @@ class LocateRound:
         self.activity: dict[BackendId, float] = {}
 
     def start(self) -> Ask | Located:
-        hint = self.snapshot.hint
+        hint = self.snapshot.first_guess
         hinted = self._by_id.get(hint.backend) if hint is not None else None
         if (
             hint is not None
@@ -307,7 +332,8 @@ def decide(
                 raise _held_in_maintenance(session_id, candidate.id)
             return Located(candidate.id, Outcome.REMEMBERED)
     fresh = [c for c in serving if not c.draining]
-    blind_fresh = [c for c in fresh if c in blind]
+    # the client's claim first (a stable sort keeps the rank order of the rest)
+    blind_fresh = sorted((c for c in fresh if c in blind), key=lambda c: c.id != snapshot.claimed)
     if blind_fresh:
         return Located(blind_fresh[0].id, Outcome.DEFAULT)
     if tried:
@@ -346,7 +372,12 @@ def _held_in_maintenance(session_id: str, backend: BackendId) -> LocateInconclus
 def hint_after(round_: LocateRound, located: Located) -> float | bool | None:
     """Whether a locate leaves a hint at ``located.backend``, and when a fan-out last
     confirmed it there: the confirmation time (None: never confirmed), or False when
-    the hint it used stays as it was (a hit on a recent confirmation changes nothing)."""
+    the hint table stays as it was: a hit on a recent confirmation changes nothing, and
+    a backend chosen on nobody's word (the rendezvous default, one that cannot be asked,
+    the client's claim) is left to the resume's answer to confirm (a hint then,
+    :func:`hint_after_answer`) or deny."""
+    if located.outcome not in (Outcome.ACTIVE, Outcome.INACTIVE):
+        return False
     if round_.stage is Stage.HIT and round_.checked is None:
         return False
     return round_.checked

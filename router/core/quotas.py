@@ -297,12 +297,12 @@ class ByteBudget:
 
 def costs_a_locate(method: str, *, attached: bool) -> bool:
     """Whether a client request costs one locate of its connection's and its address's
-    budget: one the router answers from the whole pool (``session/status``), or must
-    locate first (a resume, load or close of a session not attached on the connection).
-    A request routed to where its session is attached costs nothing; the router's own
-    calls (a failover's resume, a resume located again after a ``-32002``) are never
-    charged to the client."""
-    if method == acp.SESSION_STATUS:
+    budget: one the router answers from the whole pool (``session/status``, and
+    ``session/list``, whose every page asks every backend), or must locate first (a
+    resume, load or close of a session not attached on the connection). A request routed
+    to where its session is attached costs nothing; the router's own calls (a failover's
+    resume, a resume located again after a ``-32002``) are never charged to the client."""
+    if method in (acp.SESSION_STATUS, acp.SESSION_LIST):
         return True
     return not attached and (method in acp.ATTACHING or method in acp.RELEASING)
 

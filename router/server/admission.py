@@ -35,7 +35,6 @@ from router.server.app_keys import (
     HTTP_FRONT,
     METRICS,
     PLACES,
-    POOL,
     TOKENS,
     UPSTREAM,
 )
@@ -98,7 +97,7 @@ def open_client(
     metrics = app[METRICS]
     metrics.connections.labels("accepted").inc()
     metrics.active_connections.inc()
-    gate = app[GATEKEEPER].gate(address, admission.principal, app[POOL].hint_from_id)
+    gate = app[GATEKEEPER].gate(address, admission.principal)
     connection = ClientConnection(channel, app[UPSTREAM], gate, principal=admission.principal)
     app[CLIENTS].add(connection)
     return connection

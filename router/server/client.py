@@ -39,6 +39,7 @@ from router.core.effects import (
     Effects,
     FailedOver,
     Initialize,
+    Late,
     Learned,
     Locate,
     MovedAway,
@@ -83,7 +84,9 @@ logger = logging.getLogger(__name__)
 SERVICE_RESTART = 1012
 
 #: what the core learned, for the shell to record
-Noted = Learned | MovedAway | Released | NotThere | ResumeSent | Resumed | FailedOver | Dropped
+Noted = (
+    Learned | MovedAway | Released | NotThere | ResumeSent | Resumed | FailedOver | Dropped | Late
+)
 
 
 class ClientChannel(Protocol):
@@ -203,7 +206,7 @@ class ClientConnection:
         if isinstance(passed, Refusal):
             await self._refuse(passed)
             return
-        await self.carry_out(self.routes.receive_client(passed))
+        await self.carry_out(self.routes.receive_client(*passed))
 
     async def _refuse(self, refusal: Refusal) -> None:
         if refusal.text is None:
@@ -266,6 +269,9 @@ class ClientConnection:
                     logger.warning("failover of session %s: %s", session_id, result)
             case Dropped(reason):
                 logger.debug("dropped a frame: %s", reason)
+            case Late(kind):
+                self.metrics.late_answers.labels(kind).inc()
+                logger.debug("dropped a %s answer that came after the connection was closed", kind)
             case _:
                 assert_never(effect)
 
@@ -283,14 +289,14 @@ class ClientConnection:
                     await self.carry_out(self.routes.fail(request.id, exc))
                     return
                 await self.carry_out(self.routes.placed(request.id, backend))
-            case Locate(request, session_id, tried, internal):
+            case Locate(request, session_id, tried, internal, claimed):
                 if internal:
                     logger.info("failing over session %s", session_id)
                 elif not tried:  # the link it will most likely need opens while it runs
-                    likely = self.pool.likely(session_id)
+                    likely = self.pool.likely(session_id, claimed)
                     if likely is not None:
                         await self.carry_out(self.routes.open_ahead(request.id, likely))
-                self._spawn(self._locate(request, session_id, tried), "locate")
+                self._spawn(self._locate(request, session_id, tried, claimed), "locate")
             case AskPool(Query.STATUS, request, session_id):
                 assert session_id is not None
                 self._spawn(
@@ -353,11 +359,15 @@ class ClientConnection:
         await self.carry_out(self.routes.answer(request_id, result))
 
     async def _locate(
-        self, request: Request, session_id: SessionId, tried: tuple[BackendId, ...] = ()
+        self,
+        request: Request,
+        session_id: SessionId,
+        tried: tuple[BackendId, ...] = (),
+        claimed: BackendId | None = None,
     ) -> None:
         log_context.session.set(session_id)
         try:
-            located = await self.upstream.locator.locate(session_id, tried)
+            located = await self.upstream.locator.locate(session_id, tried, claimed)
         except JsonRpcError as exc:
             await self.carry_out(self.routes.fail(request.id, exc))
             return

@@ -154,9 +154,10 @@ class RouterSection(_Section):
     #: closed by the router stopping) is cancelled on its backend (session/cancel),
     #: unless another client connection of this router has the session attached there
     cancel_abandoned_turns: bool = True
-    #: session/resume, load and close of sessions not attached on the connection, and
-    #: session/status (each may ask every backend) per minute, per client connection and
-    #: per address (-32014); what goes to where a session is attached costs nothing
+    #: session/resume, load and close of sessions not attached on the connection,
+    #: session/status and session/list pages (each may ask every backend) per minute, per
+    #: client connection and per address (-32014); what goes to where a session is
+    #: attached costs nothing
     locates_per_minute_per_connection: Annotated[int, Field(gt=0)] = 600
     locates_per_minute_per_address: Annotated[int, Field(gt=0)] = 6000
     #: with [auth], the budget of one token's connections in place of their address's

@@ -21,7 +21,7 @@ from router.core.ownership import Ownership, SessionSeal
 from router.core.quotas import Client, LocateQuota, SessionQuota
 from router.protocol import acp
 from router.protocol.errors import JsonRpcError, TooManyLocates, TooManyNewSessions
-from router.protocol.ids import BackendId, SessionId
+from router.protocol.ids import BackendId
 from router.protocol.jsonrpc import Message, Request, RequestId, encode_error
 from router.server.config import RouterSection
 from router.server.metrics import Metrics
@@ -77,16 +77,16 @@ class Gatekeeper:
         self.hinted_ids = router.hinted_ids
         self.max_sessions = router.max_sessions_per_connection
 
-    def gate(self, address: str, principal: Principal, on_hint: OnHint | None = None) -> Gate:
-        """The gate of one connection from ``address`` under ``principal``; ``on_hint``
-        hears the home a hinted session id names (``router.hinted_ids``)."""
+    def gate(self, address: str, principal: Principal) -> Gate:
+        """The gate of one connection from ``address`` under ``principal``."""
         ownership = Ownership(self.seal, principal) if self.seal is not None else None
         hinted = HintedSessions(2 * self.max_sessions) if self.hinted_ids else None
-        return Gate(self, address, ownership, hinted, on_hint, Client.of(principal, address))
+        return Gate(self, address, ownership, hinted, Client.of(principal, address))
 
 
-#: what the gate tells the pool when a client names a session by a hinted id
-OnHint = Callable[[SessionId, BackendId], None]
+#: a client's message as the router routes it, and the home its hinted session id named
+#: (``router.hinted_ids``): a claim, for the routing core to check, never remembered here
+Passed = tuple[Message, BackendId | None]
 
 
 class Gate:
@@ -96,7 +96,6 @@ class Gate:
         address: str,
         ownership: Ownership | None,
         hinted: HintedSessions | None = None,
-        on_hint: OnHint | None = None,
         client: Client | None = None,
     ) -> None:
         self._keeper = keeper
@@ -105,21 +104,19 @@ class Gate:
         self._client = client or Client("address", address)
         self._ownership = ownership
         self._hinted = hinted
-        self._on_hint = on_hint
         self._locates = keeper.locates.connection_bucket(keeper.clock())
 
-    def inbound(self, message: Message) -> Message | Refusal:
-        """A client's message as the router routes it, or why it goes no further."""
+    def inbound(self, message: Message) -> Passed | Refusal:
+        """A client's message as the router routes it (and the home its hinted session id
+        named), or why it goes no further."""
         try:
             if isinstance(message, Request) and message.method in acp.CREATING:
                 self._count_new_session()
             if self._ownership is not None:
                 message = self._ownership.inbound(message)
             if self._hinted is not None:
-                message, home = self._hinted.inbound(message)
-                if home is not None and self._on_hint is not None:
-                    self._on_hint(SessionId(message.member("params", "sessionId")), home)
-            return message
+                return self._hinted.inbound(message)
+            return message, None
         except JsonRpcError as exc:
             request_id: RequestId | None = message.id if isinstance(message, Request) else None
             text = encode_error(request_id, exc) if request_id is not None else None

@@ -16,7 +16,7 @@ import logging
 import platform
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, get_args
 
 import aiohttp
 import prometheus_client
@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from router import __version__
+from router.core.effects import Awaited
 from router.core.health import Health
 from router.core.locate import AdminState
 from router.core.split_brain import How
@@ -305,6 +306,22 @@ class Metrics:
             ["backend"],
             registry=registry,
         )
+        self.backend_instance_mismatches = Counter(
+            "acp_router_backend_instance_mismatch_total",
+            "Client links that reached another process than the backend's control link (its"
+            " URL reaches more than one process: a balancer, a rolling update with surge)",
+            ["backend"],
+            registry=registry,
+        )
+        self.late_answers = Counter(
+            "acp_router_late_answers_total",
+            "Answers that came after their client connection was closed (the router stopping):"
+            " dropped, by what the call awaited: status, list, locate, backend",
+            ["kind"],
+            registry=registry,
+        )
+        for kind in get_args(Awaited):
+            self.late_answers.labels(kind)
         self.resume_attempts = Counter(
             "acp_router_resume_attempts_total",
             "session/resume and session/load forwarded to a backend, by attempt: first, retry"
@@ -494,6 +511,7 @@ class Metrics:
             for reason in DROP_REASONS:
                 self.backend_frames_dropped.labels(backend, reason)
             self.backend_restarts.labels(backend)
+            self.backend_instance_mismatches.labels(backend)
             for admin in AdminState:
                 self.backend_admin_state.labels(backend, admin.value).set(admin is AdminState.READY)
         for attempt in ("first", "retry"):
@@ -521,6 +539,7 @@ class Metrics:
             self.resumes,
             self.backend_state_changes,
             self.backend_restarts,
+            self.backend_instance_mismatches,
             self.backend_frames_dropped,
         )
 

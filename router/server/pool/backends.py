@@ -36,7 +36,7 @@ from router.core.health import (
     Health,
     Instance,
 )
-from router.core.locate import AdminState, Snapshot, hint_after_answer, lasting
+from router.core.locate import AdminState, Snapshot, first_guess, hint_after_answer, lasting
 from router.core.membership import Member, MembershipChange
 from router.core.placement import Node
 from router.protocol import acp
@@ -278,6 +278,8 @@ class Pool:
         if step.restarted:
             logger.warning("backend %s came back as a new process", backend)
             self.metrics.backend_restarts.labels(backend).inc()
+        if step.mismatch:
+            self._mismatch(backend)
         if heard.now_gone and not before.seen:
             logger.info("backend %s has not been reached since the router started", backend)
         if step.lost_memory:
@@ -292,6 +294,24 @@ class Pool:
             logger.info("backend %s left DNS and is gone: out of the pool", backend)
             self._drop_leaving(backend)
         self._pulse(self.ready_changed)
+
+    def _mismatch(self, backend: BackendId) -> None:
+        """A client link reached another process than ``backend``'s control link
+        (:attr:`router.core.health.Transition.mismatch`): say so, count it, and probe the
+        control link again (a control link whose process is gone, or frozen, turns the
+        backend unknown by itself)."""
+        logger.warning(
+            "backend %s: a client link reached another process than its control link; its"
+            " URL (%s) must reach one process (a balancer or a rolling update behind it?)",
+            backend,
+            self.url(backend),
+        )
+        self.metrics.backend_instance_mismatches.labels(backend).inc()
+        self.spawn(self._recheck(backend), f"recheck-{backend}")
+
+    async def _recheck(self, backend: BackendId) -> None:
+        if await self.prober.alive(backend):
+            logger.info("backend %s: its control link's process answers: it stays up", backend)
 
     def _drop_leaving(self, backend: BackendId) -> None:
         for source, found in self._discovered.items():
@@ -317,11 +337,16 @@ class Pool:
     # -- what a locate starts from -------------------------------------------------------------------
 
     def snapshot(
-        self, session_id: SessionId, tried: tuple[BackendId, ...] = (), *, ask_all: bool = False
+        self,
+        session_id: SessionId,
+        tried: tuple[BackendId, ...] = (),
+        *,
+        ask_all: bool = False,
+        claimed: BackendId | None = None,
     ) -> Snapshot:
         """What a locate of ``session_id`` starts from (:class:`router.core.locate.Snapshot`);
         ``ask_all``: the whole pool is asked (an audit), as it is for a session seen split
-        lately."""
+        lately; ``claimed``: the home the client's hinted id named (a member, or nothing)."""
         directory = self.directory
         candidates = self.fleet.candidates(
             session_id, directory.attached_to(session_id), self._retired, self._clock()
@@ -336,18 +361,23 @@ class Pool:
             directory.absences.probed(session_id),
             directory.stale.get(session_id, frozenset()),
             ask_all or session_id in directory.suspects,
+            self._member(claimed),
         )
 
     def only_backend(self) -> BackendId | None:
         """The pool's one backend, when it has one and it is up and open to sessions."""
         return self.fleet.only_backend(self._clock())
 
-    def likely(self, session_id: SessionId) -> BackendId | None:
-        """Where a resume of ``session_id`` will most likely go (:meth:`Fleet.likely`)."""
+    def likely(self, session_id: SessionId, claimed: BackendId | None = None) -> BackendId | None:
+        """Where a resume of ``session_id`` will most likely go (:meth:`Fleet.likely`);
+        ``claimed``: the home its client's hinted id named."""
         directory = self.directory
-        return self.fleet.likely(
-            session_id, directory.attached_to(session_id), directory.hint(session_id), self._clock()
-        )
+        hint = first_guess(directory.hint(session_id), self._member(claimed))
+        return self.fleet.likely(session_id, directory.attached_to(session_id), hint, self._clock())
+
+    def _member(self, claimed: BackendId | None) -> BackendId | None:
+        """A client's claim, when it names a member of the pool."""
+        return claimed if claimed in self.links else None
 
     def can_list(self, backend: BackendId) -> bool:
         return self.fleet.can_ask(backend, "list")
@@ -373,12 +403,6 @@ class Pool:
         if backend is None:
             raise NoBackendAvailable()
         return backend
-
-    def hint_from_id(self, session_id: SessionId, backend: BackendId) -> None:
-        """A client named ``session_id`` by a hinted id whose home is ``backend``: where
-        this replica has no hint of its own, that home is the first to ask."""
-        if backend in self.links and self.directory.hint(session_id) is None:
-            self.remember(session_id, backend, None)
 
     # -- what client connections report ----------------------------------------------------------
 
@@ -469,6 +493,7 @@ class Pool:
         activity = {b: a.last_activity for b, a in answers.items() if a.last_activity is not None}
         return results, activity
 
-    async def alive(self, backend: BackendId) -> bool:
-        """Whether ``backend`` answers a probe now (a frozen process does not)."""
-        return await self.prober.alive(backend)
+    async def alive(self, backend: BackendId, *, reports: bool = True) -> bool:
+        """Whether ``backend`` answers a probe now (a frozen process does not); unless it
+        ``reports``, a probe that goes unanswered moves nothing of its health."""
+        return await self.prober.alive(backend, reports=reports)

@@ -34,7 +34,8 @@ MAX_CONCURRENT_LOCATES = 256
 MAX_QUEUED = 4096
 
 #: a locate is shared by the resumes of one session that have tried the same backends
-_LocateKey = tuple[SessionId, tuple[BackendId, ...]]
+#: (and name the same home, if any)
+_LocateKey = tuple[SessionId, tuple[BackendId, ...], BackendId | None]
 
 #: the ``outcome`` label of a locate that ended in each of the router's errors
 _FAILED = {
@@ -52,13 +53,20 @@ class Locator:
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_LOCATES)
         self.audit = Audit(pool, healer)
 
-    async def locate(self, session_id: SessionId, tried: tuple[BackendId, ...] = ()) -> Located:
+    async def locate(
+        self,
+        session_id: SessionId,
+        tried: tuple[BackendId, ...] = (),
+        claimed: BackendId | None = None,
+    ) -> Located:
         """Where ``session_id`` should be resumed, skipping the backends in ``tried`` that
-        already answered ``-32002`` to this resume. Concurrent calls share one locate."""
-        key = (session_id, tried)
+        already answered ``-32002`` to this resume; ``claimed``: the home the client's
+        hinted id named (:attr:`router.core.locate.Snapshot.claimed`). Concurrent calls
+        share one locate (those with another claim run their own)."""
+        key = (session_id, tried, claimed)
         task = self._inflight.get(key)
         if task is None:
-            task = asyncio.create_task(self._locate(session_id, tried), name="locate")
+            task = asyncio.create_task(self._locate(*key), name="locate")
             self._inflight[key] = task
             task.add_done_callback(lambda done: self._done(key, done))
         # shield: a caller that goes away must not cancel the locate others wait on
@@ -75,7 +83,9 @@ class Locator:
         if not task.cancelled():
             task.exception()  # retrieved: every waiter may have gone away
 
-    async def _locate(self, session_id: SessionId, tried: tuple[BackendId, ...]) -> Located:
+    async def _locate(
+        self, session_id: SessionId, tried: tuple[BackendId, ...], claimed: BackendId | None
+    ) -> Located:
         # one locate serves every connection waiting on it: it is about the session only
         log_context.connection.set(None)
         log_context.session.set(session_id)
@@ -84,7 +94,7 @@ class Locator:
         outcome = "error"
         try:
             async with self._slots:
-                located = await self._run(session_id, tried)
+                located = await self._run(session_id, tried, claimed)
             outcome = located.outcome.value
             return located
         except (LocateInconclusive, NoBackendAvailable, SessionNotFound) as exc:
@@ -94,8 +104,10 @@ class Locator:
             metrics.locates.labels(outcome).inc()
             metrics.locate_duration.labels(outcome).observe(time.perf_counter() - started)
 
-    async def _run(self, session_id: SessionId, tried: tuple[BackendId, ...]) -> Located:
-        located = await run_round(self._pool, self._healer, session_id, tried)
+    async def _run(
+        self, session_id: SessionId, tried: tuple[BackendId, ...], claimed: BackendId | None
+    ) -> Located:
+        located = await run_round(self._pool, self._healer, session_id, tried, claimed=claimed)
         if located.audit:
             self.audit.request(session_id)
         return located
@@ -108,12 +120,14 @@ async def run_round(
     tried: tuple[BackendId, ...] = (),
     *,
     audit: bool = False,
+    claimed: BackendId | None = None,
 ) -> Located:
     """One locate round, from the pool's snapshot; its metrics, what it learned
     (absences, the hint), and a split brain it saw. An ``audit`` asks the whole pool
-    (the hint left out) and is not a lookup of the hint."""
+    (the hint left out) and is not a lookup of the hint; ``claimed`` is the home a
+    client's hinted id named."""
     settings = pool.settings.cache
-    snapshot = pool.snapshot(session_id, tried, ask_all=audit)
+    snapshot = pool.snapshot(session_id, tried, ask_all=audit, claimed=claimed)
     round_ = LocateRound(snapshot, now=pool.now(), verify_after=settings.verify_seconds)
     try:
         step = round_.start()

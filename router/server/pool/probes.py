@@ -69,8 +69,11 @@ class Prober:
                 self.average[backend] = latency.smoothed(self.average.get(backend), seconds)
         return round_.answers
 
-    async def round(self, targets: list[BackendId], session_id: SessionId) -> fanout.Fanout:
-        """One probe round, and what it says of each backend's health."""
+    async def round(
+        self, targets: list[BackendId], session_id: SessionId, *, reports: bool = True
+    ) -> fanout.Fanout:
+        """One probe round, and what it says of each backend's health (nothing, unless it
+        ``reports``: :data:`router.core.listing.PAGE_PROBES_REPORT`)."""
         round_ = await fanout.probe(
             self.links,
             targets,
@@ -79,6 +82,11 @@ class Prober:
             metrics=self._metrics,
             timeout=self.timeout,
         )
+        if reports:
+            self._report(targets, round_)
+        return round_
+
+    def _report(self, targets: list[BackendId], round_: fanout.Fanout) -> None:
         heard, silent = set(round_.heard), set(round_.silent)
         for backend in targets:
             state = self._fleet.states.get(backend)
@@ -95,14 +103,14 @@ class Prober:
             else:
                 logger.info("backend %s answers again", backend)
             self._on_event(backend, event)
-        return round_
 
-    async def alive(self, backend: BackendId) -> bool:
+    async def alive(self, backend: BackendId, *, reports: bool = True) -> bool:
         """Whether ``backend`` answers a probe (of an id nobody has) within the probe
-        timeout: a frozen process does not."""
+        timeout: a frozen process does not; one that does not ``reports`` its silence
+        only to the caller."""
         if not self._fleet.can_ask(backend, "status"):
             return True  # nothing to ask it with: only its link can tell
-        round_ = await self.round([backend], LIVENESS)
+        round_ = await self.round([backend], LIVENESS, reports=reports)
         return backend in round_.heard
 
     def _start_watch(self, backend: BackendId) -> None:

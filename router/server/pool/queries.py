@@ -56,13 +56,14 @@ class Queries:
     async def _list_one(self, backend: BackendId, params: dict[str, Any]) -> Any:
         """One backend's page. A list may take a while (it may read a store), so it gets
         ``probe.list_timeout_ms``; but a frozen backend is seen within the probe timeout,
-        by a probe sent alongside, and left out (TimeoutError)."""
+        by a probe sent alongside, and left out of this page (TimeoutError), for no one
+        else (:data:`router.core.listing.PAGE_PROBES_REPORT`)."""
         pool = self._pool
         timeout = pool.settings.probe.list_timeout_ms / 1000
         call = pool.links[backend].call(acp.SESSION_LIST, params, timeout=timeout)
         listing_call = asyncio.ensure_future(call)
         try:
-            if not await pool.alive(backend):
+            if not await pool.alive(backend, reports=listing.PAGE_PROBES_REPORT):
                 raise TimeoutError(f"{backend} did not answer a probe")
             response = await listing_call
         finally:
