@@ -278,6 +278,28 @@ async def test_close_leaves_the_session_inactive(client: AcpClient) -> None:
     assert result_of(await client.request("session/close", {"sessionId": session_id})) == {}
 
 
+async def test_a_session_closed_by_another_connection_tells_its_holders_to_resume_again(
+    agent: AgentProcess, client: AcpClient
+) -> None:
+    """A copy closed from elsewhere (a router closing a stale copy over its control link)
+    answers the connections that had it attached -32010, resume it again (what routers
+    and the bridge heal), not -32602, "you never resumed it"."""
+    session_id = await client.new_session()
+    async with AcpClient.connect(agent.url) as closer:
+        await closer.initialize()
+        assert result_of(await closer.request("session/close", {"sessionId": session_id})) == {}
+        # the closer never had it attached: it is told so, as before
+        assert error_of(await closer.prompt(session_id, "hi"))["code"] == -32602
+    moved = error_of(await client.prompt(session_id, "hi"))
+    assert moved["code"] == -32010, moved
+    assert moved["data"]["sessionId"] == session_id
+    assert (
+        result_of(await client.request("session/resume", {"sessionId": session_id, "cwd": "/w"}))
+        == {}
+    )
+    assert result_of(await client.prompt(session_id, "again")) == {"stopReason": "end_turn"}
+
+
 async def test_status_of_an_unknown_session_is_resource_not_found(client: AcpClient) -> None:
     response = await client.status("sess_unknown")
     assert error_of(response) == not_found("sess_unknown")

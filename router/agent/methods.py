@@ -218,7 +218,7 @@ class Agent:
 
     async def close_session(self, connection: Connection, p: dict[str, Any]) -> Any:
         session_id = params.session_id(p)
-        session = self.sessions.remove(session_id)
+        session = self.sessions.remove(session_id, by=connection.id)
         if session is None and not self.store.exists(session_id):
             raise SessionNotFound(session_id)
         if session is not None and session.turn is not None:
@@ -292,6 +292,8 @@ class Agent:
         session = self.sessions.attached(session_id, connection.id)
         if session is not None:
             return session
+        if self.sessions.let_go(session_id, connection.id):
+            raise SessionMoved(session_id)  # it was attached here: resume it again
         if self.sessions.get(session_id) is None and not self.store.exists(session_id):
             raise SessionNotFound(session_id)
         raise InvalidParams(

@@ -116,6 +116,10 @@ class SessionTable:
         self._max_sessions = max_sessions
         self._sessions: dict[str, LiveSession] = {}
         self._open_connections: set[ConnectionId] = set()
+        #: per open connection, the sessions let go of (closed by another connection, or
+        #: taken by another instance) while it had them attached: its next request for one
+        #: is told to resume it again (-32010), not that it never resumed it
+        self._let_go: dict[ConnectionId, set[str]] = {}
 
     def get(self, session_id: str) -> LiveSession | None:
         """The session if it is in memory. No side effects."""
@@ -148,6 +152,7 @@ class SessionTable:
         """Detach a closed connection from every session it was attached to, and cancel
         the turns its prompts started."""
         self._open_connections.discard(connection_id)
+        self._let_go.pop(connection_id, None)
         for session in self:
             if session.turn is not None and session.turn.connection_id == connection_id:
                 session.turn.cancel()
@@ -160,16 +165,29 @@ class SessionTable:
         session.touch()
         if connection_id in self._open_connections:
             session.connections.add(connection_id)
+            self._let_go.get(connection_id, set()).discard(session.session_id)
             _stop_idle_timer(session)
         else:
             self._start_idle_timer_if_idle(session)
 
-    def remove(self, session_id: str) -> LiveSession | None:
-        """Drop a session from memory (it becomes ``inactive``); its turn is left running."""
+    def remove(self, session_id: str, by: ConnectionId | None = None) -> LiveSession | None:
+        """Drop a session from memory (it becomes ``inactive``); its turn is left running.
+        The other connections it was attached to (not ``by``, the one closing it) are told
+        so on their next request for it (:meth:`let_go`)."""
         session = self._sessions.pop(session_id, None)
         if session is not None:
             _stop_idle_timer(session)
+            for connection_id in session.connections - {by}:
+                let_go = self._let_go.setdefault(connection_id, set())
+                if len(let_go) < self._max_sessions:
+                    let_go.add(session_id)
         return session
+
+    def let_go(self, session_id: str, connection_id: ConnectionId) -> bool:
+        """Whether ``session_id`` was let go of while ``connection_id`` had it attached
+        (closed by another connection, or taken by another instance), and not resumed
+        on it since."""
+        return session_id in self._let_go.get(connection_id, ())
 
     def drop_moved(self, session: LiveSession) -> None:
         """Forget ``session``: another instance took it. Its turn, if any, is cancelled."""
