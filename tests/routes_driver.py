@@ -234,9 +234,10 @@ class Client:
 
     # -- the client and its backends ---------------------------------------------------------
 
-    def send(self, text: str) -> Effects:
-        """A frame from the client."""
-        return self.carry_out(self.routes.receive_client(parse(text)))
+    def send(self, text: str, *, observed: bool = False) -> Effects:
+        """A frame from the client (a request the shell ``observed``: its forwards and
+        answer told)."""
+        return self.carry_out(self.routes.receive_client(parse(text), observed))
 
     def backend(self, backend: str, text: str) -> Effects:
         """A frame from ``backend``."""

@@ -46,6 +46,9 @@ class PendingCall:
     held: bool = False
     #: made by the router itself (a failover's resume): its answer is not the client's
     internal: bool = False
+    #: the shell observes it (request log, trace context): its forwards and its answer
+    #: are told (:class:`~router.core.effects.Forwarded`, :class:`~router.core.effects.Answered`)
+    observed: bool = False
 
     def may_attach(self, attached_to: Callable[[SessionId], BackendId | None]) -> bool:
         """Whether its answer may attach a session not attached here now: a

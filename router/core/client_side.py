@@ -37,12 +37,15 @@ from router.core.authentication import Authentication
 from router.core.calls import Charge, Holders, Limits, PendingCall, free
 from router.core.effects import (
     NOTHING,
+    Answered,
     AskPool,
     CancelTurn,
+    Deliver,
     Dropped,
     Effect,
     Effects,
     FailedOver,
+    Forwarded,
     Initialize,
     Locate,
     OpenLink,
@@ -123,40 +126,46 @@ class ClientSide:
 
     # -- from the client ---------------------------------------------------------------------
 
-    def receive_client(self, message: Message) -> Effects:
-        """Route one message from the client."""
+    def receive_client(self, message: Message, observed: bool = False) -> Effects:
+        """Route one message from the client; an ``observed`` request's forwards and
+        answer are told (:class:`~router.core.effects.Forwarded`,
+        :class:`~router.core.effects.Answered`)."""
         if isinstance(message, Response):
             return self._client_response(message)
         if isinstance(message, Notification):
             return self._client_notification(message)
-        return self._client_request(message)
+        return self._client_request(message, observed)
 
-    def _client_request(self, request: Request) -> Effects:
+    def _client_request(self, request: Request, observed: bool) -> Effects:
         if self.stopping:
-            return (refusal(request.id, RouterStopping()),)
+            return self._refused(request, RouterStopping(), observed)
         if _reserved(request.id):
             error = InvalidRequest(f"request ids starting with {RESERVED_ID_PREFIX!r} are reserved")
-            return (refusal(request.id, error),)
+            return self._refused(request, error, observed)
         if request.id in self.calls:
             error = InvalidRequest(f"request id {request.id!r} is already in flight")
-            return (refusal(request.id, error),)
+            return self._refused(request, error, observed)
         if self._in_flight() >= self.limits.max_in_flight:
-            return (refusal(request.id, TooManyInFlight()),)
-        return self._route_or_hold(request)
+            return self._refused(request, TooManyInFlight(), observed)
+        return self._route_or_hold(request, observed)
 
-    def _route_or_hold(self, request: Request) -> Effects:
+    def _route_or_hold(self, request: Request, observed: bool) -> Effects:
         queue_of = self._held_session(request)
         if queue_of is None:
-            return self._route_request(request)
-        self.calls[request.id] = PendingCall(request, queue_of, held=True)
+            return self._route_request(request, observed)
+        self.calls[request.id] = PendingCall(request, queue_of, held=True, observed=observed)
         self.sessions.wait(queue_of, request)
         return NOTHING
 
-    def _route_request(self, request: Request) -> Effects:
+    def _route_request(self, request: Request, observed: bool) -> Effects:
         try:
             call, effects = self._classify(request)
         except JsonRpcError as exc:
-            return (refusal(request.id, exc),)
+            return self._refused(request, exc, observed)
+        if observed:
+            call = replace(call, observed=True)
+            if call.backend is not None:
+                effects = (Forwarded(request, call.backend), *effects)
         self.calls[request.id] = call
         session_id = call.session_id
         if session_id is not None and request.method in acp.ATTACHING:
@@ -164,6 +173,38 @@ class ClientSide:
         elif session_id is not None and request.method in acp.RELEASING:
             self.sessions.close(session_id, request.id)
         return effects
+
+    def _refused(self, request: Request, error: JsonRpcError, observed: bool) -> Effects:
+        """The router's error answer to ``request``, which it does not take in (told, when
+        observed)."""
+        reply = refusal(request.id, error)
+        if not observed:
+            return (reply,)
+        named = acp.session_id_of(request) if request.method in acp.SESSION_SCOPED else None
+        return (reply, Answered(request, self._loggable(named), None, error.code))
+
+    def _answered(self, call: PendingCall, answered: Effects) -> Answered:
+        """What ``answered``, the answer to an observed ``call``, says of it: its error
+        code, and, for a new session, the session's id."""
+        error: int | None = None
+        session_id = call.session_id
+        for effect in answered:
+            if isinstance(effect, Reply):
+                error = effect.error
+            elif isinstance(effect, Deliver) and isinstance(effect.message, Response):
+                response = effect.message
+                if response.error is not None:
+                    error = response.error.code
+                elif session_id is None and call.request.method in acp.CREATING:
+                    made = response.member("result", "sessionId")
+                    session_id = self._loggable(made if isinstance(made, str) else None)
+        return Answered(call.request, session_id, call.backend, error)
+
+    def _loggable(self, session_id: str | None) -> SessionId | None:
+        """``session_id``, unless it is longer than the router routes."""
+        if session_id is None or len(session_id) > self.limits.max_session_id_chars:
+            return None
+        return SessionId(session_id)
 
     def _in_flight(self) -> int:
         return len(self.calls) + self.held_notifications
@@ -350,6 +391,8 @@ class ClientSide:
             return NOTHING
         self.calls[request_id] = replace(call, backend=backend)
         sent = self.send(backend, call.request.text)
+        if call.observed:
+            sent = (Forwarded(call.request, backend), *sent)
         closed = self.links.done(request_id)
         if call.request.method in acp.ATTACHING:
             return (ResumeSent(retry=bool(call.tried)), *sent, *closed)
@@ -385,6 +428,8 @@ class ClientSide:
         frames that waited behind it, in that order."""
         call = self.calls.pop(request_id)
         closed = self.links.done(request_id)
+        if call.observed:
+            answered = (*answered, self._answered(call, answered))
         session_id = call.session_id
         if session_id is None:
             return (*closed, *answered)
@@ -417,8 +462,8 @@ class ClientSide:
                 self.held_notifications -= 1
                 effects += self._client_notification(frame)
             else:
-                del self.calls[frame.id]
-                effects += self._route_or_hold(frame)
+                observed = self.calls.pop(frame.id).observed
+                effects += self._route_or_hold(frame, observed)
         return tuple(effects)
 
     # -- the end -------------------------------------------------------------------------------
@@ -427,7 +472,12 @@ class ClientSide:
         """The client connection is gone: the prompt turns it leaves running are cancelled
         (:meth:`_abandoned_turns`), and every session is detached."""
         cancels = self._abandoned_turns("client_gone", holders)
-        return (*cancels, *self.sessions.detach_all())
+        gone = tuple(
+            Answered(call.request, call.session_id, call.backend, gone=True)
+            for call in self.calls.values()
+            if call.observed
+        )
+        return (*cancels, *self.sessions.detach_all(), *gone)
 
     def abandon(self, error: JsonRpcError, holders: Holders, why: TurnEnd = "stopping") -> Effects:
         """The connection is about to close (the router is stopping, or closes it): cancel
@@ -444,6 +494,8 @@ class ClientSide:
             effects += self.links.done(request_id)
             if not call.internal:
                 effects.append(refusal(request_id, error))
+            if call.observed:
+                effects.append(Answered(call.request, call.session_id, call.backend, error.code))
         for backend in self.links.linked():
             effects += self.agent_requests.withdraw(backend)
         return tuple(effects)

@@ -30,6 +30,7 @@ from typing import Any, Protocol, assert_never
 from aiohttp import WSCloseCode
 
 from router.core.effects import (
+    Answered,
     AskPool,
     Attach,
     AwaitBackend,
@@ -40,6 +41,7 @@ from router.core.effects import (
     Dropped,
     Effects,
     FailedOver,
+    Forwarded,
     Initialize,
     Learned,
     Locate,
@@ -225,6 +227,8 @@ class ClientConnection:
                     self.pool.record((effect,))
                 case Initialize() | Place() | Locate() | AskPool() | AwaitBackend():
                     await self._start(effect)
+                case Forwarded() | Answered():
+                    pass  # told only of the requests the shell observes: none yet
                 case _:
                     self._note(effect)
 
