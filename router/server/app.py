@@ -58,6 +58,7 @@ from router.server.reload import Reloader
 from router.server.shutdown import StopSignals, close_spread, reloading_on_hangup, wait_unless
 from router.server.streamable_http import Entry, HttpFront
 from router.server.tls import backend_context, server_context
+from router.server.tracing import Tracer, tracer_for
 from router.server.websocket import WebSocketChannel
 from router.server.workers import (
     Affinity,
@@ -115,6 +116,8 @@ PLACES = web.AppKey("places", ClientPlaces)
 ADMIN_TOKENS = web.AppKey("admin_tokens", TokenSource)
 #: what ``GET /metrics`` answers: this router's registry, or, in a worker, every worker's
 EXPOSITION: web.AppKey[Callable[[], Awaitable[bytes]]] = web.AppKey("exposition")
+#: where the spans of traced requests come from (router.tracing)
+TRACER: web.AppKey[Tracer] = web.AppKey("tracer")
 
 
 def create_app(
@@ -123,9 +126,12 @@ def create_app(
     *,
     clock: Callable[[], float] = time.monotonic,
     config_path: Path | None = None,
+    tracer: Tracer | None = None,
 ) -> web.Application:
     """The router's application; ``clock`` paces the new-session limits; ``config_path``
-    is the file a reload reads (without one, a reload is refused).
+    is the file a reload reads (without one, a reload is refused); ``tracer`` makes the
+    spans of traced requests (default: as ``router.tracing`` and the ``OTEL_*``
+    environment say, made when the application starts).
 
     Raises:
         ConfigError: a token source, the session secret or a TLS file named in the
@@ -161,6 +167,9 @@ def create_app(
         settings.router.max_connections,
     )
     app[HTTP_FRONT] = HttpFront(settings.router, app[METRICS], _HttpDoor(app))
+    if tracer is not None:
+        app[TRACER] = tracer
+    app.cleanup_ctx.append(_tracer_context)  # first: it sends the spans the rest made
     app.cleanup_ctx.append(_pool_context)
     app.cleanup_ctx.append(_http_context)  # after the pool: its connections end first
     app.on_shutdown.append(_close_clients)
@@ -200,7 +209,7 @@ async def _pool_context(app: web.Application) -> AsyncIterator[None]:
     async with aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0), timeout=timeout
     ) as http:
-        upstream = Upstream.of(app[SETTINGS], app[METRICS], http)
+        upstream = Upstream.of(app[SETTINGS], app[METRICS], http, app[TRACER])
         app[UPSTREAM] = upstream
         app[POOL] = pool = upstream.pool
         discoveries = Discoveries(pool, app[METRICS])
@@ -216,6 +225,19 @@ async def _pool_context(app: web.Application) -> AsyncIterator[None]:
         )
         async with upstream.running(), discoveries.running(app[SETTINGS].discovery):
             yield
+
+
+async def _tracer_context(app: web.Application) -> AsyncIterator[None]:
+    """The tracer, unless one was given: made as the application starts (an exporter's
+    thread with it), and closed last, sending the spans left (off the loop: it blocks)."""
+    if TRACER in app:
+        yield
+        return
+    app[TRACER] = tracer = tracer_for(app[SETTINGS].router.tracing)
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(tracer.close)
 
 
 async def _http_context(app: web.Application) -> AsyncIterator[None]:

@@ -80,6 +80,7 @@ from router.server.gate import Gate, Refusal
 from router.server.metrics import TO_BACKEND, TO_CLIENT, Metrics, error_code_label
 from router.server.pool import waits
 from router.server.pool.upstream import Upstream
+from router.server.request_log import RequestLog
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +140,8 @@ class ClientConnection:
         )
         self.links: dict[BackendId, BackendLink] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        #: the request log and trace context (None: both off, nothing observed)
+        self.requests = RequestLog.of(settings, upstream.tracer)
 
     @property
     def initialized(self) -> bool:
@@ -192,6 +195,11 @@ class ClientConnection:
         if isinstance(passed, Refusal):
             await self._refuse(passed)
             return
+        if self.requests is not None and isinstance(passed, Request):
+            observed = self.requests.arrived(passed)
+            if observed is not None:
+                await self.carry_out(self.routes.receive_client(observed, observed=True))
+                return
         await self.carry_out(self.routes.receive_client(passed))
 
     async def _refuse(self, refusal: Refusal) -> None:
@@ -228,7 +236,8 @@ class ClientConnection:
                 case Initialize() | Place() | Locate() | AskPool() | AwaitBackend():
                     await self._start(effect)
                 case Forwarded() | Answered():
-                    pass  # told only of the requests the shell observes: none yet
+                    assert self.requests is not None  # told only of the requests it observes
+                    self.requests.note(effect)
                 case _:
                     self._note(effect)
 
@@ -347,8 +356,11 @@ class ClientConnection:
         self, request: Request, session_id: SessionId, tried: tuple[BackendId, ...] = ()
     ) -> None:
         log_context.session.set(session_id)
+        locating = self.upstream.locator.locate(session_id, tried)
         try:
-            located = await self.upstream.locator.locate(session_id, tried)
+            if self.requests is not None:
+                locating = self.requests.locate(request, locating)
+            located = await locating
         except JsonRpcError as exc:
             await self.carry_out(self.routes.fail(request.id, exc))
             return
