@@ -104,7 +104,7 @@ def from_environment() -> OtelTracer | None:
 
 def _exporter(name: str) -> SpanExporter | None:
     if name in ("", "none"):
-        logger.info("tracing: OTEL_TRACES_EXPORTER=none: trace ids reach the request log only")
+        logger.debug("tracing: OTEL_TRACES_EXPORTER=none: trace ids reach the request log only")
         return None
     if name == "console":
         return ConsoleSpanExporter()

@@ -126,6 +126,7 @@ def tracer_for(mode: TracingMode) -> Tracer:
 
 def export_wanted() -> int:
     """How loudly to say spans cannot be exported: a warning when the environment names
-    where to send them, else a note (a router installed without the extra)."""
+    where to send them, else at debug level (a router installed without the extra, as
+    most are: the request log still names the traces)."""
     named = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    return logging.WARNING if any(os.environ.get(name) for name in named) else logging.INFO
+    return logging.WARNING if any(os.environ.get(name) for name in named) else logging.DEBUG
