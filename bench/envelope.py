@@ -7,7 +7,7 @@ ACP-shaped frames, in process.
 * ``replace_id`` against decoding with ``json.loads``, setting ``id`` and encoding
   with ``orjson.dumps``.
 
-The frames are built to the sizes of routing-anchors §3.5: a 309 B
+The frames are built to the sizes of ACP traffic (the envelope rows of BENCHMARKS.md): a 309 B
 ``session/update`` chunk, a ~3.7 KB ``session/prompt`` and a ~74 KB history result;
 and two 1 MiB prompts: one text block, and ``[{},{},...]``.
 """

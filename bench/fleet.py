@@ -80,7 +80,8 @@ class Fleet:
         **sections: Mapping[str, RouterOption],
     ) -> contextlib.AbstractAsyncContextManager[Child]:
         """A router in front of ``backends``; ``sections`` add keys to its config's sections
-        (``router={"compression": False}``); ``uvloop`` runs it on uvloop's event loop;
+        (``router={"compression": False}``); ``uvloop`` runs it on uvloop's event loop
+        (``router.event_loop``);
         ``source``: a folder holding another ``router`` package to run instead of this
         one (``--before``: the same bench against an older commit, in the same run)."""
         return _router(self, name, backends, sections, uvloop, source)
@@ -128,23 +129,14 @@ def _agent(
     return _child(root, name, _router_args(args), f"agent {name} listening on ")
 
 
-def _router_args(args: list[str], *, uvloop: bool = False) -> list[str]:
-    start = ["-c", UVLOOP_BOOT] if uvloop else ["-m", "router"]
-    return [*start, "--log-level", "WARNING", *args]
-
-
-#: ``python -m router`` on uvloop's event loop, without the router knowing
-UVLOOP_BOOT = (
-    "import asyncio, runpy, uvloop;"
-    " asyncio.set_event_loop_policy(uvloop.EventLoopPolicy());"
-    " runpy.run_module('router', run_name='__main__', alter_sys=True)"
-)
+def _router_args(args: list[str]) -> list[str]:
+    return ["-m", "router", "--log-level", "WARNING", *args]
 
 
 def uvloop_missing() -> str | None:
     """Why routers cannot run on uvloop in this run, or None when they can."""
     if importlib.util.find_spec("uvloop") is None:
-        return "uvloop is not installed (pip install uvloop; it is in the dev extra)"
+        return "uvloop is not installed (pip install 'acp-router[uvloop]'; the dev extra has it)"
     return None
 
 
@@ -158,8 +150,10 @@ async def _router(
     source: Path | None,
 ) -> AsyncIterator[Child]:
     config = fleet.folder / f"{name}.toml"
+    if uvloop:
+        sections = {**sections, "router": {**sections.get("router", {}), "event_loop": "uvloop"}}
     config.write_text(_config(backends, sections))
-    args = _router_args(["serve", "--config", str(config)], uvloop=uvloop)
+    args = _router_args(["serve", "--config", str(config)])
     if fleet.profile is not None:
         session = fleet.profile / f"{name}.pyisession"
         args = ["-m", "pyinstrument", "--interval", "0.0005", "-o", str(session), *args]

@@ -24,8 +24,8 @@ Each round brings weather, heals it, and counts:
   seconds have passed: the sessions active on two agents then are the round's figure.
 
 It prints a line every 50 rounds and a summary, and exits 1 if any round ended with a
-session active on two agents. ``--failover`` turns the replicas' failover on (off is the
-router's default).
+session active on two agents. ``--no-failover`` turns the replicas' failover off (on is
+the router's default).
 """
 
 from __future__ import annotations
@@ -75,7 +75,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--settle", type=float, default=3.0, help="seconds a split may take to end (3)"
     )
-    parser.add_argument("--failover", action="store_true", help="turn the replicas' failover on")
+    parser.add_argument(
+        "--no-failover",
+        dest="failover",
+        action="store_false",
+        help="turn the replicas' failover off (on is the default)",
+    )
     parser.add_argument(
         "--router-source",
         type=Path,

@@ -5,13 +5,20 @@ The backend is one scripted backend (:mod:`bench.scripted`): it answers a
 ``session/prompt`` at once, so a round trip is the client, the hop and the
 backend's read and write, nothing else (with the reference agent, its own turn
 dilutes the hop: see :mod:`bench.forwarding`). Sides: the client straight to the
-backend, through the forwarder, through the router, and, with ``--before DIR``
-(repeatable), through a router run from another checkout of the package (an older
-commit; named for its folder), in the same rounds.
+backend, through the forwarder, through HAProxy (when installed), through the
+router, through the router on uvloop (``router.event_loop``, when installed), and,
+with ``--before DIR`` (repeatable), through a router run from another checkout of the
+package (an older commit; named for its folder), in the same rounds.
 Per round, every side in rotating order:
 
-* latency: prompts one at a time on one attached session, the sides taking turns
-  prompt by prompt; a side's p50 minus direct's p50 is what its hop adds;
+* consecutive prompts: each side in turn sends a batch of prompts one after
+  another on its warm connection, and the next side starts when it is done; a
+  side's p50 minus direct's p50 is what its hop adds, and the hop's CPU time over
+  the batch, divided by its prompts, is its CPU per request-and-answer round trip.
+  This is the path an editor waits on, each side measured alone (taking turns prompt
+  by prompt, below, adds every process's wake-up to every hop alike);
+* latency, alternating: prompts one at a time, the sides taking turns prompt by
+  prompt (a burst of load from elsewhere falls on all of them alike);
 * CPU per forwarded frame: prompts that each ask the backend to stream
   ``session/update`` notifications as fast as it can, then answer, the hops taking
   turns prompt by prompt; the hop's CPU time (``/proc/<pid>/task/*/schedstat``,
@@ -23,11 +30,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.fleet import Child, Fleet, Scripted
+from bench.fleet import Child, Fleet, Scripted, haproxy_missing, uvloop_missing
 from bench.observe import cpu_time
 from bench.ratios import Budget, Result, Target, micro, percentile, rotated, row
 from bench.wire import AcpSocket, BenchError, prompt_params, resume_params
@@ -38,8 +45,13 @@ ROUTER = "router"
 FORWARDER = "forwarder"
 SESSION = "b0-hop"
 PROMPT = "Say nothing: the backend answers at once."
-ADDED = Target("hop alone: router's added latency <= 1.2x the bare forwarder's (p50)", 1.2)
-CPU = Target("hop alone: router's CPU per forwarded frame <= 1.2x the forwarder's", 1.2)
+HAPROXY = "haproxy"
+UVLOOP = "router on uvloop"
+ADDED = Target(
+    "hop alone: router's added latency on consecutive prompts <= 1.0x the forwarder's (p50)", 1.0
+)
+TRIP = Target("hop alone: router's CPU per request-and-answer <= 1.0x the forwarder's", 1.0)
+CPU = Target("hop alone: router's CPU per streamed update <= 1.0x the forwarder's", 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +64,7 @@ class Side:
 
 @dataclass(frozen=True, slots=True)
 class Sizes:
+    consecutive: int
     latency: int
     prompts: int
     updates: int
@@ -64,6 +77,11 @@ class Sizes:
 
 @dataclass(frozen=True, slots=True)
 class Round:
+    #: p50 of each side's batch of consecutive prompts
+    batch_p50: dict[str, float]
+    #: CPU seconds per request-and-answer round trip, per hop, over its batch
+    trip_cpu: dict[str, float]
+    #: p50 of the prompts alternating between the sides
     p50: dict[str, float]
     #: CPU seconds per forwarded frame, per hop
     cpu: dict[str, float]
@@ -73,6 +91,7 @@ async def run(
     fleet: Fleet, backends: Scripted, budget: Budget, notes: list[str], before: Sequence[Path] = ()
 ) -> list[Result]:
     sizes = Sizes(
+        consecutive=budget.size(2000, 600),
         latency=budget.size(3000, 1000),
         prompts=budget.size(100, 40),
         updates=budget.size(500, 250),
@@ -84,6 +103,17 @@ async def run(
             ROUTER: await stack.enter_async_context(fleet.router("router-hop", pool)),
             FORWARDER: await stack.enter_async_context(fleet.passthrough(backend_url)),
         }
+        missing = haproxy_missing()
+        if missing is None:
+            hops[HAPROXY] = await stack.enter_async_context(fleet.haproxy(backend_url))
+        else:
+            notes.append(f"hop: no HAProxy side: {missing}")
+        missing = uvloop_missing()
+        if missing is None:
+            on_uvloop = fleet.router("router-hop-uvloop", pool, uvloop=True)
+            hops[UVLOOP] = await stack.enter_async_context(on_uvloop)
+        else:
+            notes.append(f"hop: no uvloop side: {missing}")
         for source in before:
             older = fleet.router(f"router-hop-{source.name}", pool, source=source)
             hops[before_name(source)] = await stack.enter_async_context(older)
@@ -97,7 +127,7 @@ async def run(
             sides.append(Side(name, socket, pid))
         for side in sides:  # warm up: code paths hot
             await _latency(side, sizes.latency // 4)
-            await _stream(side, Sizes(0, sizes.prompts // 4, sizes.updates))
+            await _stream(side, Sizes(0, 0, sizes.prompts // 4, sizes.updates))
         rounds = [await _round(sides, sizes, index) for index in range(budget.rounds)]
     return _rows(rounds, list(hops), [before_name(source) for source in before])
 
@@ -108,39 +138,92 @@ def before_name(source: Path) -> str:
 
 
 async def _round(sides: list[Side], sizes: Sizes, index: int) -> Round:
+    batch_p50: dict[str, float] = {}
+    trip_cpu: dict[str, float] = {}
+    for side in rotated(sides, index):
+        batch_p50[side.name], trip = await _consecutive(side, sizes.consecutive)
+        if trip is not None:
+            trip_cpu[side.name] = trip
     latency = await _latencies(rotated(sides, index), sizes.latency)
     hops = [side for side in rotated(sides, index) if side.pid is not None]
     cpu = await _cpu_per_frame(hops, sizes)
-    return Round({name: percentile(samples, 50) for name, samples in latency.items()}, cpu)
+    p50 = {name: percentile(samples, 50) for name, samples in latency.items()}
+    return Round(batch_p50, trip_cpu, p50, cpu)
 
 
 def _rows(rounds: list[Round], hops: list[str], befores: list[str]) -> list[Result]:
-    rows: list[Result] = []
     others = [hop for hop in hops if hop != FORWARDER]
-    for hop in others:
-        added = [(r.p50[hop] - r.p50[DIRECT], r.p50[FORWARDER] - r.p50[DIRECT]) for r in rounds]
-        measure = f"added latency p50, {hop}"
-        target = ADDED if hop == ROUTER else None
-        rows.append(row(BENCH, measure, "the same, forwarder", micro(added), "us", target))
-    for hop in others:
-        cpu = [(r.cpu[hop], r.cpu[FORWARDER]) for r in rounds]
-        target = CPU if hop == ROUTER else None
-        measure = f"CPU per forwarded frame, {hop}"
-        rows.append(row(BENCH, measure, "the same, forwarder", micro(cpu), "us", target))
-    for older in befores:
-        added = [(r.p50[ROUTER] - r.p50[DIRECT], r.p50[older] - r.p50[DIRECT]) for r in rounds]
-        rows.append(
-            row(BENCH, "added latency p50, router", f"the same, {older}", micro(added), "us")
-        )
-    for older in befores:
-        cpu = [(r.cpu[ROUTER], r.cpu[older]) for r in rounds]
-        rows.append(
-            row(BENCH, "CPU per forwarded frame, router", f"the same, {older}", micro(cpu), "us")
-        )
+    consecutive = "added latency p50, consecutive prompts"
+    rows = [
+        *_against(rounds, others, befores, consecutive, _batch_added, ADDED),
+        *_against(rounds, others, befores, "CPU per request-and-answer", _trip_cpu, TRIP),
+        *_against(rounds, others, befores, "added latency p50, prompts alternating",
+                  _alternating_added, None),
+        *_against(rounds, others, befores, "CPU per streamed update", _frame_cpu, CPU),
+    ]  # fmt: skip
+    if UVLOOP in hops:  # what uvloop gains the router: its figures against asyncio's
+        for what, figure in (
+            ("CPU per request-and-answer", _trip_cpu),
+            ("CPU per streamed update", _frame_cpu),
+        ):
+            pairs = [(figure(r, UVLOOP), figure(r, ROUTER)) for r in rounds]
+            rows.append(row(BENCH, f"{what}, {UVLOOP}", "the same, router", micro(pairs), "us"))
     for hop in [*others, FORWARDER]:
-        p50 = [(r.p50[hop], r.p50[DIRECT]) for r in rounds]
-        rows.append(row(BENCH, f"prompt round trip p50, {hop}", DIRECT, micro(p50), "us"))
+        p50 = [(r.batch_p50[hop], r.batch_p50[DIRECT]) for r in rounds]
+        measure = f"prompt round trip p50, consecutive prompts, {hop}"
+        rows.append(row(BENCH, measure, DIRECT, micro(p50), "us"))
     return rows
+
+
+def _against(
+    rounds: list[Round],
+    others: list[str],
+    befores: list[str],
+    what: str,
+    figure: Callable[[Round, str], float],
+    target: Target | None,
+) -> list[Result]:
+    """``what`` (``figure`` of a round and a hop, seconds) of each hop against the
+    forwarder's, then the router's against each older router's."""
+    rows: list[Result] = []
+    for hop in others:
+        pairs = [(figure(r, hop), figure(r, FORWARDER)) for r in rounds]
+        chosen = target if hop == ROUTER else None
+        rows.append(row(BENCH, f"{what}, {hop}", "the same, forwarder", micro(pairs), "us", chosen))
+    for older in befores:
+        pairs = [(figure(r, ROUTER), figure(r, older)) for r in rounds]
+        rows.append(row(BENCH, f"{what}, router", f"the same, {older}", micro(pairs), "us"))
+    return rows
+
+
+def _batch_added(r: Round, hop: str) -> float:
+    return r.batch_p50[hop] - r.batch_p50[DIRECT]
+
+
+def _alternating_added(r: Round, hop: str) -> float:
+    return r.p50[hop] - r.p50[DIRECT]
+
+
+def _trip_cpu(r: Round, hop: str) -> float:
+    return r.trip_cpu[hop]
+
+
+def _frame_cpu(r: Round, hop: str) -> float:
+    return r.cpu[hop]
+
+
+async def _consecutive(side: Side, count: int) -> tuple[float, float | None]:
+    """``count`` prompts one after another on ``side`` alone: their p50 round trip, and
+    the hop's CPU seconds per round trip over the batch (None: direct, no hop)."""
+    params = prompt_params(SESSION, PROMPT)
+    samples = []
+    started_cpu = cpu_time(side.pid) if side.pid is not None else 0.0
+    for _ in range(count):
+        started = time.perf_counter()
+        await side.socket.call("session/prompt", params)
+        samples.append(time.perf_counter() - started)
+    cpu = None if side.pid is None else (cpu_time(side.pid) - started_cpu) / count
+    return percentile(samples, 50), cpu
 
 
 async def _latency(side: Side, count: int) -> list[float]:
@@ -165,7 +248,7 @@ async def _cpu_per_frame(hops: list[Side], sizes: Sizes) -> dict[str, float]:
     """Each hop's CPU seconds per frame it forwarded while prompts streamed updates, the
     hops taking turns prompt by prompt."""
     spent = {side.name: 0.0 for side in hops}
-    one = Sizes(0, 1, sizes.updates)
+    one = Sizes(0, 0, 1, sizes.updates)
     for _ in range(sizes.prompts):
         for side in hops:
             assert side.pid is not None

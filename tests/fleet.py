@@ -21,7 +21,7 @@ from aiohttp import web
 from router.core.health import Health
 from router.protocol.ids import BackendId
 from router.server.accepting import listen
-from router.server.app import GUARD, POOL, UPSTREAM, app_runner, create_app
+from router.server.app import CLIENTS, GUARD, POOL, UPSTREAM, app_runner, create_app
 from router.server.config import Settings, settings_from
 from router.server.metrics import Metrics
 from router.server.pool.backends import Pool
@@ -57,6 +57,14 @@ class RouterUnderTest:
         async with asyncio.timeout(WAIT):
             while sum(self.pool.directory.attached.values()):
                 await self.pool.attached_changed.wait()
+
+    async def wait_clients(self, count: int) -> None:
+        """Wait until exactly ``count`` client connections are open (a connection that
+        has gone is counted out once it has ended in full)."""
+        clients = self.app[CLIENTS]
+        async with asyncio.timeout(WAIT):
+            while len(clients) != count:
+                await clients.changed.wait()
 
     async def wait_pinned(self, pinned: dict[str, int]) -> None:
         """Wait until exactly the client connections in ``pinned`` hold links to each

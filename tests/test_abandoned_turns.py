@@ -1,4 +1,4 @@
-"""A prompt turn whose client is gone is cancelled on its backend (README: Abandoned turns).
+"""A prompt turn whose client is gone is cancelled on its backend (docs/configuration.md: Abandoned turns).
 
 Real routers (in this process, and ``acp-router serve`` subprocesses stopped by SIGTERM),
 real reference agents, real sockets: a client drops mid-turn, or the router stops

@@ -179,6 +179,23 @@ async def test_serve_routes_and_status_answers(tmp_path: Path) -> None:
         assert "Traceback" not in serve.stderr.text, serve.stderr.text
 
 
+async def test_serve_on_uvloop_routes(tmp_path: Path) -> None:
+    async with start_fleet(tmp_path / "store", 1) as agents:
+        router = 'listen = "127.0.0.1:0"\nevent_loop = "uvloop"'
+        config = write_config(tmp_path / "router.toml", router, agents)
+        async with run_cli("serve", "--config", str(config)) as serve:
+            match = re.fullmatch(r"acp-router listening on (ws://\S+/acp)", serve.first_line)
+            assert match is not None, serve.first_line
+            await serve.wait_for_log("event loop: uvloop")
+            await wait_backends_up(serve, agents)
+            async with AcpClient.connect(match.group(1)) as client:
+                await client.initialize()
+                session_id = await client.new_session(CWD)
+                assert await prompted_by(client, session_id) == agents[0].agent_id
+            assert await serve.stop() == 0
+        assert "Traceback" not in serve.stderr.text, serve.stderr.text
+
+
 # -- demo --------------------------------------------------------------------------------------
 
 

@@ -1,62 +1,73 @@
 """The client WebSocket's writer (:class:`router.server.websocket.WebSocketChannel`), on a
-real aiohttp server and client over loopback: a burst of frames written before the event
-loop turns is corked until it turns, a lone frame never is, and every frame arrives whole
-and in order either way.
+real server (the router's own WebSocket on an asyncio server, after websockets' server
+handshake) and an aiohttp client over loopback: the frames a burst leads to (a read that
+brings a backend's several frames at once) are held until that read is done, then
+written at once; a lone frame never is; every frame arrives whole and in order either
+way, and a close lets held frames go first.
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
+from typing import Any, cast
 
 import aiohttp
-import pytest
-from aiohttp import web
+from websockets.protocol import OPEN, Protocol, Side
+from websockets.server import ServerProtocol
 
-from router.server.websocket import WebSocketChannel
+from router.server.metrics import Metrics
+from router.server.websocket import WebSocket, WebSocketChannel, text_frame
+from tests.sockets import KeptTransport, Receiver
 from tests.support import WAIT
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(socket, "TCP_CORK"), reason="TCP_CORK is Linux's: elsewhere nothing is corked"
-)
-
-Writer = Callable[[WebSocketChannel, socket.socket], Awaitable[None]]
+Writer = Callable[[WebSocketChannel], Awaitable[None]]
 
 
-def corked(sock: socket.socket) -> bool:
-    return bool(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK))
+def held(channel: WebSocketChannel) -> int:
+    """Frames the channel's WebSocket holds back until the loop turns."""
+    assert channel.ws is not None
+    return channel.ws.batched
 
 
 @asynccontextmanager
 async def channel_to_client(write: Writer) -> AsyncIterator[aiohttp.ClientWebSocketResponse]:
     """A server whose one WebSocket runs ``write`` with its channel and TCP socket; the
     client's end of that WebSocket."""
-    done = asyncio.Event()
+    writers: set[asyncio.Task[None]] = set()
 
-    async def handler(request: web.Request) -> web.WebSocketResponse:
-        ws = web.WebSocketResponse()
-        await ws.prepare(request)
-        sock = ws.get_extra_info("socket")
-        await write(WebSocketChannel(ws), sock)
-        await done.wait()
-        return ws
+    class Upgrade(asyncio.Protocol):
+        """Reads the client's upgrade, answers it, then hands the connection to a
+        WebSocket whose channel ``write`` gets."""
 
-    app = web.Application()
-    app.router.add_get("/", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
+            self.frames = ServerProtocol()
+
+        def data_received(self, data: bytes) -> None:
+            self.frames.receive_data(data)
+            request = self.frames.events_received()[0]
+            self.frames.send_response(self.frames.accept(request))  # type: ignore[arg-type]
+            channel = WebSocketChannel(Metrics(), lambda _: None)
+            ws = WebSocket(self.frames, channel)
+            self.transport.set_protocol(ws)
+            ws.connection_made(self.transport)
+            ws.flush()
+            channel.attach(ws)
+            writers.add(asyncio.ensure_future(write(channel)))
+
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(Upgrade, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
     try:
         async with aiohttp.ClientSession() as http:
             async with http.ws_connect(f"ws://127.0.0.1:{port}/") as ws:
                 yield ws
-                done.set()
+        await asyncio.gather(*writers)
     finally:
-        await runner.cleanup()
+        server.close()
+        await server.wait_closed()
 
 
 async def received(ws: aiohttp.ClientWebSocketResponse, count: int) -> list[str]:
@@ -67,49 +78,79 @@ async def received(ws: aiohttp.ClientWebSocketResponse, count: int) -> list[str]
     return frames
 
 
-async def test_a_burst_is_corked_until_the_loop_turns_and_arrives_in_order() -> None:
-    seen: list[bool] = []
+class Source(Receiver):
+    """A WebSocket reading a backend's frames (over a transport that goes nowhere): each
+    message it reads is handed to ``handle`` inline, as a link hands its messages to the
+    client connection."""
 
-    async def burst(channel: WebSocketChannel, sock: socket.socket) -> None:
-        for n in range(50):
-            await channel.send(f'{{"n":{n}}}')  # no wait in between: one turn of the loop
-            seen.append(corked(sock))
-        await asyncio.sleep(0)  # the loop turns: the burst is let go
-        await asyncio.sleep(0)
-        seen.append(corked(sock))
+    def __init__(self, handle: Callable[[str], Awaitable[None]]) -> None:
+        self.handle = handle
+        self.ws = WebSocket(Protocol(Side.CLIENT, state=OPEN), self)
+        self.ws.connection_made(KeptTransport())
+
+    def read(self, *texts: str) -> None:
+        """One read that brings ``texts``, one frame each."""
+        self.ws.data_received(b"".join(text_frame(t.encode(), masked=False) for t in texts))
+
+    def received_text(self, text: str) -> Coroutine[Any, Any, None]:
+        return cast(Coroutine[Any, Any, None], self.handle(text))
+
+
+FRAMES = [f'{{"n":{n}}}' for n in range(50)]
+
+
+async def test_a_burst_is_held_until_its_read_is_done_and_arrives_in_order() -> None:
+    seen: list[int] = []
+
+    async def burst(channel: WebSocketChannel) -> None:
+        async def forward(text: str) -> None:
+            await channel.send(text)
+            seen.append(held(channel))
+
+        Source(forward).read(*FRAMES)  # one read, 50 frames
+        seen.append(held(channel))
 
     async with channel_to_client(burst) as ws:
-        assert await received(ws, 50) == [f'{{"n":{n}}}' for n in range(50)]
-    assert seen[0] is False  # the first frame of a turn is never held
-    assert all(seen[1:50])  # the rest of the burst is corked
-    assert seen[50] is False  # and uncorked once the loop has turned
+        assert await received(ws, 50) == FRAMES
+    assert seen[:50] == list(range(1, 51))  # every frame of the burst is held
+    assert seen[50] == 0  # and all are written once the read is done
 
 
-async def test_lone_frames_are_never_corked() -> None:
-    seen: list[bool] = []
+async def test_lone_frames_are_never_held() -> None:
+    seen: list[int] = []
 
-    async def lone(channel: WebSocketChannel, sock: socket.socket) -> None:
-        for n in range(5):
-            await channel.send(f'{{"n":{n}}}')
-            seen.append(corked(sock))
-            await asyncio.sleep(0)  # the loop turns between frames
-            await asyncio.sleep(0)
+    async def lone(channel: WebSocketChannel) -> None:
+        async def forward(text: str) -> None:
+            await channel.send(text)
+            seen.append(held(channel))
+
+        source = Source(forward)
+        for text in FRAMES[:5]:  # one read each
+            source.read(text)
 
     async with channel_to_client(lone) as ws:
-        assert await received(ws, 5) == [f'{{"n":{n}}}' for n in range(5)]
-    assert seen == [False] * 5
+        assert await received(ws, 5) == FRAMES[:5]
+    assert seen == [0] * 5
 
 
-async def test_closing_lets_a_corked_burst_go_first() -> None:
-    async def burst_then_close(channel: WebSocketChannel, sock: socket.socket) -> None:
-        for n in range(3):
-            await channel.send(f'{{"n":{n}}}')
-        assert corked(sock)
-        await channel.close(1012, "stopping")
-        assert not corked(sock)
+async def test_closing_lets_a_held_burst_go_first() -> None:
+    closed = asyncio.Event()
+
+    async def burst_then_close(channel: WebSocketChannel) -> None:
+        async def forward(text: str) -> None:
+            await channel.send(text)
+            if text == FRAMES[2]:
+                assert held(channel) == 3
+                await channel.close(1012, "stopping")
+                assert held(channel) == 0
+                closed.set()
+
+        Source(forward).read(*FRAMES[:3])
+        async with asyncio.timeout(WAIT):
+            await closed.wait()
 
     async with channel_to_client(burst_then_close) as ws:
-        assert await received(ws, 3) == ['{"n":0}', '{"n":1}', '{"n":2}']
+        assert await received(ws, 3) == FRAMES[:3]
         async with asyncio.timeout(WAIT):
             closing = await ws.receive()
         assert closing.type is aiohttp.WSMsgType.CLOSE

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -449,6 +450,23 @@ def test_a_file_that_is_not_utf8(tmp_path: Path) -> None:
     path = tmp_path / "latin1.toml"
     path.write_bytes('[[backends]]\nid = "café"\nurl = "ws://h/acp"\n'.encode("latin-1"))
     assert "not valid TOML" in _load_error(path)
+
+
+def test_the_event_loop_is_asyncio_or_uvloop() -> None:
+    assert settings_from(_with()).router.event_loop == "asyncio"
+    assert settings_from(_with(router={"event_loop": "uvloop"})).router.event_loop == "uvloop"
+    assert _error(_with(router={"event_loop": "trio"})) == (
+        'config: router: \'event_loop\' must be "asyncio" or "uvloop", not the string "trio"'
+    )
+
+
+def test_uvloop_not_installed_is_a_config_error_naming_the_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # as if it were not installed
+    message = _error(_with(router={"event_loop": "uvloop"}))
+    assert message.startswith("config: router: 'event_loop' is \"uvloop\", but uvloop is not")
+    assert "pip install 'acp-router[uvloop]'" in message
 
 
 def test_tracing_and_the_request_log() -> None:

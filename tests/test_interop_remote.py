@@ -195,4 +195,5 @@ async def test_the_sdk_clients_create_prompt_and_load_through_the_router(
             assert allowed == owner
             assert loader.asked == [session_id]
         await router.wait_detached()
+        await router.wait_clients(0)  # each connection counted out once ended in full
         assert router.metric("acp_router_active_connections") == 0

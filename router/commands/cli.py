@@ -365,13 +365,15 @@ def _serve(args: argparse.Namespace) -> int:
 
     from router.server.app import serve
     from router.server.config import load_settings
+    from router.server.loops import runner
 
     settings = load_settings(args.config)
     config_path = Path(args.config)
     role = args.worker_role
     _freeze_the_start()
     if role is not None:
-        asyncio.run(serve(settings, config_path=config_path, worker=role))
+        with runner(settings.router.event_loop) as loop:
+            loop.run(serve(settings, config_path=config_path, worker=role))
         return 0
     if settings.router.workers > 1:
         from router.server.app import announce
@@ -382,7 +384,8 @@ def _serve(args: argparse.Namespace) -> int:
         return asyncio.run(
             serve_workers(settings, announce, config_path=config_path, command=command)
         )
-    asyncio.run(serve(settings, config_path=config_path))
+    with runner(settings.router.event_loop) as loop:
+        loop.run(serve(settings, config_path=config_path))
     return 0
 
 

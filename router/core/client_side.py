@@ -470,7 +470,8 @@ class ClientSide:
 
     def client_gone(self, holders: Holders) -> Effects:
         """The client connection is gone: the prompt turns it leaves running are cancelled
-        (:meth:`_abandoned_turns`), and every session is detached."""
+        (:meth:`_abandoned_turns`: the shell lets the cancels leave on its links before
+        they close), and every session is detached."""
         cancels = self._abandoned_turns("client_gone", holders)
         gone = tuple(
             Answered(call.request, call.session_id, call.backend, gone=True)

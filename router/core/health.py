@@ -1,6 +1,6 @@
 """Whether a backend may still hold sessions in memory, sans-I/O: up, unknown or gone.
 
-Down is not gone, and refused is not gone (design.md, "Routing", rule 4). A backend
+Down is not gone, and refused is not gone (docs/routing.md, "Down is not gone"). A backend
 whose control link is down may still run sessions: an L4 proxy, a Kubernetes Service
 whose endpoint turned unready, or a restarting listener refuses new connections while
 the process behind it goes on running turns. So it stays in the pool as *unknown*

@@ -16,7 +16,7 @@ The evidence about one backend (:func:`evidence`):
 * otherwise a backend that is down but not gone (:mod:`router.core.health`), or that
   did not answer its probe, is *unknown*; one that is up but cannot be asked is blind.
 
-The rules (design.md, "Routing"), over that evidence, in rendezvous order:
+The rules (docs/routing.md, "Locate"), over that evidence, in rendezvous order:
 
 1. Exactly one ``active`` → that backend. Several (split brain) → the home
    :mod:`router.core.split_brain` chooses, and the caller is told which copies are

@@ -2,7 +2,7 @@
 spreading choice for new sessions (:class:`Spread`), sans-I/O.
 
 Every backend gets a score for a session id; the highest score wins, and the full
-order is the session's *ranking* (routing-anchors §2.3). Scores depend only on the
+order is the session's *ranking* (docs/routing.md, "Placement"). Scores depend only on the
 session id, the backend's stable configured id and its weight, so every router
 replica computes the same ranking with no shared state, and adding, removing or
 reweighting one backend only moves the sessions that backend wins or loses.

@@ -1,4 +1,5 @@
-"""The router's aiohttp shell: the front door (:mod:`.app`), one client connection
+"""The router's asyncio shell (its own WebSocket for clients and links, aiohttp for the
+HTTP surfaces): the front door (:mod:`.app`, :mod:`.accepting`), one client connection
 (:mod:`.client`), its links to backends (:mod:`.backend_link`), the pool and its
 control links (:mod:`.pool`, :mod:`.control`), metrics and configuration.
 

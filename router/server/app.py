@@ -25,26 +25,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
-import ssl
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import aiohttp
 from aiohttp import hdrs, web
 from aiohttp.log import access_logger
+from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
+from websockets.http11 import Request as WsRequest
+from websockets.protocol import Protocol
+from websockets.server import ServerProtocol
 
 from router.core.frontdoor import Admitted, Credentials, DoorPolicy
 from router.core.ownership import SessionSeal
 from router.core.quotas import Client, ClientPlaces, ConnectionCounts, Place, Taken
 from router.protocol import acp
 from router.protocol.ids import new_connection_id
-from router.protocol.jsonrpc import reader_limit
-from router.server import log_context, websocket
-from router.server.accepting import ConnectionGuard, listen, take_place
+from router.server import log_context
+from router.server.accepting import (
+    WEBSOCKET,
+    ConnectionGuard,
+    FrontDoor,
+    WebSocketEntry,
+    answer,
+    listen,
+    listen_on,
+    take_place,
+)
 from router.server.admin import Admin
 from router.server.auth import TokenSource, session_secret
 from router.server.client import ClientChannel, ClientConnection
@@ -59,7 +69,7 @@ from router.server.shutdown import StopSignals, close_spread, reloading_on_hangu
 from router.server.streamable_http import Entry, HttpFront
 from router.server.tls import backend_context, server_context
 from router.server.tracing import Tracer, tracer_for
-from router.server.websocket import WebSocketChannel
+from router.server.websocket import FRAMES_LOG, WebSocket, WebSocketChannel, opened
 from router.server.workers import (
     Affinity,
     ParentChannel,
@@ -85,6 +95,20 @@ class OpenClients(set[ClientConnection]):
     def __init__(self) -> None:
         super().__init__()
         self.closes: set[asyncio.Task[None]] = set()
+        #: pulsed whenever a connection is counted in or out
+        self.changed = asyncio.Event()
+
+    def add(self, connection: ClientConnection) -> None:
+        super().add(connection)
+        self._pulse()
+
+    def discard(self, connection: object) -> None:
+        super().discard(connection)
+        self._pulse()
+
+    def _pulse(self) -> None:
+        self.changed.set()
+        self.changed.clear()
 
     def closing(self, close: Coroutine[Any, Any, None]) -> None:
         """Run ``close`` in a task held here until it ends."""
@@ -167,6 +191,7 @@ def create_app(
         settings.router.max_connections,
     )
     app[HTTP_FRONT] = HttpFront(settings.router, app[METRICS], _HttpDoor(app))
+    app[WEBSOCKET] = _websocket_entry(app)
     if tracer is not None:
         app[TRACER] = tracer
     app.cleanup_ctx.append(_tracer_context)  # first: it sends the spans the rest made
@@ -253,23 +278,177 @@ async def _close_clients(app: web.Application) -> None:
 
 
 async def _acp(request: web.Request) -> web.StreamResponse:
-    app = request.app
+    """``GET /acp``: an event stream, or a WebSocket upgrade that came on a connection
+    aiohttp holds (one kept alive after an earlier request; a connection that opens with
+    the upgrade never reaches aiohttp: :func:`_websocket_entry`)."""
     if request.headers.get(hdrs.UPGRADE, "").lower() != "websocket":
-        return await app[HTTP_FRONT].stream(request)
+        return await request.app[HTTP_FRONT].stream(request)
+    transport = request.transport
+    door = transport.get_protocol() if transport is not None else None
+    if transport is None or not isinstance(door, FrontDoor):
+        raise web.HTTPServiceUnavailable(text="the connection has gone\n")
+    accepted = _upgrade(request.app, transport, _head_of(request))
+    if isinstance(accepted, web.Response):
+        return accepted
+    tail = _Tail()
+    request.protocol.set_parser(cast(Any, tail))  # what the client sent after the head
+    served = _serve_client(request.app, transport, accepted, following=tail.data)
+    door.adopt(served)
+    await served.wait_closed()
+    return web.Response()  # the connection is gone: nothing is written
+
+
+class _Tail:
+    """What aiohttp read after an upgrade request's head (``set_parser`` hands it over)."""
+
+    def __init__(self) -> None:
+        self.data = b""
+
+    def feed_data(self, data: bytes) -> tuple[bool, bytes]:
+        self.data += data
+        return False, b""
+
+    def feed_eof(self) -> None:
+        pass
+
+
+def _head_of(request: web.Request) -> bytes:
+    """The head of a request aiohttp read, as it came (near enough: one line per field)."""
+    fields = b"".join(name + b": " + value + b"\r\n" for name, value in request.raw_headers)
+    line = f"{request.method} {request.raw_path} HTTP/1.1\r\n".encode()
+    return line + fields + b"\r\n"
+
+
+def _websocket_entry(app: web.Application) -> WebSocketEntry:
+    """How a connection that opens with a WebSocket upgrade of ``/acp`` is served (the
+    front door hands it over with the bytes read so far): a refusal is answered and the
+    connection closed."""
+
+    def entry(transport: asyncio.Transport, data: bytes) -> asyncio.BaseProtocol | None:
+        cut = data.find(b"\r\n\r\n") + 4  # the head; frames that follow are read once open
+        accepted = _upgrade(app, transport, data[:cut])
+        if not isinstance(accepted, web.Response):
+            return _serve_client(app, transport, accepted, following=data[cut:])
+        answer(transport, accepted.status, accepted.text or "", _extra_headers(accepted))
+        return None
+
+    return entry
+
+
+def _extra_headers(response: web.Response) -> dict[str, str]:
+    skip = {hdrs.CONTENT_TYPE, hdrs.CONTENT_LENGTH}
+    return {name: value for name, value in response.headers.items() if name not in skip}
+
+
+class Upgraded(NamedTuple):
+    """An accepted WebSocket upgrade, to serve."""
+
+    frames: Protocol  # the connection's protocol, open
+    switching: bytes  # the ``101`` to write
+    admission: Admitted
+    address: str
+    #: the client connection's place (given back when the connection ends)
+    place: Place
+
+
+def _upgrade(
+    app: web.Application, transport: asyncio.Transport, head: bytes
+) -> Upgraded | web.Response:
+    """Decide on a WebSocket upgrade of ``/acp`` whose request head is ``head``: the
+    connection's protocol (open), the ``101`` to write, the door's admission and the
+    client's address (counted against the limits), or the refusal to answer.
+
+    The checks, in order: draining (503), the door's (``Origin``: 403, token: 401), the
+    connection limits (429, 503), then the upgrade itself (426 when it is not a valid
+    WebSocket handshake).
+    """
+    settings = app[SETTINGS].router
+    extensions = [ServerPerMessageDeflateFactory()] if settings.compression else None
+    frames = ServerProtocol(
+        max_size=settings.max_message_bytes, extensions=extensions, logger=FRAMES_LOG
+    )
+    frames.receive_data(head)
+    events = frames.events_received()
+    if not events or not isinstance(events[0], WsRequest):
+        return web.Response(status=400, text="not an HTTP request the router reads\n")
+    upgrade = events[0]
+    peer = transport.get_extra_info("peername")
+    address = str(peer[0]) if peer else "unknown"
     refused = _draining(app)
     if refused is not None:
         return refused
-    admission = _admit(request)
+    admission = _admit(app, _field(upgrade, "Origin"), _field(upgrade, "Authorization"), address)
     if not isinstance(admission, Admitted):
         return admission
-    address = request.remote or "unknown"
     place = _take_place(app, admission, address)
     if isinstance(place, web.Response):
         return place
-    try:
-        return await _serve_client(request, admission, address)
-    finally:
+    response = frames.accept(upgrade)
+    if response.status_code != 101:
         app[PLACES].give_back(place)
+        app[METRICS].connections.labels("not_websocket").inc()
+        return web.Response(
+            status=426, text="ACP speaks WebSocket here: connect with ws://.../acp\n"
+        )
+    response.headers[acp.CONNECTION_ID_HEADER] = new_connection_id()  # as the RFD says
+    frames.send_response(response)
+    return Upgraded(opened(frames), b"".join(frames.data_to_send()), admission, address, place)
+
+
+def _field(request: WsRequest, name: str) -> str | None:
+    """A header's first value (as aiohttp's ``headers.get`` reads it), or None."""
+    values = request.headers.get_all(name)
+    return values[0] if values else None
+
+
+def _serve_client(
+    app: web.Application, transport: asyncio.Transport, upgraded: Upgraded, *, following: bytes
+) -> WebSocket:
+    """A client connection on an accepted upgrade, and its WebSocket: closing it ends the
+    connection (:func:`_client_gone`). ``following``: what the client sent after its
+    request (frames it did not wait to send)."""
+    settings = app[SETTINGS].router
+    place = upgraded.place
+    channel = WebSocketChannel(app[METRICS], lambda gone: _client_gone(app, gone, place))
+    ws = WebSocket(upgraded.frames, channel)
+    ws.connection_made(transport)
+    transport.write(upgraded.switching)
+    channel.attach(ws)
+    log_context.new_connection()
+    connection = channel.connection = _open_client(
+        app, channel, upgraded.admission, upgraded.address
+    )
+    # a timer, not a task: nothing waits on the connection's behalf while it is fine
+    channel.deadline = asyncio.get_running_loop().call_later(
+        settings.initialize_timeout_ms / 1000,
+        _initialize_deadline_passed,
+        app,
+        connection,
+        settings.initialize_timeout_ms,
+    )
+    if following:
+        ws.data_received(following)
+    return ws
+
+
+def _client_gone(app: web.Application, channel: WebSocketChannel, place: Place) -> None:
+    """A client's WebSocket is gone: end its connection (in a task the clients' set
+    owns: the connection stops its own tasks and links first), and free its place."""
+    connection = channel.connection
+    if channel.deadline is not None:
+        channel.deadline.cancel()
+    if connection is None:
+        app[PLACES].give_back(place)
+        return
+
+    async def end() -> None:
+        try:
+            await connection.ended()
+        finally:
+            _close_client(app, connection)
+            app[PLACES].give_back(place)
+
+    app[CLIENTS].closing(end())
 
 
 async def _acp_post(request: web.Request) -> web.StreamResponse:
@@ -299,16 +478,19 @@ def _draining(app: web.Application) -> web.Response | None:
     return web.Response(status=503, text="draining: connect to another replica\n")
 
 
-def _admit(request: web.Request, *, opening: bool = True) -> Admitted | web.Response:
-    """The door's decision on this upgrade (``opening``: a new connection), counted; a
-    refusal is the response to send. A request of an open HTTP connection counts only
-    its refusals, under ``acp_router_auth_total``."""
-    app = request.app
-    admission = app[DOOR].admit(
-        request.headers.get(hdrs.ORIGIN),
-        request.headers.get(hdrs.AUTHORIZATION),
-        app[TOKENS].credentials,
-    )
+def _admit(
+    app: web.Application,
+    origin: str | None,
+    authorization: str | None,
+    address: str,
+    *,
+    opening: bool = True,
+) -> Admitted | web.Response:
+    """The door's decision on a request with these ``Origin`` and ``Authorization``
+    headers from ``address`` (``opening``: a new connection), counted; a refusal is the
+    response to send. A request of an open HTTP connection counts only its refusals,
+    under ``acp_router_auth_total``."""
+    admission = app[DOOR].admit(origin, authorization, app[TOKENS].credentials)
     metrics = app[METRICS]
     if isinstance(admission, Admitted):
         if opening:
@@ -318,49 +500,9 @@ def _admit(request: web.Request, *, opening: bool = True) -> Admitted | web.Resp
         metrics.auth.labels(admission.auth.value).inc()
     if opening:
         metrics.connections.labels(admission.reason).inc()
-    logger.debug("refused a client from %s: %s", request.remote, admission.reason)
+    logger.debug("refused a client from %s: %s", address, admission.reason)
     headers = {hdrs.WWW_AUTHENTICATE: "Bearer"} if admission.status == 401 else None
     return web.Response(status=admission.status, text=admission.text, headers=headers)
-
-
-async def _serve_client(
-    request: web.Request, admission: Admitted, address: str
-) -> web.StreamResponse:
-    app = request.app
-    metrics = app[METRICS]
-    settings = app[SETTINGS].router
-    ws = websocket.ClientWebSocket(
-        max_msg_size=reader_limit(settings.max_message_bytes),
-        heartbeat=30.0,
-        autoping=True,
-        compress=settings.compression,
-    )
-    if not ws.can_prepare(request).ok:
-        metrics.connections.labels("not_websocket").inc()
-        return web.Response(
-            status=426, text="ACP speaks WebSocket here: connect with ws://.../acp\n"
-        )
-    ws.headers[acp.CONNECTION_ID_HEADER] = new_connection_id()  # on the 101, as the RFD says
-    await ws.prepare(request)
-    log_context.new_connection()
-    connection = _open_client(app, WebSocketChannel(ws), admission, address)
-    # a timer, not a task: nothing waits on the connection's behalf while it is fine
-    deadline = asyncio.get_running_loop().call_later(
-        settings.initialize_timeout_ms / 1000,
-        _initialize_deadline_passed,
-        app,
-        connection,
-        settings.initialize_timeout_ms,
-    )
-    try:
-        await websocket.pump(ws, connection, metrics)
-    except Exception:  # the one boundary catch of a connection: log it, close 1011
-        logger.exception("client connection failed")
-        await ws.close(code=aiohttp.WSCloseCode.INTERNAL_ERROR)
-    finally:
-        deadline.cancel()
-        _close_client(app, connection)
-    return ws
 
 
 def _open_client(
@@ -394,7 +536,11 @@ class _HttpDoor:
         self.app = app
 
     def admit(self, request: web.Request) -> Admitted | web.Response:
-        return _admit(request, opening=False)
+        origin, authorization = (
+            request.headers.get(hdrs.ORIGIN),
+            request.headers.get(hdrs.AUTHORIZATION),
+        )
+        return _admit(self.app, origin, authorization, request.remote or "unknown", opening=False)
 
     def enter(self, request: web.Request, admission: Admitted) -> Entry | web.Response:
         app = self.app
@@ -496,7 +642,7 @@ async def serve(
             if worker is not None and affinity is not None:
                 await stack.enter_async_context(affinity)
                 await ready_to_serve(app[POOL], settings.router.connect_timeout_ms / 1000)
-                await _listen_on(runner, app[GUARD], worker.listening_sockets(), tls)
+                await listen_on(runner, app[GUARD], worker.listening_sockets(), tls)
                 await stack.enter_async_context(serving_siblings(worker, _sibling_app(app)))
                 channel = await stack.enter_async_context(ParentChannel(worker))
                 on_listening = channel.listening
@@ -509,6 +655,8 @@ async def serve(
                     "no [auth] section: any client that reaches %s may use the agents", host
                 )
             await stack.enter_async_context(reloading_on_hangup(app[RELOADER].reload))
+            loop = type(asyncio.get_running_loop())
+            logger.info("event loop: %s (%s)", loop.__module__.partition(".")[0], loop.__name__)
             scheme = "ws" if tls is None else "wss"
             on_listening(f"{scheme}://{host}:{runner.addresses[0][1]}/acp")
             await signals.stop.wait()
@@ -555,20 +703,6 @@ def _sibling_app(app: web.Application) -> web.Application:
 
 async def _acp_stream(request: web.Request) -> web.StreamResponse:
     return await request.app[HTTP_FRONT].stream(request)
-
-
-async def _listen_on(
-    runner: web.AppRunner,
-    guard: ConnectionGuard,
-    sockets: Sequence[socket.socket],
-    tls: ssl.SSLContext | None,
-) -> None:
-    """Serve on listening sockets made elsewhere (a worker's, from its parent), with
-    ``guard`` on every connection, as :func:`router.server.accepting.listen` does."""
-    assert runner.server is not None, "set the runner up first"
-    guard.install(runner.server)
-    for sock in sockets:
-        await web.SockSite(runner, sock, ssl_context=tls).start()
 
 
 def app_runner(app: web.Application, **kwargs: Any) -> web.AppRunner:

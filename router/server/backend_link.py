@@ -1,24 +1,21 @@
 """A client connection's link to one backend.
 
-A link is opened on first use: it connects, replays the client's ``initialize``
-(with the negotiated protocol version) and ``authenticate``, then forwards frames.
-One deadline (``router.connect_timeout_ms``) covers the TCP connect, the WebSocket
-upgrade and the replayed handshake.
+A link is opened on first use (:meth:`BackendLink.open`): it connects, replays the
+client's ``initialize`` (with the negotiated protocol version) and ``authenticate``,
+then forwards frames. One deadline (``router.connect_timeout_ms``) covers the TCP
+connect, the WebSocket upgrade and the replayed handshake. The opening runs in the
+connection's task; once open, the link lives on its socket's callbacks
+(:class:`~router.server.websocket.WebSocket`): an idle link holds no task. Each frame
+from the backend is handed to ``on_message`` as it is read, and when the socket is gone
+``on_end`` is told why, once.
 
-A frame for the backend (:meth:`BackendLink.forward`) is written at once when the
-link is open, nothing is queued ahead of it and the socket takes it whole without
-waiting (its send buffer is empty and the frame is well under the buffer's limit);
-otherwise it goes into the link's own bounded :class:`~router.outbox.Outbox`, and a writer task,
-started then and ended once the outbox is empty, sends the queued frames in order.
-Either way frames leave in the order they were offered, and whoever offers one (the
-client's read loop) never waits on this backend. A backend that does not read fast
-enough fills its outbox, and the link is closed: the connection answers exactly the
-requests routed here, and nothing else.
-
-When the client connection ends (its task for the link is cancelled, not :meth:`close`),
-what was queued last (the router's ``session/cancel`` of a turn the client left) is still
-sent, for up to :data:`FLUSH_TIMEOUT`, before the socket closes; :meth:`BackendLink.sent`
-waits for the same while the link stays open (the router stopping, before its 1012).
+A frame for the backend (:meth:`BackendLink.forward`) is written to the socket at once
+when the link is open and its transport takes more; otherwise it goes into the link's
+own bounded :class:`~router.outbox.Outbox`, which the transport takes from, in order,
+as its buffer drains. Either way frames leave in the order they were offered, and
+whoever offers one (the client's read loop) never waits on this backend. A backend that
+does not read fast enough fills its outbox, and the link is closed: the connection
+answers exactly the requests routed here, and nothing else.
 """
 
 from __future__ import annotations
@@ -27,20 +24,25 @@ import asyncio
 import contextlib
 import logging
 import ssl
-from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
 
-import aiohttp
+from websockets.client import ClientProtocol
+from websockets.exceptions import PayloadTooBig
+from websockets.protocol import OPEN
+from websockets.uri import parse_uri
 
 from router.outbox import Outbox
 from router.protocol import acp
 from router.protocol.errors import BackendLinkLost, HandshakeRefused
 from router.protocol.ids import BackendId
-from router.protocol.jsonrpc import Message, Request, Response, reader_limit
+from router.protocol.jsonrpc import Message, Request, Response
 from router.protocol.splice import replace_id, replace_param
-from router.server.faults import FOREIGN_FAILURES, backend_faults, describe
+from router.server.faults import FOREIGN_FAILURES, describe
 from router.server.metrics import Metrics
-from router.server.wire import messages, read
+from router.server.websocket import FRAMES_LOG, WebSocket
+from router.server.wire import TOO_BIG, read_text
 
 logger = logging.getLogger(__name__)
 
@@ -55,14 +57,15 @@ OUTBOX_FRAMES = 4096
 CLOSE_TIMEOUT = 1.0
 
 #: How long the frames queued on a link may take to leave when its client connection
-#: ends (a ``session/cancel`` among them), before the link closes anyway.
+#: ends (the router's ``session/cancel`` of a turn the client left among them), before
+#: the link closes anyway.
 FLUSH_TIMEOUT = 1.0
 
-#: Longest frame (characters) written at once rather than queued: even at 4 bytes a
-#: character it stays under a quarter of asyncio's default write-buffer limit (64 KiB),
-#: so writing it into an empty send buffer can never pause the transport, and so never
-#: makes the writer wait.
-DIRECT_CHARS = 4096
+#: the close code a link is given up with (a normal closure, as it always was)
+NORMAL_CLOSURE = 1000
+
+#: what an open link that ended calls: with the link and why it ended
+Ended = Callable[["BackendLink", str], None]
 
 
 def replayed_initialize(client_initialize: Request) -> str:
@@ -77,48 +80,78 @@ def replayed_authenticate(client_authenticate: Request) -> str:
     return replace_id(client_authenticate.text, HANDSHAKE_AUTHENTICATE)
 
 
+@dataclass(slots=True)
+class _Handshake:
+    """The replayed handshake in progress: the answer expected next, and what follows."""
+
+    expected: str
+    authenticate: Request | None
+    on_open: Callable[[Any], None]
+    done: asyncio.Future[None]
+    result: Any = None
+
+
 class BackendLink:
     """One client connection's WebSocket to one backend."""
+
+    __slots__ = (
+        "_cancelled",
+        "_closed",
+        "_connect_timeout",
+        "_handshake",
+        "_inline",
+        "_max_message_bytes",
+        "_metrics",
+        "_on_end",
+        "_on_message",
+        "_outbox",
+        "_task",
+        "_tls",
+        "_ws",
+        "backend",
+        "ended",
+        "url",
+    )
 
     def __init__(
         self,
         backend: BackendId,
         url: str,
-        http: aiohttp.ClientSession,
         metrics: Metrics,
         *,
         max_message_bytes: int,
         connect_timeout: float,
         tls: ssl.SSLContext | None = None,
+        inline: bool = True,
     ) -> None:
         self.backend = backend
+        #: whether ``on_message`` may run inline, outside a task (:mod:`router.server.inline`)
+        self._inline = inline
         self._metrics = metrics
         self.url = url
         self._tls = tls
-        self._http = http
         self._max_message_bytes = max_message_bytes
         self._connect_timeout = connect_timeout
         self._outbox = Outbox(OUTBOX_FRAMES, 2 * max_message_bytes)
         #: why the link takes no more frames; None while it does
         self.ended: str | None = None
-        #: the task running :meth:`run` (the connection's task for this link); closing the
-        #: link from elsewhere cancels it (no task of the link's own: a task is ~1.5 KiB
-        #: of every idle connection)
+        #: the task running :meth:`open`, while it runs; :meth:`close` cancels it
         self._task: asyncio.Task[Any] | None = None
         #: :meth:`close` was called: the link is lost, not ended by the backend
         self._closed = False
         #: :meth:`close` cancelled :attr:`_task` (once)
         self._cancelled = False
-        #: the link reads no more and is closing its socket: nothing left for
-        #: :meth:`close` to stop
-        self._finishing = False
-        #: the socket, once the handshake is done (frames may be written to it then)
-        self._ws: aiohttp.ClientWebSocketResponse | None = None
-        #: its transport, to see that nothing waits in its send buffer (None: unknown,
-        #: every frame goes through the outbox)
-        self._transport: asyncio.WriteTransport | None = None
-        #: the task sending the outbox, while frames wait in it
-        self._writer: asyncio.Task[None] | None = None
+        #: the socket, once connected
+        self._ws: WebSocket | None = None
+        #: the replayed handshake, while it runs (None once the link is open)
+        self._handshake: _Handshake | None = None
+        self._on_message: Callable[[Message], Coroutine[Any, Any, None] | None] | None = None
+        self._on_end: Ended | None = None
+
+    @property
+    def is_open(self) -> bool:
+        """Whether frames go to the backend now (the handshake is done)."""
+        return self._ws is not None and self._handshake is None and self._on_end is not None
 
     def offer(self, text: str) -> bool:
         """Queue one frame for the backend, never waiting; frames leave in offer order.
@@ -132,244 +165,235 @@ class BackendLink:
         if not self._outbox.put(text):
             self.close("the backend is not reading fast enough (its outbox is full)")
             return False
-        if self._ws is not None and self._writer is None:
-            self._start_writer(self._ws)
+        self._flush()
         return True
-
-    def _start_writer(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        """The task that sends the outbox, while frames wait in it."""
-        self._writer = asyncio.create_task(self._write(ws), name=f"link-writer-{self.backend}")
 
     async def forward(self, text: str) -> bool:
-        """:meth:`offer`, but the frame is written at once when the socket takes it
-        without waiting and nothing is queued ahead of it (no task switch, no copy
-        into the outbox); the same answer as :meth:`offer`.
-
-        It never waits either: the write goes into an empty send buffer and is far below
-        its limit (:data:`DIRECT_CHARS`), so the transport is not paused and aiohttp
-        returns without awaiting a drain.
-        """
-        ws, transport = self._ws, self._transport
-        if (
-            ws is None
-            or transport is None
-            or self._writer is not None
-            or self.ended is not None
-            or len(text) > DIRECT_CHARS
-            or transport.get_write_buffer_size()
-        ):
+        """:meth:`offer`, written straight to the socket when nothing waits in the
+        outbox and the transport takes more; the same answer as :meth:`offer`."""
+        ws = self._ws
+        if ws is None or ws.paused or self._outbox or not self.is_open or self.ended is not None:
             return self.offer(text)
-        try:  # what backend_faults does, without a context manager per frame
-            await ws.send_str(text)
-        except FOREIGN_FAILURES as exc:
-            self.close(f"sending failed: {describe(exc)}")
-            return False
-        return True
+        if ws.send(text):
+            return True
+        self.close("sending failed: the connection is closing")
+        return False
+
+    def _flush(self) -> None:
+        """Write what waits in the outbox while the transport takes more."""
+        ws = self._ws
+        if ws is None or not self.is_open:
+            return
+        while not ws.paused and (text := self._outbox.take()) is not None:
+            if not ws.send(text):
+                self.close("sending failed: the connection is closing")
+                return
 
     def close(self, reason: str) -> None:
-        """Take no more frames and stop the link (:meth:`run` then ends); idempotent.
-
-        From another task, this cancels the task running :meth:`run` (it raises
-        :class:`BackendLinkLost`); from that task itself (a frame it routed led here), the
-        link stops once that frame is handled, with no cancellation left pending.
-        """
+        """Take no more frames and stop the link; idempotent. ``on_end`` hears of it
+        once the socket is gone (an open link); a link still opening makes :meth:`open`
+        raise :class:`BackendLinkLost` (its task is cancelled, unless this is it)."""
         if self.ended is None:
             self.ended = reason
         self._closed = True
         task = self._task
-        if (
-            task is not None
-            and not self._cancelled
-            and not self._finishing
-            and task is not asyncio.current_task()
-        ):
+        if task is not None and not self._cancelled and task is not asyncio.current_task():
             self._cancelled = True
             task.cancel()
+        if self._ws is not None:
+            self._ws.close(NORMAL_CLOSURE, timeout=CLOSE_TIMEOUT)
 
     async def sent(self, timeout: float = FLUSH_TIMEOUT) -> None:
-        """Wait, up to ``timeout`` seconds, until the frames queued so far have left (on a
-        link not open yet they wait for its handshake: nothing to wait for here)."""
-        writer = self._writer
-        if writer is not None and timeout > 0:
-            await asyncio.wait((writer,), timeout=timeout)
+        """Wait, up to ``timeout`` seconds, until what is queued on the link has left: its
+        outbox is empty and its socket's send buffer has drained (the link is about to
+        close: the client connection ended, or the router stops)."""
+        ws = self._ws
+        if ws is None or ws.transport is None or not self.is_open or timeout <= 0:
+            return
+        # writing pauses at once and resumes only once the buffer is empty: drained()
+        # waits for that (the link closes next, so the limits need not come back)
+        ws.transport.set_write_buffer_limits(high=0, low=0)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while not ws.lost:
+                    await ws.drained()
+                    if not self._outbox:
+                        return
+                    self._flush()
 
-    async def run(
+    async def open(
         self,
         initialize: Request,
         authenticate: Request | None,
-        on_message: Callable[[Message], Awaitable[None]],
+        on_message: Callable[[Message], Coroutine[Any, Any, None] | None],
+        on_end: Ended,
         on_open: Callable[[Any], None] = lambda result: None,
-    ) -> str:
-        """Open the link, then pump frames both ways until it ends; why it ended.
-        ``on_open`` gets the backend's ``initialize`` result once the handshake is done.
-        It runs in the caller's task: :meth:`close` from elsewhere cancels that task, and
-        a cancellation of the task by anyone else passes through as it is.
+    ) -> None:
+        """Open the link: connect, upgrade and replay the handshake under one deadline.
+        ``on_open`` gets the backend's ``initialize`` result once the handshake is done;
+        from then on the link runs without a task: ``on_message`` gets each message
+        from the backend, and ``on_end`` why the link ended, once.
+
+        It runs in the caller's task: :meth:`close` from elsewhere cancels that task,
+        and a cancellation of the task by anyone else passes through as it is (the
+        socket is dropped either way).
 
         Raises :class:`BackendLinkLost` when the link cannot be opened within the
-        deadline, breaks, or is closed by :meth:`close`; returns when the backend
-        closes it.
+        deadline, breaks meanwhile, or is closed by :meth:`close`
+        (:class:`HandshakeRefused` when the backend refuses the handshake).
         """
         task = asyncio.current_task()
         assert task is not None
-        if not self._closed:
-            self._task = task
-            try:
-                reason = await self._live(initialize, authenticate, on_message, on_open)
-            except asyncio.CancelledError:
-                # close()'s own cancellation becomes the link's loss; anyone else's goes on
-                if self._cancelled and task.uncancel() == 0:
-                    raise self._lost() from None
-                raise
-            finally:
-                self._task = None
-            if not self._closed:
-                return reason
-        raise self._lost()
+        if self._closed:
+            raise self._lost()
+        self._task = task
+        self._on_message = on_message
+        try:
+            await self._open(initialize, authenticate, on_open)
+        except asyncio.CancelledError:
+            self._drop()
+            # close()'s own cancellation becomes the link's loss; anyone else's goes on
+            if self._cancelled and task.uncancel() == 0:
+                raise self._lost() from None
+            raise
+        except BaseException:
+            self._drop()
+            raise
+        finally:
+            self._task = None
+        self._on_end = on_end
+        self._flush()  # frames offered while it opened
+        if self._ws is not None and self._ws.lost:  # it ended before this task went on
+            self.closed()
 
     def _lost(self) -> BackendLinkLost:
         return BackendLinkLost(None, {"backend": self.backend, "reason": self.ended})
 
-    async def _live(
-        self,
-        initialize: Request,
-        authenticate: Request | None,
-        on_message: Callable[[Message], Awaitable[None]],
-        on_open: Callable[[Any], None],
-    ) -> str:
-        # backend_faults, written out: a context manager would be held (with its
-        # generator) for the link's whole life, in every idle connection
-        try:
-            ws = await self._open(initialize, authenticate, on_open)
-            self._ws, self._transport = ws, link_transport(ws)
-            if self._outbox:  # frames offered while the link opened
-                self._start_writer(ws)
-            try:
-                backend, metrics = self.backend, self._metrics
-                async for frame in ws:  # wire.messages, without a generator per frame
-                    message = read(frame, backend, metrics)
-                    if message is not None:
-                        await on_message(message)
-                        if self._closed:  # by what the message led to, in this task
-                            break
-                self.ended = self.ended or _how_it_closed(ws)  # ending: no cancel needed
-            finally:
-                self._ws = self._transport = None
-                self._finishing = True
-                # the client connection ends (this task cancelled, not by close()): what
-                # it queued last leaves before the socket closes
-                ending = not self._closed and _cancelling()
-                await self._stop_writer(FLUSH_TIMEOUT if ending else 0.0)
-                await _shut(ws)
-        except FOREIGN_FAILURES as exc:
-            raise BackendLinkLost(None, {"backend": self.backend, "reason": describe(exc)}) from exc
-        return self.ended or "closed"
-
-    async def _stop_writer(self, flush: float = 0.0) -> None:
-        """Stop the writer, after letting it send what is queued for up to ``flush``
-        seconds."""
-        writer = self._writer
-        if writer is None:
-            return
-        await self.sent(flush)
-        self._writer = None
-        writer.cancel()
-        await asyncio.wait((writer,))
-        if not writer.cancelled() and writer.exception() is not None:
-            logger.error("backend %s link writer failed", self.backend, exc_info=writer.exception())
+    def _drop(self) -> None:
+        ws, self._ws, self._handshake = self._ws, None, None
+        if ws is not None:
+            ws.abort()
 
     async def _open(
         self, initialize: Request, authenticate: Request | None, on_open: Callable[[Any], None]
-    ) -> aiohttp.ClientWebSocketResponse:
-        """Connect, upgrade and hand-shake under one deadline; the socket. ``on_open``
-        gets the backend's ``initialize`` result (kept by no frame of the link's life)."""
-        ws: aiohttp.ClientWebSocketResponse | None = None
+    ) -> None:
         deadline = asyncio.timeout(self._connect_timeout)
         try:
             async with deadline:
-                ws = await self._http.ws_connect(
-                    self.url,
-                    ssl=self._tls or True,
-                    max_msg_size=reader_limit(self._max_message_bytes),
-                    autoping=True,
-                    heartbeat=30.0,
-                )
-                on_open(await self._handshake(ws, initialize, authenticate))
-                return ws
-        except BaseException as exc:
-            if ws is not None:
-                await _shut(ws)
-            if isinstance(exc, TimeoutError) and deadline.expired():
-                ms = round(self._connect_timeout * 1000)
-                reason = f"not open within {ms} ms (connect, upgrade, initialize)"
-                raise BackendLinkLost(None, {"backend": self.backend, "reason": reason}) from None
-            raise
+                ws = await self._connect()
+                loop = asyncio.get_running_loop()
+                done: asyncio.Future[None] = loop.create_future()
+                self._handshake = _Handshake(HANDSHAKE_INITIALIZE, authenticate, on_open, done)
+                ws.send(replayed_initialize(initialize))
+                await done
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            ms = round(self._connect_timeout * 1000)
+            reason = f"not open within {ms} ms (connect, upgrade, initialize)"
+            raise BackendLinkLost(None, {"backend": self.backend, "reason": reason}) from None
+        except FOREIGN_FAILURES as exc:
+            raise BackendLinkLost(None, {"backend": self.backend, "reason": describe(exc)}) from exc
 
-    async def _write(self, ws: aiohttp.ClientWebSocketResponse) -> None:
-        """The link's writer while frames wait: the outbox, in order, until it is empty
-        (then the task ends; the next frame queued starts another) or a send fails."""
-        while (text := self._outbox.take()) is not None:
-            try:
-                with backend_faults(self.backend):
-                    await ws.send_str(text)
-            except BackendLinkLost as exc:
-                self.close(f"sending failed: {(exc.data or {}).get('reason')}")
-                break
-        self._writer = None
+    async def _connect(self) -> WebSocket:
+        """The TCP connection (TLS for ``wss://``) and the WebSocket upgrade."""
+        uri = parse_uri(self.url)
+        frames = ClientProtocol(uri, max_size=self._max_message_bytes, logger=FRAMES_LOG)
+        ws = self._ws = WebSocket(frames, self)
+        ws.inline = self._inline
+        tls = (self._tls or True) if uri.secure else None
+        loop = asyncio.get_running_loop()
+        await loop.create_connection(
+            lambda: ws, uri.host, uri.port, ssl=tls, server_hostname=uri.host if tls else None
+        )
+        frames.send_request(frames.connect())
+        ws.flush()
+        await ws.opened()
+        if ws.frames.state is not OPEN:
+            failure = frames.handshake_exc
+            reason = "closed during the upgrade" if failure is None else describe(failure)
+            raise BackendLinkLost(None, {"backend": self.backend, "reason": reason})
+        return ws
 
-    async def _handshake(
-        self, ws: aiohttp.ClientWebSocketResponse, initialize: Request, authenticate: Request | None
-    ) -> Any:
-        """Replay the client's handshake; the backend's ``initialize`` result."""
-        await ws.send_str(replayed_initialize(initialize))
-        result = await self._expect_ok(ws, HANDSHAKE_INITIALIZE, acp.INITIALIZE)
-        if authenticate is not None:
-            await ws.send_str(replayed_authenticate(authenticate))
-            await self._expect_ok(ws, HANDSHAKE_AUTHENTICATE, acp.AUTHENTICATE)
-        return result
+    # -- the socket's receiver ----------------------------------------------------------------
 
-    async def _expect_ok(
-        self, ws: aiohttp.ClientWebSocketResponse, request_id: str, step: str
-    ) -> Any:
-        async for message in messages(ws, self.backend, self._metrics):
-            if isinstance(message, Response) and message.id == request_id:
-                if message.error is not None:
-                    raise HandshakeRefused(self.backend, step, message.error)
-                return message.result
-        raise BackendLinkLost(None, {"backend": self.backend, "reason": "closed during handshake"})
+    def received_text(self, text: str) -> Coroutine[Any, Any, None] | None:
+        if self.ended is not None:  # a link given up says nothing more
+            return None
+        message = read_text(text, self.backend, self._metrics)
+        if message is None:
+            return None
+        if self._handshake is not None:
+            self._shake(self._handshake, message)
+            return None
+        assert self._on_message is not None
+        return self._on_message(message)
 
+    def _shake(self, handshake: _Handshake, message: Message) -> None:
+        """One step of the replayed handshake: the answer it waits for, or a message
+        that comes before it (dropped)."""
+        if not isinstance(message, Response) or message.id != handshake.expected:
+            return
+        if handshake.done.done():
+            return
+        if message.error is not None:
+            step = (
+                acp.INITIALIZE if handshake.expected == HANDSHAKE_INITIALIZE else acp.AUTHENTICATE
+            )
+            handshake.done.set_exception(HandshakeRefused(self.backend, step, message.error))
+            return
+        if handshake.expected == HANDSHAKE_INITIALIZE:
+            handshake.result = message.result
+            if handshake.authenticate is not None and self._ws is not None:
+                handshake.expected = HANDSHAKE_AUTHENTICATE
+                self._ws.send(replayed_authenticate(handshake.authenticate))
+                return
+        self._handshake = None
+        handshake.on_open(handshake.result)
+        handshake.done.set_result(None)
 
-def link_transport(ws: aiohttp.ClientWebSocketResponse) -> asyncio.WriteTransport | None:
-    """The transport under ``ws``, or None when aiohttp does not show it where it used
-    to (then every frame is queued: correct, one task switch slower).
+    def received_binary(self) -> None:
+        self._metrics.drop_frame(self.backend, "binary")
 
-    An empty send buffer means the transport is not paused (asyncio resumes a protocol
-    once its buffer drains below the low-water mark), which is what lets
-    :meth:`BackendLink.forward` write without waiting.
-    """
-    connection = getattr(getattr(ws, "_response", None), "connection", None)
-    transport = getattr(connection, "transport", None)
-    if not callable(getattr(transport, "get_write_buffer_size", None)):
-        return None
-    return cast(asyncio.WriteTransport, transport)  # uvloop's: the same methods, no base
+    def writable(self) -> None:
+        self._flush()
 
+    def handling_failed(self, exc: Exception) -> None:
+        """Routing a message from the backend failed: the link's boundary."""
+        logger.error("link to backend %s failed", self.backend, exc_info=exc)
+        self.close("router error")
 
-def _cancelling() -> bool:
-    """Whether the running task is being cancelled."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
+    def closed(self) -> None:
+        """The socket is gone: say why, once (an open link), or end the opening."""
+        ws = self._ws
+        if ws is None:
+            return
+        reason = self._why(ws)
+        self.ended = self.ended or reason
+        handshake, self._handshake = self._handshake, None
+        if handshake is not None and not handshake.done.done():
+            handshake.done.set_exception(self._closed_during_handshake())
+        on_end = self._on_end
+        if on_end is None:  # still opening: open() raises
+            return
+        self._ws = None
+        on_end(self, self.ended)
 
+    def _closed_during_handshake(self) -> BackendLinkLost:
+        reason = self.ended or "closed during handshake"
+        return BackendLinkLost(None, {"backend": self.backend, "reason": reason})
 
-def _how_it_closed(ws: aiohttp.ClientWebSocketResponse) -> str:
-    code = ws.close_code
-    if code is not None and code != aiohttp.WSCloseCode.ABNORMAL_CLOSURE:
-        return f"closed by the backend (code {code})"
-    failure = ws.exception()
-    return "connection lost" if failure is None else f"connection lost ({describe(failure)})"
-
-
-async def _shut(ws: aiohttp.ClientWebSocketResponse) -> None:
-    """Close ``ws`` politely if the backend lets us within :data:`CLOSE_TIMEOUT`; aiohttp
-    drops the connection when the wait is cut short."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(CLOSE_TIMEOUT):
-            await ws.close()
+    def _why(self, ws: WebSocket) -> str:
+        if self._closed and self.ended is not None:
+            return self.ended
+        frames = ws.frames
+        failure = frames.parser_exc
+        if isinstance(failure, PayloadTooBig):
+            self._metrics.drop_frame(self.backend, "too_big")
+            return f"{TOO_BIG} ({failure}); link closed with 1009"
+        received = frames.close_rcvd
+        if received is not None:
+            return f"closed by the backend (code {received.code})"
+        if failure is not None:
+            return f"connection lost ({describe(failure)})"
+        return "connection lost"

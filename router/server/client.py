@@ -13,7 +13,7 @@ carried out in turn. A link that breaks, cannot open within the deadline or cann
 up is given up: the core answers exactly its requests ``-32013`` and withdraws the agent
 requests it had sent the client (``$/cancel_request``); the client connection carries
 on. The client connection closes only for the client's own faults (an oversize frame:
-1009; binary frames are ignored) or on shutdown (1012). When the client goes, every
+1009, by its WebSocket; binary frames are ignored) or on shutdown (1012). When the client goes, every
 task and link of the connection is cancelled and closed; a prompt turn it leaves running
 is cancelled first (``session/cancel``, sent before its link closes), unless another
 client connection of this router has the session attached there
@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, assert_never
-
-from aiohttp import WSCloseCode
 
 from router.core.effects import (
     Answered,
@@ -84,6 +82,9 @@ from router.server.request_log import RequestLog
 
 logger = logging.getLogger(__name__)
 
+#: the close code of a router that stops (its clients come back after the restart)
+SERVICE_RESTART = 1012
+
 #: what the core learned, for the shell to record
 Noted = Learned | MovedAway | Released | NotThere | ResumeSent | Resumed | FailedOver | Dropped
 
@@ -91,6 +92,14 @@ Noted = Learned | MovedAway | Released | NotThere | ResumeSent | Resumed | Faile
 class ClientChannel(Protocol):
     """Where one client connection's frames leave, whatever carries them (a WebSocket,
     or Streamable HTTP's event streams), and how it is closed."""
+
+    #: whether :meth:`send` may run outside a task (inline, from a backend link's socket
+    #: callback: :mod:`router.server.inline`): it uses no ``asyncio.timeout`` then
+    inline: bool
+
+    def write(self, text: str) -> bool:
+        """Write ``text`` now if that needs no waiting (True); else write nothing (False:
+        :meth:`send` it)."""
 
     async def send(
         self, text: str, message: Message | None = None, answers: RequestId | None = None
@@ -154,7 +163,7 @@ class ClientConnection:
         so the client waits on nothing; a request that comes meanwhile gets the same.
         The turns it leaves running are cancelled, and the cancels leave its links
         before the close."""
-        why: TurnEnd = "stopping" if code == WSCloseCode.SERVICE_RESTART else "client_gone"
+        why: TurnEnd = "stopping" if code == SERVICE_RESTART else "client_gone"
         holders = self.pool.directory.holders
         await self.carry_out(self.routes.abandon(RouterStopping(), holders, why))
         await asyncio.gather(*(link.sent() for link in self.links.values()))
@@ -170,6 +179,10 @@ class ClientConnection:
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
+        links, self.links = self.links, {}
+        await asyncio.gather(*(link.sent() for link in links.values()))
+        for link in links.values():  # an open link lives on its socket, not in a task
+            link.close("the client connection has ended")
 
     def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(work, name=name)
@@ -392,27 +405,26 @@ class ClientConnection:
         link = BackendLink(
             backend,
             self.pool.url(backend),
-            self.upstream.http,
             self.metrics,
             max_message_bytes=settings.max_message_bytes,
             connect_timeout=settings.connect_timeout_ms / 1000,
             tls=self.pool.tls(backend),
+            inline=self.channel.inline,
         )
         self.links[backend] = link
         for text in command.first:
             self.metrics.count_frame(TO_BACKEND, text)
             link.offer(text)  # an empty outbox takes any frame a client may send
-        task = self._spawn(self._run_link(link, command), f"link-{backend}")
-        # the task's end, however it ends (even cancelled before it ran), unpins
-        pool = self.pool
-        pool.pin(backend, 1)
-        task.add_done_callback(lambda _: pool.pin(backend, -1))
+        self.pool.pin(backend, 1)  # until the link has ended (_run_link or _link_ended)
+        self._spawn(self._run_link(link, command), f"link-{backend}")
         return link
 
     async def _run_link(self, link: BackendLink, command: OpenLink) -> None:
+        """Open ``link``: from then on it lives on its socket's callbacks, without a task,
+        until :meth:`_link_ended`. A link that cannot open is given up here."""
         log_context.backend.set(link.backend)
         refused: ErrorObject | None = None
-        opened = False
+        opened = running = False
 
         def on_open(result: Any) -> None:
             nonlocal opened
@@ -420,34 +432,57 @@ class ClientConnection:
             self.pool.client_link_up(link.backend, result)
 
         try:
-            reason = await link.run(
-                command.initialize, command.authenticate, self._from_link(link), on_open
+            await link.open(
+                command.initialize,
+                command.authenticate,
+                self._from_link(link),
+                self._link_ended,
+                on_open,
             )
+            running = True
+            return
         except BackendLinkLost as exc:
             reason = str((exc.data or {}).get("reason", exc.message))
             refused = exc.refusal if isinstance(exc, HandshakeRefused) else None
         except Exception:  # the link task's boundary: its calls must still be answered
             logger.exception("link to backend %s failed", link.backend)
+            link.close("router error")
             reason = "router error"
-        finally:
-            if opened:
-                self.pool.client_link_down(link.backend)
+        finally:  # it did not open (cancelled too): the link has ended here
+            if not running:
+                if opened:
+                    self.pool.client_link_down(link.backend)
+                self.pool.pin(link.backend, -1)
         await self._lose(link, reason, refused)
 
-    def _from_link(self, link: BackendLink) -> Callable[[Message], Awaitable[None]]:
+    def _link_ended(self, link: BackendLink, reason: str) -> None:
+        """An open link's socket is gone (closed by either side, or broken): give it up
+        in a task (its calls are answered, which may wait on the client)."""
+        self.pool.client_link_down(link.backend)
+        self.pool.pin(link.backend, -1)
+        if self.links.get(link.backend) is link:
+            self._spawn(self._lose(link, reason), f"link-lost-{link.backend}")
+
+    def _from_link(
+        self, link: BackendLink
+    ) -> Callable[[Message], Coroutine[Any, Any, None] | None]:
+        """What ``link`` hands each message from its backend to: nothing is left to run
+        when it was delivered at once (an update, written without waiting); else the
+        coroutine that carries it out."""
         backend, routes, metrics, channel = link.backend, self.routes, self.metrics, self.channel
 
-        async def route(message: Message) -> None:
+        def route(message: Message) -> Coroutine[Any, Any, None] | None:
             if self.links.get(backend) is not link:  # a link given up says nothing more
-                return
+                return None
             message = self.gate.outbound(message, backend)
             if routes.relays(message):
                 # nearly every frame from a backend (an update): delivered as it came,
                 # what carry_out would do with receive_backend's Deliver, with nothing built
                 metrics.count_frame(TO_CLIENT, message.text)
-                await channel.send(message.text, message)
-            else:
-                await self.carry_out(routes.receive_backend(backend, message))
+                if channel.write(message.text):
+                    return None
+                return channel.send(message.text, message)
+            return self.carry_out(routes.receive_backend(backend, message))
 
         return route
 

@@ -12,6 +12,7 @@ messages, naming their keys; :func:`explain` words pydantic's.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import json
 import tomllib
 import typing
@@ -113,10 +114,13 @@ class RouterSection(_Section):
     access_log: bool = False
     #: accept permessage-deflate from clients that offer it: less bandwidth to remote
     #: editors, more router CPU per frame and ~100 KiB more memory per connection (a zlib
-    #: compressor and decompressor each: 145 vs 41 KiB RSS per idle connection, measured
+    #: compressor and decompressor each: 117 vs 13 KiB RSS per idle connection, measured
     #: with bench/memory.py); off by default, since ACP frames are small JSON and editors
     #: usually sit near the router (links to backends are never compressed)
     compression: bool = False
+    #: the event loop: "asyncio" (the standard library's) or "uvloop" (needs the extra:
+    #: pip install 'acp-router[uvloop]'); BENCHMARKS.md says what each costs
+    event_loop: Literal["asyncio", "uvloop"] = "asyncio"
     #: how long opening any link to a backend (connect, upgrade, initialize) may take
     connect_timeout_ms: Annotated[int, Field(gt=0)] = 5000
     #: a TCP connection must send its whole HTTP request (GET /acp's line and headers)
@@ -214,6 +218,16 @@ class RouterSection(_Section):
                     f" not {shown(origin)}"
                 )
         return origins
+
+    @field_validator("event_loop")
+    @classmethod
+    def _event_loop(cls, event_loop: str) -> str:
+        if event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
+            raise ValueError(
+                """'event_loop' is "uvloop", but uvloop is not installed"""
+                """ (pip install 'acp-router[uvloop]', or set it to "asyncio")"""
+            )
+        return event_loop
 
     @model_validator(mode="after")
     def _tls_pair(self) -> Self:

@@ -27,7 +27,7 @@ import contextlib
 import logging
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import aiohttp
 
@@ -48,7 +48,6 @@ from router.protocol.jsonrpc import (
     reader_limit,
 )
 from router.server import log_context
-from router.server.backend_link import link_transport
 from router.server.config import BackendSection, ControlSection
 from router.server.faults import backend_faults, describe, refused
 from router.server.metrics import Metrics
@@ -328,6 +327,16 @@ class ControlLink:
             logger.warning("backend %s is down", self.id)
             self._down_since = asyncio.get_running_loop().time()
         self._on_event(self, event)
+
+
+def link_transport(ws: aiohttp.ClientWebSocketResponse) -> asyncio.WriteTransport | None:
+    """The transport under ``ws``, or None when aiohttp does not show it where it used
+    to (then a full outbox cannot drop the link at once; its writer's failing send does)."""
+    connection = getattr(getattr(ws, "_response", None), "connection", None)
+    transport = getattr(connection, "transport", None)
+    if not callable(getattr(transport, "abort", None)):
+        return None
+    return cast(asyncio.WriteTransport, transport)  # uvloop's: the same methods, no base
 
 
 def _reason(exc: BackendLinkLost | ProtocolError) -> str:

@@ -163,6 +163,13 @@ class HttpConnection:
     """One Streamable HTTP connection: its event streams, and the
     :class:`~router.server.client.ClientChannel` its client connection writes through."""
 
+    #: a write to an event stream has a deadline (``asyncio.timeout``): in a task only
+    inline = False
+
+    def write(self, text: str) -> bool:
+        """An event stream's writes wait (with their deadline): always :meth:`send`."""
+        return False
+
     def __init__(
         self, entry: Entry, settings: RouterSection, metrics: Metrics, budget: ByteBudget
     ) -> None:

@@ -1,4 +1,5 @@
-"""Reading JSON-RPC messages off an aiohttp WebSocket (the router's backend side).
+"""Reading JSON-RPC messages a backend sends (its control link's aiohttp WebSocket, or a
+client connection's link).
 
 Text frames are parsed into envelopes; any legal JSON is read (see
 :mod:`router.protocol.jsontext`). A frame no JSON parser accepts, or JSON that is not
@@ -45,6 +46,10 @@ async def messages(
             yield message
 
 
+#: what a link says when it refused a frame larger than ``router.max_message_bytes``
+TOO_BIG = "the router refused a frame from the backend larger than router.max_message_bytes"
+
+
 def read(frame: aiohttp.WSMessage, backend: str, metrics: Metrics) -> Message | None:
     """The JSON-RPC message in one frame ``backend`` sent, or None (dropped, counted);
     :class:`BackendLinkLost` for a frame larger than the router reads."""
@@ -53,14 +58,16 @@ def read(frame: aiohttp.WSMessage, backend: str, metrics: Metrics) -> Message | 
             metrics.drop_frame(backend, "binary")
         elif frame.type is aiohttp.WSMsgType.ERROR and _too_big(frame.data):
             metrics.drop_frame(backend, "too_big")
-            reason = (
-                "the router refused a frame from the backend larger than"
-                f" router.max_message_bytes ({frame.data}); link closed with 1009"
-            )
+            reason = f"{TOO_BIG} ({frame.data}); link closed with 1009"
             raise BackendLinkLost(None, {"backend": backend, "reason": reason})
         return None
+    return read_text(frame.data, backend, metrics)
+
+
+def read_text(text: str, backend: str, metrics: Metrics) -> Message | None:
+    """The JSON-RPC message in one text frame ``backend`` sent, or None (dropped, counted)."""
     try:
-        return parse(frame.data)
+        return parse(text)
     except ProtocolError as exc:
         reason = _REASONS.get(type(exc), "not_jsonrpc")
         metrics.drop_frame(backend, reason)

@@ -1,0 +1,149 @@
+"""The router's WebSocket reads whole final text frames itself and hands every other
+frame to websockets' sans-I/O protocol (:class:`router.server.websocket.WebSocket`): for
+any stream of frames, cut into reads anywhere, it must see exactly what the protocol
+alone sees (the same messages, in order, the same binary frames) and write the same
+bytes back (pongs, the close echo, a failure's close frame); and a text frame it writes
+itself must read back as the protocol's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+from websockets.frames import Frame, Opcode
+from websockets.protocol import Protocol, Side
+
+from router.server.websocket import FAST_BYTES, WebSocket, text_frame
+from tests.sockets import KeptTransport, Receiver
+
+LIMIT = 1 << 20
+
+
+class Seen(Receiver):
+    """A receiver that keeps what it is handed."""
+
+    def __init__(self) -> None:
+        self.messages: list[str | bytes] = []
+
+    def received_text(self, text: str) -> None:
+        self.messages.append(text)
+
+    def received_binary(self) -> None:
+        self.messages.append(b"binary")
+
+
+def reference(data: bytes) -> tuple[list[str | bytes], bytes]:
+    """What websockets' protocol alone makes of ``data``: messages, and bytes written."""
+    protocol = Protocol(Side.SERVER, max_size=LIMIT)
+    protocol.receive_data(data)
+    messages: list[str | bytes] = []
+    parts: list[bytes] | None = None
+    for event in protocol.events_received():
+        assert isinstance(event, Frame)
+        if event.opcode is Opcode.TEXT:
+            parts = [bytes(event.data)]
+        elif event.opcode is Opcode.BINARY:
+            parts = None
+            messages.append(b"binary")
+            continue
+        elif event.opcode is Opcode.CONT and parts is not None:
+            parts.append(bytes(event.data))
+        else:
+            continue
+        if event.fin and parts is not None:
+            messages.append(b"".join(parts).decode())
+            parts = None
+    written = b"".join(chunk if chunk else b"<eof>" for chunk in protocol.data_to_send())
+    return messages, written
+
+
+async def router_reads(data: bytes, cuts: list[int]) -> tuple[list[str | bytes], bytes]:
+    seen = Seen()
+    ws = WebSocket(Protocol(Side.SERVER, max_size=LIMIT), seen)
+    transport = KeptTransport()
+    ws.connection_made(transport)
+    start = 0
+    for cut in [*sorted(cuts), len(data)]:
+        if cut > start:
+            ws.data_received(data[start:cut])
+            start = cut
+    ws.connection_lost(None)
+    return seen.messages, bytes(transport.written)
+
+
+def client_frames(frames: list[Frame]) -> bytes:
+    """``frames`` as a client sends them (masked)."""
+    client = Protocol(Side.CLIENT, max_size=None)
+    for frame in frames:
+        client.send_frame(frame)
+    return b"".join(client.data_to_send())
+
+
+LENGTHS = st.one_of(
+    st.integers(0, 300), st.sampled_from([125, 126, 127, 65535, 65536, FAST_BYTES + 1])
+)
+
+
+@st.composite
+def a_frame(draw: st.DrawFn) -> list[Frame]:
+    kind = draw(st.sampled_from(["text", "text", "text", "fragments", "binary", "ping", "pong"]))
+    if kind == "text":
+        size = draw(LENGTHS)
+        return [Frame(Opcode.TEXT, ("é" * (size // 2) + "x" * (size % 2)).encode())]
+    if kind == "fragments":
+        parts = draw(st.lists(st.text(max_size=40), min_size=2, max_size=4))
+        first = Frame(Opcode.TEXT, parts[0].encode(), fin=False)
+        middle = [Frame(Opcode.CONT, part.encode(), fin=False) for part in parts[1:-1]]
+        return [first, *middle, Frame(Opcode.CONT, parts[-1].encode())]
+    if kind == "binary":
+        return [Frame(Opcode.BINARY, bytes(draw(st.integers(0, 200))))]
+    opcode = Opcode.PING if kind == "ping" else Opcode.PONG
+    return [Frame(opcode, draw(st.binary(max_size=20)))]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(a_frame(), max_size=12),
+    st.booleans(),
+    st.lists(st.integers(0, 200_000), max_size=8),
+)
+def test_any_stream_of_frames_reads_as_the_protocol_alone_reads_it(
+    stream: list[list[Frame]], closing: bool, cuts: list[int]
+) -> None:
+    frames = [frame for group in stream for frame in group]
+    if closing:
+        frames.append(Frame(Opcode.CLOSE, b"\x03\xe8bye"))
+        frames.append(Frame(Opcode.TEXT, b"after the close"))
+    data = client_frames(frames)
+    assert asyncio.run(router_reads(data, cuts)) == reference(data)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(bytes((0x81, 5)) + b"hello", id="unmasked"),
+        pytest.param(bytes((0xC1, 0x80)) + b"\x00\x00\x00\x00", id="reserved-bit"),
+        pytest.param(client_frames([Frame(Opcode.TEXT, b"\xff\xfe")]), id="not-utf8"),
+        pytest.param(client_frames([Frame(Opcode.TEXT, b"x" * (LIMIT + 1))]), id="too-big"),
+        pytest.param(client_frames([Frame(Opcode.CONT, b"stray")]), id="stray-continuation"),
+    ],
+)
+def test_a_bad_frame_fails_the_connection_as_the_protocol_does(data: bytes) -> None:
+    messages, written = asyncio.run(router_reads(data, [1, 3]))
+    assert messages == []
+    code = written[2:4]  # the close frame's code, after its two header bytes
+    expected = {b"\x03\xea", b"\x03\xef", b"\x03\xf1"}  # 1002, 1007, 1009
+    assert code in expected, written
+
+
+@pytest.mark.parametrize("size", [0, 125, 126, 65535, 65536, 200_000])
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_text_frame_written_here_reads_as_the_protocols_own(size: int, masked: bool) -> None:
+    payload = ("ü" * (size // 2) + "x" * (size % 2)).encode()
+    reader = Protocol(Side.SERVER if masked else Side.CLIENT, max_size=None)
+    reader.receive_data(text_frame(payload, masked=masked))
+    [frame] = reader.events_received()
+    assert isinstance(frame, Frame)
+    assert (frame.opcode, frame.fin, bytes(frame.data)) == (Opcode.TEXT, True, payload)
