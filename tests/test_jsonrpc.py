@@ -687,6 +687,14 @@ _TRACEPARENT = ("params", "_meta", "traceparent")
             '{"id":1,"params":{"é":"ü","_meta":{"traceparent":"old"}}}',
             '{"id":1,"params":{"é":"ü","_meta":{"traceparent":"T"}}}',
         ),
+        (  # the keys spelled as values elsewhere: the walk is not fooled
+            '{"id":1,"params":{"x":"_meta","y":["traceparent"]},"z":"params"}',
+            '{"id":1,"params":{"_meta":{"traceparent":"T"},"x":"_meta","y":["traceparent"]},"z":"params"}',
+        ),
+        (
+            '{"id":1,"params":{"_meta":{"x":"traceparent"},"traceparent":1}}',
+            '{"id":1,"params":{"_meta":{"traceparent":"T","x":"traceparent"},"traceparent":1}}',
+        ),
     ],
 )
 def test_put_member_splices_or_adds_only_the_path(text: str, expected: str) -> None:

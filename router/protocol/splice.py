@@ -239,8 +239,6 @@ def put_member(text: str, path: tuple[str, ...], value: Any) -> str:
     ``text`` must be a frame :func:`~router.protocol.reading.parse` accepted. A path
     through something that is not an object (``params`` an array, ``_meta`` null)
     leaves the frame as it was: its sender's value is not the router's to replace.
-    Unlike :func:`replace_member`, the objects on the path are walked to their end (a
-    missing key is only known missing there); their values are measured in place.
     """
     walk = _Walk(text)
     edits = list(_put(walk, walk.top(), path, dumps(value).encode()))
@@ -248,17 +246,24 @@ def put_member(text: str, path: tuple[str, ...], value: Any) -> str:
 
 
 def _put(walk: _Walk, brace: int, path: tuple[str, ...], encoded: bytes) -> Iterator[_Edit]:
-    """The edits that set ``path`` to ``encoded`` in the object opening at ``brace``."""
+    """The edits that set ``path`` to ``encoded`` in the object opening at ``brace``.
+
+    As in :func:`replace_member`, the walk stops after a match unless the key could come
+    again, and an object the key cannot be in (not spelled after its brace, no escape)
+    is not walked at all: the member is added at once."""
     name, rest = path[0], path[1:]
     found = False
-    for key, start in walk.members(brace):
-        if not walk.key_is(key, name):
-            continue
-        found = True
-        if not rest:
-            yield start, walk.value_end(start), encoded
-        elif walk.at(start) == "{":
-            yield from _put(walk, start, rest, encoded)
+    if walk.may_repeat(brace + 1, name):
+        for key, start in walk.members(brace):
+            if not walk.key_is(key, name):
+                continue
+            found = True
+            if not rest:
+                yield start, walk.value_end(start), encoded
+            elif walk.at(start) == "{":
+                yield from _put(walk, start, rest, encoded)
+            if not walk.may_repeat(start + 1, name):
+                break
     if not found:
         member = encoded
         for outer in reversed(rest):

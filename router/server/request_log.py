@@ -29,7 +29,7 @@ from router.core.locate import Located
 from router.protocol import acp
 from router.protocol.errors import JsonRpcError
 from router.protocol.jsonrpc import Request
-from router.protocol.splice import put_member
+from router.protocol.splice import put_member, replace_parsed_member
 from router.protocol.trace_context import TRACEPARENT_PATH, TraceContext, parse_traceparent
 from router.server.config import RouterSection
 from router.server.tracing import Attributes, Span, Tracer, TracingMode
@@ -107,8 +107,7 @@ class RequestLog:
         if traced:
             span = self._tracer.start(request.method, parent, _attributes(request))
             if request.method not in _ANSWERED_HERE:
-                child = span.context.traceparent
-                request = request.with_text(put_member(request.text, TRACEPARENT_PATH, child))
+                request = request.with_text(_passed_on(request.text, span, parent))
         self._seen[id(request)] = _Seen(request, time.perf_counter(), span, logged)
         return request
 
@@ -172,6 +171,16 @@ class RequestLog:
             seen.span.end(attributes, answered.error)
         if seen.logged:
             _write(seen, answered, outcome, milliseconds)
+
+
+def _passed_on(text: str, span: Span, parent: TraceContext | None) -> str:
+    """``text`` with the ``traceparent`` naming ``span`` in its ``params._meta``: in
+    place of the client's (read already: ``parent``, so found there as a string, and
+    spliced without a walk in the common frame), else added."""
+    child = span.context.traceparent
+    if parent is not None:
+        return replace_parsed_member(text, TRACEPARENT_PATH, child)
+    return put_member(text, TRACEPARENT_PATH, child)
 
 
 def _attributes(request: Request) -> Attributes:
