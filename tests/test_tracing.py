@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -113,6 +114,34 @@ async def prompted(client: AcpClient, backend: ScriptedBackend, text: str) -> st
     return got
 
 
+@dataclass(frozen=True, slots=True)
+class Prompted:
+    """A prompt sent through a router: as the client sent it, as the backend got it,
+    and the router's span of it (None: not traced)."""
+
+    sent: str
+    got: str
+    span: ReadableSpan | None
+
+
+async def prompt_through(
+    meta: JsonObject | None, spans: Spans, *, traced_as: bool = True, **router: Any
+) -> Prompted:
+    """A prompt with ``meta`` from a client, through a router with the keys ``router``,
+    to a scripted backend, on a session resumed first; its span is waited for when it
+    is to be ``traced_as`` one."""
+    async with (
+        start_scripted("b1", active) as backend,
+        traced(backend, spans, **router) as running,
+        AcpClient.connect(running.url) as client,
+    ):
+        await attached(client)
+        sent = prompt_text(7, meta)
+        got = await prompted(client, backend, sent)
+        (span,) = await spans.named("session/prompt") if traced_as else (None,)
+    return Prompted(sent, got, span)
+
+
 def as_request(text: str) -> Request:
     message = parse(text)
     assert isinstance(message, Request)
@@ -140,16 +169,9 @@ async def test_a_prompt_naming_its_trace_continues_it_through_the_router(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     spans = Spans()
-    async with (
-        start_scripted("b1", active) as backend,
-        traced(backend, spans, request_log="on") as router,
-        AcpClient.connect(router.url) as client,
-    ):
-        await attached(client)
-        sent = prompt_text(7, META)
-        got = await prompted(client, backend, sent)
-        (span,) = await spans.named("session/prompt")
-
+    prompt = await prompt_through(META, spans, request_log="on")
+    sent, got, span = prompt.sent, prompt.got, prompt.span
+    assert span is not None
     # the backend's traceparent: the client's trace, the router's span as its parent
     meta = json.loads(got)["params"]["_meta"]
     assert meta["traceparent"] == f"00-{CLIENT_TRACE}-{span_id(span)}-01"
@@ -255,14 +277,8 @@ async def test_a_frame_the_router_does_not_trace_arrives_byte_for_byte(
     tracing: str, meta: JsonObject | None
 ) -> None:
     spans = Spans()
-    async with (
-        start_scripted("b1", active) as backend,
-        traced(backend, spans, tracing=tracing) as router,
-        AcpClient.connect(router.url) as client,
-    ):
-        await attached(client)
-        sent = prompt_text(5, meta)
-        assert await prompted(client, backend, sent) == sent
+    prompt = await prompt_through(meta, spans, traced_as=False, tracing=tracing)
+    assert prompt.got == prompt.sent
     assert not spans.finished()
 
 
@@ -271,20 +287,12 @@ async def test_a_frame_the_router_does_not_trace_arrives_byte_for_byte(
 
 @pytest.mark.parametrize("meta", [None, {"baggage": BAGGAGE}, {"traceparent": "garbage"}])
 async def test_always_starts_a_trace_for_a_request_naming_none(meta: JsonObject | None) -> None:
-    spans = Spans()
-    async with (
-        start_scripted("b1", active) as backend,
-        traced(backend, spans, tracing="always") as router,
-        AcpClient.connect(router.url) as client,
-    ):
-        await attached(client)
-        sent = prompt_text(9, meta)
-        got = await prompted(client, backend, sent)
-        (span,) = await spans.named("session/prompt")
-
+    prompt = await prompt_through(meta, Spans(), tracing="always")
+    span = prompt.span
+    assert span is not None
     assert span.parent is None  # the root of a new trace
-    received = json.loads(got)
-    expected = json.loads(sent)
+    received = json.loads(prompt.got)
+    expected = json.loads(prompt.sent)
     traceparent = received["params"]["_meta"].pop("traceparent")
     assert span.context is not None
     flags = span.context.trace_flags
@@ -295,15 +303,8 @@ async def test_always_starts_a_trace_for_a_request_naming_none(meta: JsonObject 
 
 
 async def test_always_continues_a_trace_it_is_given() -> None:
-    spans = Spans()
-    async with (
-        start_scripted("b1", active) as backend,
-        traced(backend, spans, tracing="always") as router,
-        AcpClient.connect(router.url) as client,
-    ):
-        await attached(client)
-        await prompted(client, backend, prompt_text(4, META))
-        (span,) = await spans.named("session/prompt")
+    span = (await prompt_through(META, Spans(), tracing="always")).span
+    assert span is not None
     assert trace_id(span) == CLIENT_TRACE
 
 
