@@ -29,6 +29,7 @@ from router.server.pool.backends import Pool
 from router.server.pool.upstream import Upstream
 from router.server.serving import app_runner
 from router.server.tls import server_context
+from router.server.tracing import Tracer
 from tests.support import WAIT, AgentProcess, start_agent
 
 
@@ -108,13 +109,14 @@ async def start_router(
     *,
     wait_for: int | None = None,
     clock: Callable[[], float] = time.monotonic,
+    tracer: Tracer | None = None,
     **sections: dict[str, Any],
 ) -> AsyncIterator[RouterUnderTest]:
     """Run the router in this process on 127.0.0.1:0, waiting until its backends are up
-    (``wss://`` when ``router`` names a certificate)."""
+    (``wss://`` when ``router`` names a certificate); ``tracer`` makes its spans."""
     metrics = Metrics()
     settings = router_settings(backends, **sections)
-    app = create_app(settings, metrics, clock=clock)
+    app = create_app(settings, metrics, clock=clock, tracer=tracer)
     runner = app_runner(app)
     await runner.setup()
     try:

@@ -234,10 +234,11 @@ class Client:
 
     # -- the client and its backends ---------------------------------------------------------
 
-    def send(self, text: str, claimed: str | None = None) -> Effects:
-        """A frame from the client (``claimed``: the home its hinted session id named)."""
+    def send(self, text: str, claimed: str | None = None, *, observed: bool = False) -> Effects:
+        """A frame from the client (``claimed``: the home its hinted session id named; a
+        request the shell ``observed``: its forwards and answer told)."""
         home = BackendId(claimed) if claimed is not None else None
-        return self.carry_out(self.routes.receive_client(parse(text), home))
+        return self.carry_out(self.routes.receive_client(parse(text), home, observed))
 
     def backend(self, backend: str, text: str) -> Effects:
         """A frame from ``backend``."""

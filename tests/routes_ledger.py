@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 
 from router.core.effects import (
+    Answered,
     AskPool,
     Attach,
     AwaitBackend,
@@ -20,6 +21,7 @@ from router.core.effects import (
     Effect,
     Effects,
     FailedOver,
+    Forwarded,
     Initialize,
     Locate,
     MovedAway,
@@ -111,6 +113,11 @@ class Ledger:
         self.auth_waiting: set[str] = set()
         self.auth_text = ""
         self.dropped = 0  # Dropped effects in the current step
+        #: serials of the requests the shell observes, and how often each was told answered
+        self.observed: set[int] = set()
+        self.told: Counter[int] = Counter()
+        #: the forward the core told of last: the backend and text of the Send to follow
+        self.forwarding: tuple[str, str] | None = None
         init = request("init", "initialize", {})
         assert isinstance(self.routes.receive_client(parse(init))[0], Initialize)
         assert isinstance(self.routes.initialized("init", {})[0], Reply)
@@ -162,6 +169,17 @@ class Ledger:
                     self._settled(request_id)
             case Dropped():
                 self.dropped += 1
+            case Forwarded(call, backend):
+                assert _serial(call.text) in self.observed, "told of an unobserved request"
+                assert self.forwarding is None, "told of a forward that never went"
+                self.forwarding = (backend, call.text)
+            case Answered(call, _, _, _, gone):
+                serial = _serial(call.text)
+                assert serial in self.observed
+                assert not gone
+                assert self.answers[serial] == 1, "told answered before (or without) its answer"
+                self.told[serial] += 1
+                assert self.told[serial] == 1, "told answered twice"
             case _:  # Learned, Released, NotThere, ResumeSent, Resumed: the shell's records
                 pass
 
@@ -191,6 +209,9 @@ class Ledger:
         elif request_id is not None:
             call = self.routes.calls[request_id]
             assert (call.backend, call.request.text) == (backend, text)
+            told = (backend, text) if frame["params"]["_n"] in self.observed else None
+            assert self.forwarding == told, "an observed request's forward not told, or told wrong"
+            self.forwarding = None
             assert self.open[request_id] == frame["params"]["_n"]
             assert frame["params"]["_n"] not in self.on_wire, "a request sent twice"
             self.on_wire.add(frame["params"]["_n"])
@@ -341,3 +362,10 @@ class Ledger:
         assert orphaned == self.orphans
         assert self.linked == set(routes.links.linked())
         assert self.auth_id == (None if routes.auth.round is None else routes.auth.round.request.id)
+        assert self.forwarding is None
+        assert {s for s in self.observed if self.answers[s]} == set(+self.told)
+
+
+def _serial(text: str) -> int:
+    serial: int = orjson.loads(text)["params"]["_n"]
+    return serial

@@ -15,6 +15,7 @@ from router.core.effects import (
     Effect,
     Effects,
     FailedOver,
+    Forwarded,
     Initialize,
     Locate,
     MovedAway,
@@ -76,13 +77,18 @@ class Model(Ledger):
         )
         expect_held = scoped and fresh and self._room() and self._is_held(session)
         linked = set(self.linked)
-        effects = self.routes.receive_client(parse(text))
+        observed = self.serial % 2 == 0  # the shell observes every other request
+        if observed:
+            self.observed.add(self.serial)
+        effects = self.routes.receive_client(parse(text), observed=observed)
         if not fresh:  # reserved, or a refused duplicate: the open one is untouched
-            (refusal,) = effects
+            refusal, *told = effects
             assert isinstance(refusal, Reply)
             decoded = orjson.loads(refusal.text)
             assert (decoded["id"], decoded["error"]["code"]) == (request_id, -32600)
             self.answers[self.serial] += 1
+            assert len(told) == observed
+            self.carry_out(tuple(told))
             return
         self.open[request_id] = self.serial
         assert (effects == ()) == expect_held, (effects, expect_held)
@@ -298,9 +304,10 @@ class Model(Ledger):
             (drop,) = effects
             assert isinstance(drop, Dropped)
         else:
-            (answer,) = effects
+            answer, *told = effects
             assert isinstance(answer, Deliver)
             assert orjson.loads(answer.text)["id"] == request_id
+            assert len(told) == (self.open[request_id] in self.observed)
         self.carry_out(effects)
         if self.routes.auth.round is None and accepts:
             assert self.routes.authenticate is not None
@@ -383,8 +390,9 @@ class Model(Ledger):
 
 
 def _frames(effects: Effects) -> list[Effect]:
-    """``effects`` without the links opened and closed on the way."""
-    return [e for e in effects if not isinstance(e, OpenLink | CloseLink)]
+    """``effects`` without the links opened and closed, and the forwards told (the
+    ledger checks those), on the way."""
+    return [e for e in effects if not isinstance(e, OpenLink | CloseLink | Forwarded)]
 
 
 STEPS = (

@@ -20,7 +20,7 @@ import signal
 import socket
 import ssl
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,13 +157,16 @@ def cli_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "router", *args]
 
 
-def _child_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+def _child_env(more: Mapping[str, str] | None = None) -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1", **(more or {})}
 
 
 @asynccontextmanager
-async def run_cli(*args: str, ready_timeout: float = WAIT) -> AsyncIterator[CliProcess]:
-    """Run the CLI until it prints its first stdout line; stop it (SIGTERM) on exit.
+async def run_cli(
+    *args: str, ready_timeout: float = WAIT, env: Mapping[str, str] | None = None
+) -> AsyncIterator[CliProcess]:
+    """Run the CLI until it prints its first stdout line; stop it (SIGTERM) on exit;
+    ``env``: variables set for it beside this process's.
 
     Raises:
         AssertionError: the process exited or stayed silent instead of starting.
@@ -173,7 +176,7 @@ async def run_cli(*args: str, ready_timeout: float = WAIT) -> AsyncIterator[CliP
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env=_child_env(),
+        env=_child_env(env),
     )
     cli = CliProcess(process)
     try:

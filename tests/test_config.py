@@ -467,3 +467,28 @@ def test_uvloop_not_installed_is_a_config_error_naming_the_key(
     message = _error(_with(router={"event_loop": "uvloop"}))
     assert message.startswith("config: router: 'event_loop' is \"uvloop\", but uvloop is not")
     assert "pip install 'acp-router[uvloop]'" in message
+
+
+def test_tracing_and_the_request_log() -> None:
+    router = settings_from(MINIMAL).router
+    assert (router.tracing, router.request_log, router.request_log_fraction) == (
+        "continue",
+        "off",
+        0.0,
+    )
+    for given, fraction in [("on", 1.0), ("off", 0.0), (0.25, 0.25), (1, 1.0)]:
+        router = settings_from(_with(router={"request_log": given})).router
+        assert router.request_log_fraction == fraction
+    assert settings_from(_with(router={"tracing": "always"})).router.tracing == "always"
+
+
+@pytest.mark.parametrize("value", [0, 0.0, 1.5, -0.1, "sometimes", True, "ON"])
+def test_the_request_log_is_on_off_or_a_fraction(value: Any) -> None:
+    message = _error(_with(router={"request_log": value}))
+    assert message.startswith('config: router: \'request_log\' must be "on", "off" or the fraction')
+
+
+@pytest.mark.parametrize("value", ["on", "sometimes", 1, True])
+def test_tracing_is_off_continue_or_always(value: Any) -> None:
+    message = _error(_with(router={"tracing": value}))
+    assert 'router: \'tracing\' must be "off", "continue" or "always"' in message

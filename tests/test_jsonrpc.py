@@ -31,7 +31,13 @@ from router.protocol.jsonrpc import (
     is_request_id,
 )
 from router.protocol.reading import parse
-from router.protocol.splice import replace_id, replace_member, replace_param, replace_parsed_member
+from router.protocol.splice import (
+    put_member,
+    replace_id,
+    replace_member,
+    replace_param,
+    replace_parsed_member,
+)
 
 # -- classification --------------------------------------------------------------------------------
 
@@ -640,6 +646,82 @@ def test_replace_member_changes_exactly_that_member(
     if isinstance(params, dict):
         shortcut = replace_parsed_member(text, ("params", "sessionId"), "sealed")
         assert json.loads(shortcut) == expected
+
+
+# -- put_member ----------------------------------------------------------------------------------
+
+_TRACEPARENT = ("params", "_meta", "traceparent")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (  # replaced where it is: the rest byte for byte, spacing and order included
+            '{"id" : 1, "params": {"_meta": {"tracestate": "a=1", "traceparent": "old"}, "x": 2}}',
+            '{"id" : 1, "params": {"_meta": {"tracestate": "a=1", "traceparent": "T"}, "x": 2}}',
+        ),
+        (  # added first in a _meta that lacks it
+            '{"id":1,"params":{"x":[1],"_meta":{"baggage":"k=v"}}}',
+            '{"id":1,"params":{"x":[1],"_meta":{"traceparent":"T","baggage":"k=v"}}}',
+        ),
+        (  # a _meta made for it
+            '{"id":1,"params":{"sessionId":"s"}}',
+            '{"id":1,"params":{"_meta":{"traceparent":"T"},"sessionId":"s"}}',
+        ),
+        ('{"id":1,"params":{ }}', '{"id":1,"params":{"_meta":{"traceparent":"T"} }}'),
+        ('{"id":1}', '{"params":{"_meta":{"traceparent":"T"}},"id":1}'),
+        (
+            '{"id":1,"params":{"_\u006deta":{}}}',
+            '{"id":1,"params":{"_\u006deta":{"traceparent":"T"}}}',
+        ),
+        (  # a path through something that is not an object: left as it was
+            '{"id":1,"params":[{"_meta":{}}]}',
+            '{"id":1,"params":[{"_meta":{}}]}',
+        ),
+        ('{"id":1,"params":{"_meta":null}}', '{"id":1,"params":{"_meta":null}}'),
+        (
+            '{"id":1,"params":{"_meta":{"traceparent":1},"_meta":{}}}',
+            '{"id":1,"params":{"_meta":{"traceparent":"T"},"_meta":{"traceparent":"T"}}}',
+        ),
+        (
+            '{"id":1,"params":{"é":"ü","_meta":{"traceparent":"old"}}}',
+            '{"id":1,"params":{"é":"ü","_meta":{"traceparent":"T"}}}',
+        ),
+        (  # the keys spelled as values elsewhere: the walk is not fooled
+            '{"id":1,"params":{"x":"_meta","y":["traceparent"]},"z":"params"}',
+            '{"id":1,"params":{"_meta":{"traceparent":"T"},"x":"_meta","y":["traceparent"]},"z":"params"}',
+        ),
+        (
+            '{"id":1,"params":{"_meta":{"x":"traceparent"},"traceparent":1}}',
+            '{"id":1,"params":{"_meta":{"traceparent":"T","x":"traceparent"},"traceparent":1}}',
+        ),
+    ],
+)
+def test_put_member_splices_or_adds_only_the_path(text: str, expected: str) -> None:
+    assert put_member(text, _TRACEPARENT, "T") == expected
+
+
+def _put(obj: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """What put_member makes of ``obj``, by the rules as written."""
+    name, rest = path[0], path[1:]
+    if not rest:
+        return obj | {name: value}
+    inner = obj.get(name, {})
+    if not isinstance(inner, dict):
+        return obj
+    return obj | {name: _put(inner, rest, value)}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data(), _message(), _JSON, st.text(max_size=8))
+def test_put_member_changes_exactly_that_member(
+    data: st.DataObject, obj: dict[str, Any], meta: Any, value: str
+) -> None:
+    params = obj.get("params")
+    if isinstance(params, dict) and data.draw(st.booleans()):
+        obj["params"] = params | {"_meta": meta}
+    text, _ = data.draw(_formatted(obj))
+    assert json.loads(put_member(text, _TRACEPARENT, value)) == _put(obj, _TRACEPARENT, value)
 
 
 def _expected(obj: dict[str, Any]) -> tuple[Any, ...]:

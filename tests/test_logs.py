@@ -55,3 +55,48 @@ async def test_json_logs_say_which_connection_backend_and_outcome(tmp_path: Path
     assert "connection" not in down  # a control link belongs to no client connection
     for record in records:
         assert {"time", "level", "logger", "message"} <= record.keys()
+
+
+async def test_the_request_log_writes_one_json_line_per_request(tmp_path: Path) -> None:
+    client_trace, client_span = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    meta = {"traceparent": f"00-{client_trace}-{client_span}-01"}
+    async with start_fleet(tmp_path / "store", 1) as agents:
+        config = write_config(tmp_path / "router.toml", REQUEST_LOG, agents)
+        args = ("--log-format", "json", "serve", "--config", str(config))
+        # no span exporter: the trace ids reach the request log all the same
+        async with run_cli(*args, env={"OTEL_TRACES_EXPORTER": "none"}) as router:
+            await wait_backends_up(router, agents)
+            url = router.first_line.removeprefix("acp-router listening on ")
+            async with AcpClient.connect(url) as client:
+                await client.initialize()
+                session_id = await client.new_session("/work")
+                params = {"sessionId": session_id, "_meta": meta, "prompt": [_text(SECRET)]}
+                assert (await client.request("session/prompt", params)).get("result")
+                await router.wait_for_log('"method": "session/prompt"')
+            assert await router.stop() == 0
+
+    assert SECRET not in router.stderr.text
+    lines = [r for r in json_lines(router.stderr.text) if r["logger"] == "acp_router.requests"]
+    assert [line["method"] for line in lines] == ["initialize", "session/new", "session/prompt"]
+    created, prompted = lines[1], lines[2]
+    assert (created["session"], created["backend"], created["outcome"]) == (
+        session_id,
+        "agent-1",
+        "result",
+    )
+    assert "trace_id" not in created  # it named no trace
+    assert prompted["level"] == "INFO"
+    assert prompted["connection"] >= 1
+    assert (prompted["session"], prompted["backend"]) == (session_id, "agent-1")
+    assert (prompted["outcome"], prompted["trace_id"]) == ("result", client_trace)
+    assert len(prompted["span_id"]) == 16
+    assert prompted["span_id"] != client_span
+    assert prompted["duration_ms"] > 0
+    assert prompted["message"].startswith("session/prompt result in ")
+
+
+REQUEST_LOG = 'listen = "127.0.0.1:0"\nrequest_log = "on"'
+
+
+def _text(text: str) -> dict[str, str]:
+    return {"type": "text", "text": text}

@@ -2,8 +2,10 @@
 
 A JSON line has ``time`` (ISO 8601, UTC), ``level``, ``logger`` and ``message``, then the
 ``connection``, ``backend`` and ``session`` the record is about (when known, see
-:mod:`router.server.log_context`) and any ``outcome`` a call passed in ``extra``, then
-``exception`` with the traceback when there is one. Messages never carry prompt text.
+:mod:`router.server.log_context`) and any ``outcome`` a call passed in ``extra`` (with a
+request log line's ``method``, ``duration_ms``, ``error_code``, ``trace_id`` and
+``span_id``: :mod:`router.server.request_log`), then ``exception`` with the traceback
+when there is one. Messages never carry prompt text.
 A worker of a router with ``router.workers`` above 1 names itself in every line: ``worker
 1`` after the level in text, ``"worker": 1`` in JSON.
 """
@@ -19,6 +21,10 @@ from typing import Any
 from router.server.log_context import FIELDS, ContextFilter
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+#: what a call may pass in ``extra`` for the JSON line, after the context's fields (the
+#: request log's, and ``outcome`` from any record)
+REQUEST_FIELDS = ("method", "duration_ms", "outcome", "error_code", "trace_id", "span_id")
 
 
 class JsonFormatter(logging.Formatter):
@@ -37,7 +43,7 @@ class JsonFormatter(logging.Formatter):
         }
         if self.worker is not None:
             line["worker"] = self.worker
-        for name in (*FIELDS, "outcome"):
+        for name in (*FIELDS, *REQUEST_FIELDS):
             value = getattr(record, name, None)
             if value is not None:
                 line[name] = value

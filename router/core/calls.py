@@ -47,6 +47,9 @@ class PendingCall:
     held: bool = False
     #: made by the router itself (a failover's resume): its answer is not the client's
     internal: bool = False
+    #: the shell observes it (request log, trace context): its forwards and its answer
+    #: are told (:class:`~router.core.effects.Forwarded`, :class:`~router.core.effects.Answered`)
+    observed: bool = False
     #: the home the client's hinted id named, for this call's locates only
     claimed: BackendId | None = None
 

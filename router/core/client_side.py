@@ -37,13 +37,16 @@ from router.core.authentication import Authentication
 from router.core.calls import Charge, Holders, Limits, PendingCall, free
 from router.core.effects import (
     NOTHING,
+    Answered,
     AskPool,
     Awaited,
     CancelTurn,
+    Deliver,
     Dropped,
     Effect,
     Effects,
     FailedOver,
+    Forwarded,
     Initialize,
     Late,
     Locate,
@@ -128,42 +131,56 @@ class ClientSide:
 
     # -- from the client ---------------------------------------------------------------------
 
-    def receive_client(self, message: Message, claimed: BackendId | None = None) -> Effects:
+    def receive_client(
+        self, message: Message, claimed: BackendId | None = None, observed: bool = False
+    ) -> Effects:
         """Route one message from the client; ``claimed``: the home its hinted session id
         named (:mod:`router.core.hinted_ids`), a guess its locate asks first, if it needs
-        one, and nothing remembers."""
+        one, and nothing remembers; an ``observed`` request's forwards and answer are
+        told (:class:`~router.core.effects.Forwarded`, :class:`~router.core.effects.Answered`)."""
         if isinstance(message, Response):
             return self._client_response(message)
         if isinstance(message, Notification):
             return self._client_notification(message)
-        return self._client_request(message, claimed)
+        return self._client_request(message, claimed, observed)
 
-    def _client_request(self, request: Request, claimed: BackendId | None) -> Effects:
+    def _client_request(
+        self, request: Request, claimed: BackendId | None, observed: bool
+    ) -> Effects:
         if self.stopping:
-            return (refusal(request.id, RouterStopping()),)
+            return self._refused(request, RouterStopping(), observed)
         if _reserved(request.id):
             error = InvalidRequest(f"request ids starting with {RESERVED_ID_PREFIX!r} are reserved")
-            return (refusal(request.id, error),)
+            return self._refused(request, error, observed)
         if request.id in self.calls:
             error = InvalidRequest(f"request id {request.id!r} is already in flight")
-            return (refusal(request.id, error),)
+            return self._refused(request, error, observed)
         if self._in_flight() >= self.limits.max_in_flight:
-            return (refusal(request.id, TooManyInFlight()),)
-        return self._route_or_hold(request, claimed)
+            return self._refused(request, TooManyInFlight(), observed)
+        return self._route_or_hold(request, claimed, observed)
 
-    def _route_or_hold(self, request: Request, claimed: BackendId | None) -> Effects:
+    def _route_or_hold(
+        self, request: Request, claimed: BackendId | None, observed: bool
+    ) -> Effects:
         queue_of = self._held_session(request)
         if queue_of is None:
-            return self._route_request(request, claimed)
-        self.calls[request.id] = PendingCall(request, queue_of, held=True, claimed=claimed)
+            return self._route_request(request, claimed, observed)
+        call = PendingCall(request, queue_of, held=True, claimed=claimed, observed=observed)
+        self.calls[request.id] = call
         self.sessions.wait(queue_of, request)
         return NOTHING
 
-    def _route_request(self, request: Request, claimed: BackendId | None) -> Effects:
+    def _route_request(
+        self, request: Request, claimed: BackendId | None, observed: bool
+    ) -> Effects:
         try:
             call, effects = self._classify(request, claimed)
         except JsonRpcError as exc:
-            return (refusal(request.id, exc),)
+            return self._refused(request, exc, observed)
+        if observed:
+            call = replace(call, observed=True)
+            if call.backend is not None:
+                effects = (Forwarded(request, call.backend), *effects)
         self.calls[request.id] = call
         session_id = call.session_id
         if session_id is not None and request.method in acp.ATTACHING:
@@ -171,6 +188,38 @@ class ClientSide:
         elif session_id is not None and request.method in acp.RELEASING:
             self.sessions.close(session_id, request.id)
         return effects
+
+    def _refused(self, request: Request, error: JsonRpcError, observed: bool) -> Effects:
+        """The router's error answer to ``request``, which it does not take in (told, when
+        observed)."""
+        reply = refusal(request.id, error)
+        if not observed:
+            return (reply,)
+        named = acp.session_id_of(request) if request.method in acp.SESSION_SCOPED else None
+        return (reply, Answered(request, self._loggable(named), None, error.code))
+
+    def _answered(self, call: PendingCall, answered: Effects) -> Answered:
+        """What ``answered``, the answer to an observed ``call``, says of it: its error
+        code, and, for a new session, the session's id."""
+        error: int | None = None
+        session_id = call.session_id
+        for effect in answered:
+            if isinstance(effect, Reply):
+                error = effect.error
+            elif isinstance(effect, Deliver) and isinstance(effect.message, Response):
+                response = effect.message
+                if response.error is not None:
+                    error = response.error.code
+                elif session_id is None and call.request.method in acp.CREATING:
+                    made = response.member("result", "sessionId")
+                    session_id = self._loggable(made if isinstance(made, str) else None)
+        return Answered(call.request, session_id, call.backend, error)
+
+    def _loggable(self, session_id: str | None) -> SessionId | None:
+        """``session_id``, unless it is longer than the router routes."""
+        if session_id is None or len(session_id) > self.limits.max_session_id_chars:
+            return None
+        return SessionId(session_id)
 
     def _in_flight(self) -> int:
         return len(self.calls) + self.held_notifications
@@ -360,6 +409,8 @@ class ClientSide:
             return self.gone(request_id, "a location")
         self.calls[request_id] = replace(call, backend=backend)
         sent = self.send(backend, call.request.text)
+        if call.observed:
+            sent = (Forwarded(call.request, backend), *sent)
         closed = self.links.done(request_id)
         if call.request.method in acp.ATTACHING:
             return (ResumeSent(retry=bool(call.tried)), *sent, *closed)
@@ -403,6 +454,8 @@ class ClientSide:
         frames that waited behind it, in that order."""
         call = self.calls.pop(request_id)
         closed = self.links.done(request_id)
+        if call.observed:
+            answered = (*answered, self._answered(call, answered))
         session_id = call.session_id
         if session_id is None:
             return (*closed, *answered)
@@ -436,7 +489,7 @@ class ClientSide:
                 effects += self._client_notification(frame)
             else:
                 waited = self.calls.pop(frame.id)
-                effects += self._route_or_hold(frame, waited.claimed)
+                effects += self._route_or_hold(frame, waited.claimed, waited.observed)
         return tuple(effects)
 
     # -- the end -------------------------------------------------------------------------------
@@ -446,7 +499,12 @@ class ClientSide:
         (:meth:`_abandoned_turns`: the shell lets the cancels leave on its links before
         they close), and every session is detached."""
         cancels = self._abandoned_turns("client_gone", holders)
-        return (*cancels, *self.sessions.detach_all())
+        gone = tuple(
+            Answered(call.request, call.session_id, call.backend, gone=True)
+            for call in self.calls.values()
+            if call.observed
+        )
+        return (*cancels, *self.sessions.detach_all(), *gone)
 
     def abandon(self, error: JsonRpcError, holders: Holders, why: TurnEnd = "stopping") -> Effects:
         """The connection is about to close (the router is stopping, or closes it): cancel
@@ -466,6 +524,8 @@ class ClientSide:
             effects += self.links.done(request_id)
             if not call.internal:
                 effects.append(refusal(request_id, error))
+            if call.observed:
+                effects.append(Answered(call.request, call.session_id, call.backend, error.code))
         for backend in self.links.linked():
             effects += self.agent_requests.withdraw(backend)
         return tuple(effects)

@@ -17,7 +17,8 @@ else (docs/architecture.md, "The effects channel"). Four kinds:
   the log): :class:`Attach`, :class:`Detach`, :class:`Learned`, :class:`MovedAway`,
   :class:`Released`,
   :class:`NotThere`, :class:`ResumeSent`, :class:`Resumed`, :class:`FailedOver`,
-  :class:`Dropped`, :class:`Late`.
+  :class:`Dropped`, :class:`Late`; and, for the client requests the shell observes (the
+  request log, trace context), :class:`Forwarded` and :class:`Answered`.
 """
 
 from __future__ import annotations
@@ -281,6 +282,31 @@ class FailedOver:
 
 
 @dataclass(frozen=True, slots=True)
+class Forwarded:
+    """An observed client ``request`` goes to ``backend`` now (again, after a
+    ``-32002``). Made only for the requests the shell said it observes."""
+
+    request: Request
+    backend: BackendId
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """An observed client ``request`` got its one answer (it comes just before in the
+    same tuple), or its client left first (``gone``): what the request log and the
+    request's span say of it. ``backend``: where it was last sent (None: the router
+    answered it itself); ``error``: the answer's JSON-RPC error code (None: a result);
+    ``session_id``: the session it is about, or the one it made. Made only for the
+    requests the shell said it observes, exactly once each."""
+
+    request: Request
+    session_id: SessionId | None
+    backend: BackendId | None
+    error: int | None = None
+    gone: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Dropped:
     """A frame was ignored, for ``reason`` (logged at debug level)."""
 
@@ -321,6 +347,8 @@ Effect = (
     | ResumeSent
     | Resumed
     | FailedOver
+    | Forwarded
+    | Answered
     | Dropped
     | Late
 )

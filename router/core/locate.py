@@ -173,6 +173,9 @@ class Located:
     #: trusted on the hinted backend's word alone: the rest of the pool is to be asked
     #: off the request path (an audit), so a second ``active`` copy is still seen
     audit: bool = False
+    #: the probes the locate sent and what each backend answered, in order (the shell
+    #: fills it in, for the span of the request that waited on it)
+    probes: tuple[tuple[BackendId, ProbeResult], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -230,6 +230,47 @@ def replace_member(text: str, path: tuple[str, ...], value: Any) -> str:
     return walk.edited((s, e, encoded) for s, e in walk.path_spans(walk.top(), path))
 
 
+def put_member(text: str, path: tuple[str, ...], value: Any) -> str:
+    """Return ``text`` with the value at ``path`` set to ``value``, the rest byte for
+    byte: replaced wherever the path leads (repeated keys included), else added first
+    in the deepest object on the path, with the objects the path still needs (a
+    ``params._meta.traceparent`` for a request without ``_meta``).
+
+    ``text`` must be a frame :func:`~router.protocol.reading.parse` accepted. A path
+    through something that is not an object (``params`` an array, ``_meta`` null)
+    leaves the frame as it was: its sender's value is not the router's to replace.
+    """
+    walk = _Walk(text)
+    edits = list(_put(walk, walk.top(), path, dumps(value).encode()))
+    return walk.edited(edits) if edits else text
+
+
+def _put(walk: _Walk, brace: int, path: tuple[str, ...], encoded: bytes) -> Iterator[_Edit]:
+    """The edits that set ``path`` to ``encoded`` in the object opening at ``brace``.
+
+    As in :func:`replace_member`, the walk stops after a match unless the key could come
+    again, and an object the key cannot be in (not spelled after its brace, no escape)
+    is not walked at all: the member is added at once."""
+    name, rest = path[0], path[1:]
+    found = False
+    if walk.may_repeat(brace + 1, name):
+        for key, start in walk.members(brace):
+            if not walk.key_is(key, name):
+                continue
+            found = True
+            if not rest:
+                yield start, walk.value_end(start), encoded
+            elif walk.at(start) == "{":
+                yield from _put(walk, start, rest, encoded)
+            if not walk.may_repeat(start + 1, name):
+                break
+    if not found:
+        member = encoded
+        for outer in reversed(rest):
+            member = b"{" + dumps(outer).encode() + b":" + member + b"}"
+        yield walk.insertion(brace, dumps(name).encode() + b":" + member)
+
+
 def replace_parsed_member(text: str, path: tuple[str, ...], value: Any) -> str:
     """:func:`replace_member` for a path the caller has parsed and found in the frame.
 

@@ -42,6 +42,7 @@ from router.server.app_keys import (
     RELOADER,
     SETTINGS,
     TOKENS,
+    TRACER,
     UPSTREAM,
     Draining,
     OpenClients,
@@ -57,6 +58,7 @@ from router.server.reload import Reloader
 from router.server.shutdown import close_spread
 from router.server.streamable_http import HttpFront
 from router.server.tls import backend_context
+from router.server.tracing import Tracer, tracer_for
 from router.server.upgrade import upgrade_held, websocket_entry
 from router.tasks import cancel_all_and_wait
 
@@ -67,9 +69,12 @@ def create_app(
     *,
     clock: Callable[[], float] = time.monotonic,
     config_path: Path | None = None,
+    tracer: Tracer | None = None,
 ) -> web.Application:
     """The router's application; ``clock`` paces the new-session limits; ``config_path``
-    is the file a reload reads (without one, a reload is refused).
+    is the file a reload reads (without one, a reload is refused); ``tracer`` makes the
+    spans of traced requests (default: as ``router.tracing`` and the ``OTEL_*``
+    environment say, made when the application starts).
 
     Raises:
         ConfigError: a token source, the session secret or a TLS file named in the
@@ -130,7 +135,7 @@ async def _pool_context(app: web.Application) -> AsyncIterator[None]:
     async with aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0), timeout=timeout
     ) as http:
-        upstream = Upstream.of(app[SETTINGS], app[METRICS], http)
+        upstream = Upstream.of(app[SETTINGS], app[METRICS], http, app[TRACER])
         app[UPSTREAM] = upstream
         app[POOL] = pool = upstream.pool
         discoveries = Discoveries(pool, app[METRICS])
@@ -146,6 +151,19 @@ async def _pool_context(app: web.Application) -> AsyncIterator[None]:
         )
         async with upstream.running(), discoveries.running(app[SETTINGS].discovery):
             yield
+
+
+async def _tracer_context(app: web.Application) -> AsyncIterator[None]:
+    """The tracer, unless one was given: made as the application starts (an exporter's
+    thread with it), and closed last, sending the spans left (off the loop: it blocks)."""
+    if TRACER in app:
+        yield
+        return
+    app[TRACER] = tracer = tracer_for(app[SETTINGS].router.tracing)
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(tracer.close)
 
 
 async def _http_context(app: web.Application) -> AsyncIterator[None]:

@@ -25,6 +25,7 @@ from router.server.pool.backends import Pool
 from router.server.pool.upstream import Upstream
 from router.server.reload import Reloader
 from router.server.streamable_http import HttpFront
+from router.server.tracing import Tracer
 
 SETTINGS = web.AppKey("settings", Settings)
 METRICS = web.AppKey("metrics", Metrics)
@@ -85,3 +86,5 @@ PLACES = web.AppKey("places", ClientPlaces)
 ADMIN_TOKENS = web.AppKey("admin_tokens", TokenSource)
 #: what ``GET /metrics`` answers: this router's registry, or, in a worker, every worker's
 EXPOSITION: web.AppKey[Callable[[], Awaitable[bytes]]] = web.AppKey("exposition")
+#: where the spans of traced requests come from (router.tracing)
+TRACER: web.AppKey[Tracer] = web.AppKey("tracer")

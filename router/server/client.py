@@ -28,6 +28,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol, assert_never
 
 from router.core.effects import (
+    Answered,
     AskPool,
     Attach,
     AwaitBackend,
@@ -38,6 +39,7 @@ from router.core.effects import (
     Dropped,
     Effects,
     FailedOver,
+    Forwarded,
     Initialize,
     Late,
     Learned,
@@ -77,6 +79,7 @@ from router.server.gate import Gate, Refusal
 from router.server.metrics import TO_BACKEND, TO_CLIENT, Metrics, error_code_label
 from router.server.pool import waits
 from router.server.pool.upstream import Upstream
+from router.server.request_log import RequestLog
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +152,8 @@ class ClientConnection:
         )
         self.links: dict[BackendId, BackendLink] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        #: the request log and trace context (None: both off, nothing observed)
+        self.requests = RequestLog.of(settings, upstream.tracer)
 
     @property
     def initialized(self) -> bool:
@@ -206,7 +211,13 @@ class ClientConnection:
         if isinstance(passed, Refusal):
             await self._refuse(passed)
             return
-        await self.carry_out(self.routes.receive_client(*passed))
+        message, claimed = passed
+        if self.requests is not None and isinstance(message, Request):
+            observed = self.requests.arrived(message)
+            if observed is not None:
+                await self.carry_out(self.routes.receive_client(observed, claimed, observed=True))
+                return
+        await self.carry_out(self.routes.receive_client(message, claimed))
 
     async def _refuse(self, refusal: Refusal) -> None:
         if refusal.text is None:
@@ -241,6 +252,9 @@ class ClientConnection:
                     self.pool.record((effect,))
                 case Initialize() | Place() | Locate() | AskPool() | AwaitBackend():
                     await self._start(effect)
+                case Forwarded() | Answered():
+                    assert self.requests is not None  # told only of the requests it observes
+                    self.requests.note(effect)
                 case _:
                     self._note(effect)
 
@@ -366,8 +380,11 @@ class ClientConnection:
         claimed: BackendId | None = None,
     ) -> None:
         log_context.session.set(session_id)
+        locating = self.upstream.locator.locate(session_id, tried, claimed)
         try:
-            located = await self.upstream.locator.locate(session_id, tried, claimed)
+            if self.requests is not None:
+                locating = self.requests.locate(request, locating)
+            located = await locating
         except JsonRpcError as exc:
             await self.carry_out(self.routes.fail(request.id, exc))
             return

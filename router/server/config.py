@@ -174,6 +174,33 @@ class RouterSection(_Section):
     #: for event streams not open yet; a POST past it is answered 503 with Retry-After,
     #: a frame past it ends its connection as an overflow (docs/security.md: Limits)
     max_held_bytes: Annotated[int, Field(gt=0)] = 256 * 1024 * 1024
+    #: W3C trace context (docs/operations.md: Trace context): "continue" the trace a
+    #: client request names in params._meta.traceparent (one span per such request, its
+    #: child traceparent passed to the backend); "always" start one for every request
+    #: that names none too; "off": frames go as they came, and no request is traced
+    tracing: Literal["off", "continue", "always"] = "continue"
+    #: one line per client request on the acp_router.requests logger (docs/operations.md:
+    #: Request log): "on", "off", or the fraction of requests to log (above 0, at most 1)
+    request_log: Literal["off", "on"] | float = "off"
+
+    @field_validator("request_log", mode="before")
+    @classmethod
+    def _request_log(cls, value: object) -> object:
+        if value in ("off", "on"):
+            return value
+        if isinstance(value, float | int) and not isinstance(value, bool) and 0 < value <= 1:
+            return value
+        raise ValueError(
+            '\'request_log\' must be "on", "off" or the fraction of requests to log'
+            f" (above 0, at most 1, such as 0.1), not {shown(value)}"
+        )
+
+    @property
+    def request_log_fraction(self) -> float:
+        """The share of client requests the request log writes (0: off)."""
+        if isinstance(self.request_log, str):
+            return 1.0 if self.request_log == "on" else 0.0
+        return float(self.request_log)
 
     @field_validator("listen", "metrics_listen")
     @classmethod

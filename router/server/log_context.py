@@ -32,10 +32,11 @@ def new_connection() -> int:
 
 class ContextFilter(logging.Filter):
     """Copy the context variables onto every record (as ``connection``, ``backend``,
-    ``session``), unless the call already passed them in ``extra``."""
+    ``session``), unless the call already passed them in ``extra`` (None included: a
+    request log line about no session says so, whatever session the task is about)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         for name, var in (("connection", connection), ("backend", backend), ("session", session)):
-            if getattr(record, name, None) is None:
+            if name not in record.__dict__:
                 setattr(record, name, var.get())
         return True

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from dataclasses import replace
 
 from router.core.locate import Ask, Located, LocateRound, hint_after, moved_from
 from router.core.quotas import AuditBudget
@@ -129,10 +130,13 @@ async def run_round(
     settings = pool.settings.cache
     snapshot = pool.snapshot(session_id, tried, ask_all=audit, claimed=claimed)
     round_ = LocateRound(snapshot, now=pool.now(), verify_after=settings.verify_seconds)
+    probes: list[tuple[BackendId, ProbeResult]] = []
     try:
         step = round_.start()
         while isinstance(step, Ask):
-            step = round_.hear(*await pool.probe_many(step.backends, session_id))
+            answers, activity = await pool.probe_many(step.backends, session_id)
+            probes += answers.items()
+            step = round_.hear(answers, activity)
     finally:
         if not audit:
             pool.metrics.locate_cache.labels(round_.stage.value).inc()
@@ -151,7 +155,7 @@ async def run_round(
     checked = hint_after(round_, step)
     if checked is not False:
         pool.remember(session_id, step.backend, checked)
-    return step
+    return replace(step, probes=tuple(probes)) if probes else step
 
 
 def split_brain(pool: Pool, healer: Healer, session_id: SessionId, verdict: Verdict) -> None:

@@ -1,7 +1,7 @@
 """Everything behind the front door that a client connection uses: the pool, its
 locator (with the split-brain audit), its pool-wide queries, its healer (stale copies
-closed, returning backends fenced), and the HTTP session backend links are opened with;
-run together for the application's life."""
+closed, returning backends fenced), the HTTP session backend links are opened with, and
+the tracer its requests' spans come from; run together for the application's life."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from router.server.pool.backends import Pool
 from router.server.pool.healing import Healer
 from router.server.pool.locator import Locator
 from router.server.pool.queries import Queries
+from router.server.tracing import Tracer
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,12 +28,20 @@ class Upstream:
     healer: Healer
     #: where client connections open their backend links
     http: aiohttp.ClientSession
+    #: where the spans of the requests it traces come from (router.tracing)
+    tracer: Tracer
 
     @classmethod
-    def of(cls, settings: Settings, metrics: Metrics, http: aiohttp.ClientSession) -> Upstream:
+    def of(
+        cls,
+        settings: Settings,
+        metrics: Metrics,
+        http: aiohttp.ClientSession,
+        tracer: Tracer,
+    ) -> Upstream:
         pool = Pool(settings, metrics, http)
         healer = Healer(pool)
-        return cls(pool, Locator(pool, healer), Queries(pool), healer, http)
+        return cls(pool, Locator(pool, healer), Queries(pool), healer, http, tracer)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Upstream]:
