@@ -111,6 +111,9 @@ def create_app(
     )
     app[HTTP_FRONT] = HttpFront(settings.router, app[METRICS], HttpDoor(app))
     app[WEBSOCKET] = websocket_entry(app)
+    if tracer is not None:
+        app[TRACER] = tracer
+    app.cleanup_ctx.append(_tracer_context)  # first: it sends the spans the rest made
     app.cleanup_ctx.append(_pool_context)
     app.cleanup_ctx.append(_http_context)  # after the pool: its connections end first
     app.on_shutdown.append(_close_clients)
