@@ -18,7 +18,7 @@ from router.core.frontdoor import principal_of
 from router.core.hinted_ids import HintedSessions, _check, hinted, read
 from router.core.ownership import Ownership, SessionSeal
 from router.core.routes import ClientRoutes, Limits
-from router.core.streams import Attached, EventStreams, Rejected
+from router.core.streams import EventStreams, Opened, Rejected
 from router.protocol import acp
 from router.protocol.errors import InvalidRequest, SessionNotFound
 from router.protocol.ids import BackendId
@@ -118,7 +118,7 @@ def test_acp_session_id_headers_are_answered(header: str | None, session_id: str
         rejected = streams.post(_with_session(method, session_id), header)
         assert rejected is None or 400 <= rejected.status < 500
     attached = streams.attach(header)  # type: ignore[arg-type]
-    assert isinstance(attached, Attached | Rejected)
+    assert isinstance(attached, Opened | Rejected)
     created = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"sessionId": session_id}})
     streams.deliver(created, parse(created))
     HintedSessions(8).learn(parse(created), BackendId("agent-1"))

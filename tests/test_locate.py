@@ -24,8 +24,8 @@ from router.core.locate import (
     evidence,
     hint_after,
 )
+from router.core.session_status import StatusRound, pool_status
 from router.core.split_brain import How, Verdict, judge
-from router.core.status import StatusRound, pool_status
 from router.protocol.acp import ProbeResult, StatusAnswer, classify_status, read_status
 from router.protocol.errors import (
     ErrorObject,

@@ -12,10 +12,10 @@ from hypothesis import given, strategies as st
 
 from router.core.quotas import ByteBudget
 from router.core.streams import (
-    Attached,
     Delivery,
     EventStreams,
     Held,
+    Opened,
     Overflow,
     Rejected,
     StreamKey,
@@ -57,7 +57,7 @@ def send(table: EventStreams, frame: Message) -> Delivery:
 def open_stream(table: EventStreams, key: StreamKey) -> tuple[int, list[str]]:
     """A GET on ``key``: its holder number and the held frames it writes first."""
     attached = table.attach(key)
-    assert isinstance(attached, Attached)
+    assert isinstance(attached, Opened)
     taken = []
     while (text := table.take(key, attached.holder)) is not None:
         taken.append(text)
@@ -181,7 +181,7 @@ def test_the_characters_held_over_a_connection_are_bounded_too() -> None:
     assert send(table, frame) == Held(None)
     assert send(table, frame) == Overflow(None)  # a third would pass the characters' bound
     attached = table.attach(None)
-    assert isinstance(attached, Attached)
+    assert isinstance(attached, Opened)
     assert table.take(None, attached.holder) == frame.text  # taking one makes room for one
     assert table.held_chars == len(frame.text)
     assert send(table, frame) == Held(None)
@@ -212,7 +212,7 @@ def test_a_second_get_displaces_the_first() -> None:
     table = streams()
     first, _ = open_stream(table, None)
     attached = table.attach(None)
-    assert isinstance(attached, Attached)
+    assert isinstance(attached, Opened)
     assert attached.displaced == first
     assert send(table, update("x")) == Held(None)  # the new GET has not taken the held ones yet
     assert table.take(None, first) is None  # the displaced GET gets nothing more
@@ -238,9 +238,9 @@ def test_known_sessions_are_bounded() -> None:
     # S2's frames are taken: it can make room now, and S1 (open) still cannot
     open_stream(table, S2)
     holder = table.attach(S2)
-    assert isinstance(holder, Attached)
+    assert isinstance(holder, Opened)
     assert table.release(S2, holder.holder)
-    assert isinstance(table.attach(SessionId("s3")), Attached)
+    assert isinstance(table.attach(SessionId("s3")), Opened)
     assert table.post(request(1, "session/prompt", S2), S2) == Rejected(
         404, "no such session on this connection"
     )

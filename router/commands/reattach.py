@@ -63,7 +63,7 @@ class AttachMethod(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Attached:
+class Reattachable:
     """A session the editor attached, and the params that attach it again."""
 
     how: AttachMethod
@@ -83,7 +83,7 @@ class EditorState:
         #: the router's answer to it (what it offers: resume, load)
         self.advertised: Any = None
         self.authenticate: Request | None = None
-        self.sessions: OrderedDict[SessionId, Attached] = OrderedDict()
+        self.sessions: OrderedDict[SessionId, Reattachable] = OrderedDict()
         self._next_id = 0
         #: editor requests sent on this connection and not answered yet
         self._owed: dict[RequestId, Request] = {}
@@ -163,7 +163,7 @@ class EditorState:
     def _attach(self, session_id: SessionId, how: AttachMethod, request: Request) -> None:
         params = request.params if isinstance(request.params, dict) else {}
         self.sessions.pop(session_id, None)
-        self.sessions[session_id] = Attached(how, {**params, "sessionId": session_id})
+        self.sessions[session_id] = Reattachable(how, {**params, "sessionId": session_id})
         while len(self.sessions) > MAX_SESSIONS:
             self.sessions.popitem(last=False)
 
@@ -248,7 +248,7 @@ class Reattach:
             chosen = [(self._only, sessions[self._only])] if self._only in sessions else []
         return [frame for frame in map(self._attach, chosen) if frame]
 
-    def _attach(self, item: tuple[SessionId, Attached]) -> str | None:
+    def _attach(self, item: tuple[SessionId, Reattachable]) -> str | None:
         session_id, attached = item
         how = self._how(attached.how)
         if how is None:

@@ -106,7 +106,7 @@ class Rejected:
 
 
 @dataclass(frozen=True, slots=True)
-class Attached:
+class Opened:
     """A ``GET`` now holds the stream as ``holder``; the ``GET`` it ``displaced`` ends."""
 
     holder: int
@@ -227,7 +227,7 @@ class EventStreams:
 
     # -- a GET --------------------------------------------------------------------------------
 
-    def attach(self, key: StreamKey) -> Attached | Rejected:
+    def attach(self, key: StreamKey) -> Opened | Rejected:
         """A ``GET`` opens stream ``key`` (a session the connection does not know yet
         becomes known: the RFD's client opens it before ``session/load``). It takes
         the held frames (:meth:`take`) before new ones flow to it."""
@@ -240,7 +240,7 @@ class EventStreams:
         stream.holder = next(self._holders)
         stream.flowing = False
         stream.waited_for = True
-        return Attached(stream.holder, displaced)
+        return Opened(stream.holder, displaced)
 
     def take(self, key: StreamKey, holder: int) -> str | None:
         """The next held frame for ``holder`` to write; None when none is left (frames

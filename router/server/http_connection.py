@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from router.core.frontdoor import Admitted
 from router.core.quotas import ByteBudget, ClientPlaces, Place
-from router.core.streams import Attached, EventStreams, Held, Overflow, StreamKey, Write
+from router.core.streams import EventStreams, Held, Opened, Overflow, StreamKey, Write
 from router.protocol.ids import ConnectionId, new_connection_id
 from router.protocol.jsonrpc import Message, Request, RequestId
 from router.server.client import ClientConnection
@@ -170,7 +170,7 @@ class HttpConnection:
 
     # -- GETs ---------------------------------------------------------------------------------
 
-    def opened(self, attached: Attached, stream: EventStream) -> None:
+    def opened(self, attached: Opened, stream: EventStream) -> None:
         self.writers[attached.holder] = stream
         if attached.displaced is None:
             self.metrics.http_streams.inc()

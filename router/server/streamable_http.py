@@ -34,7 +34,7 @@ from aiohttp import hdrs, web
 
 from router.core.frontdoor import Admitted
 from router.core.quotas import ByteBudget, Place
-from router.core.streams import Attached, Rejected, StreamKey
+from router.core.streams import Opened, Rejected, StreamKey
 from router.protocol import acp
 from router.protocol.errors import InvalidRequest, ParseError
 from router.protocol.ids import ConnectionId, SessionId
@@ -264,7 +264,7 @@ class HttpFront:
 
     def _open_stream(
         self, request: web.Request
-    ) -> tuple[HttpConnection, StreamKey, Attached] | web.Response:
+    ) -> tuple[HttpConnection, StreamKey, Opened] | web.Response:
         admission = self.door.admit(request)
         if isinstance(admission, web.Response):
             return admission

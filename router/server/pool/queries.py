@@ -1,5 +1,5 @@
 """The pool-wide requests the router answers itself: ``session/status`` (the I/O around
-:class:`router.core.status.StatusRound`) and ``session/list`` (the pages asked of each
+:class:`router.core.session_status.StatusRound`) and ``session/list`` (the pages asked of each
 backend, merged by :func:`router.core.listing.listed`).
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from router.core import listing
 from router.core.locate import Ask
-from router.core.status import StatusRound
+from router.core.session_status import StatusRound
 from router.protocol import acp
 from router.protocol.errors import BackendLinkLost, BackendRefused
 from router.protocol.ids import BackendId, SessionId
@@ -22,7 +22,7 @@ class Queries:
         self._pool = pool
 
     async def status(self, session_id: SessionId) -> dict[str, Any]:
-        """The pool's ``session/status`` result (:class:`router.core.status.StatusRound`)."""
+        """The pool's ``session/status`` result (:class:`router.core.session_status.StatusRound`)."""
         round_ = StatusRound(self._pool.snapshot(session_id))
         step = round_.start()
         while isinstance(step, Ask):
