@@ -1,28 +1,9 @@
 """One client connection's routing state, and the routing of what its client sends, sans-I/O.
 
-Rules this module keeps:
-
-1. Every client request is recorded in ``calls`` when it arrives and leaves it when
-   exactly one answer goes back: the backend's response, or an error the router makes
-   (:meth:`ClientRoutes.answer`, :meth:`ClientRoutes.fail`,
-   :meth:`ClientRoutes.backend_lost`, :meth:`ClientRoutes.abandon`). A request id
-   already in flight is refused, and so is one in the router's own id space
-   (``acp-router:...``), in a request or named by a ``$/cancel_request``.
-2. Client request ids travel to backends unchanged: each backend link belongs to one
-   client connection, so they cannot collide there. Agent→client request ids are
-   rewritten to router-assigned integers (:mod:`router.core.agent_requests`).
-3. Frames are forwarded as the text they arrived in; only ids are spliced.
-   ``authenticate`` is forwarded truthfully (:mod:`router.core.authentication`).
-4. Per-session order (:mod:`router.core.phases`): frames for a held session wait, and
-   are routed, in arrival order, as soon as its holder settles, within the same call.
-5. The links to backends are the core's to open and close (:mod:`router.core.links`).
-6. One channel: every entry point returns one ordered tuple of
-   :mod:`~router.core.effects`, which the shell carries out in order; nothing here does
-   I/O or reads a clock.
-
-What a backend sends is :mod:`router.core.backend_side`; failover is
-:mod:`router.core.failover`; which requests cost a locate is :mod:`router.core.quotas`;
-:class:`router.core.routes.ClientRoutes` puts them together for the shell.
+The rules it keeps are :mod:`router.core.routes`'s; what a backend sends is
+:mod:`router.core.backend_side`, failover :mod:`router.core.failover`, the connection's
+end :mod:`router.core.ending`, what observed requests tell :mod:`router.core.observing`,
+and which requests cost a locate :mod:`router.core.quotas`.
 """
 
 from __future__ import annotations
@@ -31,17 +12,14 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from router.core import quotas
+from router.core import observing, quotas
 from router.core.agent_requests import AgentRequests
 from router.core.authentication import Authentication
-from router.core.calls import Charge, Holders, Limits, PendingCall, free
+from router.core.calls import Charge, Limits, PendingCall, free
 from router.core.effects import (
     NOTHING,
-    Answered,
     AskPool,
     Awaited,
-    CancelTurn,
-    Deliver,
     Dropped,
     Effect,
     Effects,
@@ -56,8 +34,6 @@ from router.core.effects import (
     Reply,
     ResumeSent,
     Send,
-    TurnEnd,
-    cancel_turn,
     refusal,
 )
 from router.core.links import Links
@@ -148,15 +124,19 @@ class ClientSide:
         self, request: Request, claimed: BackendId | None, observed: bool
     ) -> Effects:
         if self.stopping:
-            return self._refused(request, RouterStopping(), observed)
+            return observing.refused(
+                request, RouterStopping(), observed, self.limits.max_session_id_chars
+            )
         if _reserved(request.id):
             error = InvalidRequest(f"request ids starting with {RESERVED_ID_PREFIX!r} are reserved")
-            return self._refused(request, error, observed)
+            return observing.refused(request, error, observed, self.limits.max_session_id_chars)
         if request.id in self.calls:
             error = InvalidRequest(f"request id {request.id!r} is already in flight")
-            return self._refused(request, error, observed)
+            return observing.refused(request, error, observed, self.limits.max_session_id_chars)
         if self._in_flight() >= self.limits.max_in_flight:
-            return self._refused(request, TooManyInFlight(), observed)
+            return observing.refused(
+                request, TooManyInFlight(), observed, self.limits.max_session_id_chars
+            )
         return self._route_or_hold(request, claimed, observed)
 
     def _route_or_hold(
@@ -176,7 +156,7 @@ class ClientSide:
         try:
             call, effects = self._classify(request, claimed)
         except JsonRpcError as exc:
-            return self._refused(request, exc, observed)
+            return observing.refused(request, exc, observed, self.limits.max_session_id_chars)
         if observed:
             call = replace(call, observed=True)
             if call.backend is not None:
@@ -188,38 +168,6 @@ class ClientSide:
         elif session_id is not None and request.method in acp.RELEASING:
             self.sessions.close(session_id, request.id)
         return effects
-
-    def _refused(self, request: Request, error: JsonRpcError, observed: bool) -> Effects:
-        """The router's error answer to ``request``, which it does not take in (told, when
-        observed)."""
-        reply = refusal(request.id, error)
-        if not observed:
-            return (reply,)
-        named = acp.session_id_of(request) if request.method in acp.SESSION_SCOPED else None
-        return (reply, Answered(request, self._loggable(named), None, error.code))
-
-    def _answered(self, call: PendingCall, answered: Effects) -> Answered:
-        """What ``answered``, the answer to an observed ``call``, says of it: its error
-        code, and, for a new session, the session's id."""
-        error: int | None = None
-        session_id = call.session_id
-        for effect in answered:
-            if isinstance(effect, Reply):
-                error = effect.error
-            elif isinstance(effect, Deliver) and isinstance(effect.message, Response):
-                response = effect.message
-                if response.error is not None:
-                    error = response.error.code
-                elif session_id is None and call.request.method in acp.CREATING:
-                    made = response.member("result", "sessionId")
-                    session_id = self._loggable(made if isinstance(made, str) else None)
-        return Answered(call.request, session_id, call.backend, error)
-
-    def _loggable(self, session_id: str | None) -> SessionId | None:
-        """``session_id``, unless it is longer than the router routes."""
-        if session_id is None or len(session_id) > self.limits.max_session_id_chars:
-            return None
-        return SessionId(session_id)
 
     def _in_flight(self) -> int:
         return len(self.calls) + self.held_notifications
@@ -455,7 +403,10 @@ class ClientSide:
         call = self.calls.pop(request_id)
         closed = self.links.done(request_id)
         if call.observed:
-            answered = (*answered, self._answered(call, answered))
+            answered = (
+                *answered,
+                observing.answered(call, answered, self.limits.max_session_id_chars),
+            )
         session_id = call.session_id
         if session_id is None:
             return (*closed, *answered)
@@ -491,62 +442,6 @@ class ClientSide:
                 waited = self.calls.pop(frame.id)
                 effects += self._route_or_hold(frame, waited.claimed, waited.observed)
         return tuple(effects)
-
-    # -- the end -------------------------------------------------------------------------------
-
-    def client_gone(self, holders: Holders) -> Effects:
-        """The client connection is gone: the prompt turns it leaves running are cancelled
-        (:meth:`_abandoned_turns`: the shell lets the cancels leave on its links before
-        they close), and every session is detached."""
-        cancels = self._abandoned_turns("client_gone", holders)
-        gone = tuple(
-            Answered(call.request, call.session_id, call.backend, gone=True)
-            for call in self.calls.values()
-            if call.observed
-        )
-        return (*cancels, *self.sessions.detach_all(), *gone)
-
-    def abandon(self, error: JsonRpcError, holders: Holders, why: TurnEnd = "stopping") -> Effects:
-        """The connection is about to close (the router is stopping, or closes it): cancel
-        the prompt turns it leaves running (:meth:`_abandoned_turns`), answer every
-        request still in flight with ``error``, held ones included, withdraw every agent
-        request the client was still answering, and refuse every request from now on. An
-        answer that comes later for a call it answered is :class:`~router.core.effects.Late`."""
-        self.stopping = True
-        effects: list[Effect] = list(self._abandoned_turns(why, holders))
-        self.held_notifications = 0
-        self.sessions.drop_waiting()
-        self.auth.round = None
-        for request_id in list(self.calls):
-            call = self.calls.pop(request_id)
-            if call.awaits is not None:
-                self.abandoned[request_id] = call.awaits
-            effects += self.links.done(request_id)
-            if not call.internal:
-                effects.append(refusal(request_id, error))
-            if call.observed:
-                effects.append(Answered(call.request, call.session_id, call.backend, error.code))
-        for backend in self.links.linked():
-            effects += self.agent_requests.withdraw(backend)
-        return tuple(effects)
-
-    def _abandoned_turns(self, why: TurnEnd, holders: Holders) -> tuple[CancelTurn, ...]:
-        """A ``session/cancel`` for each turn the client leaves running: a
-        ``session/prompt`` forwarded to a backend and not answered, whose session no other
-        client connection of this router has attached on that backend (``holders``
-        counts this one too, where it has the session attached). One per session and
-        backend; none with ``Limits.cancel_abandoned_turns`` off."""
-        if not self.limits.cancel_abandoned_turns:
-            return ()
-        turns: dict[tuple[SessionId, BackendId], CancelTurn] = {}
-        for call in self.calls.values():
-            session_id, backend = call.session_id, call.backend
-            if call.request.method != acp.SESSION_PROMPT or session_id is None or backend is None:
-                continue
-            here = 1 if self.sessions.backend(session_id) == backend else 0
-            if (session_id, backend) not in turns and holders(session_id, backend) <= here:
-                turns[session_id, backend] = cancel_turn(session_id, backend, why)
-        return tuple(turns.values())
 
 
 def _reserved(request_id: RequestId) -> bool:

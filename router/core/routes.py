@@ -2,18 +2,38 @@
 
 :class:`ClientRoutes` is :class:`~router.core.client_side.ClientSide` (the connection's
 state, and what its client sends) with what its backends send
-(:mod:`router.core.backend_side`) and failover (:mod:`router.core.failover`). Every
-method returns one ordered tuple of :mod:`~router.core.effects`.
+(:mod:`router.core.backend_side`), failover (:mod:`router.core.failover`) and the
+connection's end (:mod:`router.core.ending`).
+
+The rules every connection keeps:
+
+1. Every client request is recorded in ``calls`` when it arrives and leaves it when
+   exactly one answer goes back: the backend's response, or an error the router makes
+   (:meth:`ClientRoutes.answer`, :meth:`ClientRoutes.fail`,
+   :meth:`ClientRoutes.backend_lost`, :meth:`ClientRoutes.abandon`). A request id
+   already in flight is refused, and so is one in the router's own id space
+   (``acp-router:...``), in a request or named by a ``$/cancel_request``.
+2. Client request ids travel to backends unchanged: each backend link belongs to one
+   client connection, so they cannot collide there. Agent→client request ids are
+   rewritten to router-assigned integers (:mod:`router.core.agent_requests`).
+3. Frames are forwarded as the text they arrived in; only ids are spliced.
+   ``authenticate`` is forwarded truthfully (:mod:`router.core.authentication`).
+4. Per-session order (:mod:`router.core.phases`): frames for a held session wait, and
+   are routed, in arrival order, as soon as its holder settles, within the same call.
+5. The links to backends are the core's to open and close (:mod:`router.core.links`).
+6. One channel: every entry point returns one ordered tuple of
+   :mod:`~router.core.effects`, which the shell carries out in order; nothing here does
+   I/O or reads a clock.
 """
 
 from __future__ import annotations
 
-from router.core import backend_side, failover
-from router.core.calls import Limits, PendingCall
+from router.core import backend_side, ending, failover
+from router.core.calls import Holders, Limits, PendingCall
 from router.core.client_side import ClientSide
-from router.core.effects import Effects
+from router.core.effects import Effects, TurnEnd
 from router.core.health import Health
-from router.protocol.errors import ErrorObject
+from router.protocol.errors import ErrorObject, JsonRpcError
 from router.protocol.ids import BackendId, SessionId
 from router.protocol.jsonrpc import Message
 
@@ -46,3 +66,12 @@ class ClientRoutes(ClientSide):
         """An :class:`~router.core.effects.AwaitBackend` is over, ``backend``'s ``health``
         what it is (:func:`router.core.failover.known`)."""
         return failover.known(self, backend, sessions, health)
+
+    def client_gone(self, holders: Holders) -> Effects:
+        """The client connection is gone (:func:`router.core.ending.client_gone`)."""
+        return ending.client_gone(self, holders)
+
+    def abandon(self, error: JsonRpcError, holders: Holders, why: TurnEnd = "stopping") -> Effects:
+        """The connection is about to close: every call in flight is answered with
+        ``error`` (:func:`router.core.ending.abandon`)."""
+        return ending.abandon(self, error, holders, why)

@@ -1,0 +1,73 @@
+"""The end of one client connection, sans-I/O: its client gone, or the router closing it.
+
+Either way the prompt turns the client leaves running are cancelled on their backends
+(:func:`abandoned_turns`), unless another client connection of this router still has
+the session attached there; when the router closes the connection, every request still
+in flight gets its one answer first (:func:`abandon`).
+"""
+
+from __future__ import annotations
+
+from router.core.calls import Holders
+from router.core.client_side import ClientSide
+from router.core.effects import Answered, CancelTurn, Effect, Effects, TurnEnd, cancel_turn, refusal
+from router.protocol import acp
+from router.protocol.errors import JsonRpcError
+from router.protocol.ids import BackendId, SessionId
+
+
+def client_gone(side: ClientSide, holders: Holders) -> Effects:
+    """The client connection is gone: the prompt turns it leaves running are cancelled
+    (the shell lets the cancels leave on its links before they close), and every session
+    is detached."""
+    cancels = abandoned_turns(side, "client_gone", holders)
+    gone = tuple(
+        Answered(call.request, call.session_id, call.backend, gone=True)
+        for call in side.calls.values()
+        if call.observed
+    )
+    return (*cancels, *side.sessions.detach_all(), *gone)
+
+
+def abandon(side: ClientSide, error: JsonRpcError, holders: Holders, why: TurnEnd) -> Effects:
+    """The connection is about to close (the router is stopping, or closes it): cancel
+    the prompt turns it leaves running, answer every request still in flight with
+    ``error``, held ones included, withdraw every agent request the client was still
+    answering, and refuse every request from now on. An answer that comes later for a
+    call it answered is :class:`~router.core.effects.Late`."""
+    side.stopping = True
+    effects: list[Effect] = list(abandoned_turns(side, why, holders))
+    side.held_notifications = 0
+    side.sessions.drop_waiting()
+    side.auth.round = None
+    for request_id in list(side.calls):
+        call = side.calls.pop(request_id)
+        if call.awaits is not None:
+            side.abandoned[request_id] = call.awaits
+        effects += side.links.done(request_id)
+        if not call.internal:
+            effects.append(refusal(request_id, error))
+        if call.observed:
+            effects.append(Answered(call.request, call.session_id, call.backend, error.code))
+    for backend in side.links.linked():
+        effects += side.agent_requests.withdraw(backend)
+    return tuple(effects)
+
+
+def abandoned_turns(side: ClientSide, why: TurnEnd, holders: Holders) -> tuple[CancelTurn, ...]:
+    """A ``session/cancel`` for each turn the client leaves running: a ``session/prompt``
+    forwarded to a backend and not answered, whose session no other client connection
+    of this router has attached on that backend (``holders`` counts this one too, where
+    it has the session attached). One per session and backend; none with
+    ``Limits.cancel_abandoned_turns`` off."""
+    if not side.limits.cancel_abandoned_turns:
+        return ()
+    turns: dict[tuple[SessionId, BackendId], CancelTurn] = {}
+    for call in side.calls.values():
+        session_id, backend = call.session_id, call.backend
+        if call.request.method != acp.SESSION_PROMPT or session_id is None or backend is None:
+            continue
+        here = 1 if side.sessions.backend(session_id) == backend else 0
+        if (session_id, backend) not in turns and holders(session_id, backend) <= here:
+            turns[session_id, backend] = cancel_turn(session_id, backend, why)
+    return tuple(turns.values())
