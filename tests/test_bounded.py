@@ -75,7 +75,7 @@ async def test_every_series_and_table_keyed_by_a_backend_leaves_with_it() -> Non
         assert set(pool.fleet.states) == set(pool.links) == {BackendId("b-200")}
         assert set(pool.directory.attached) <= {BackendId("b-200")}
         assert pool.directory.pinned == {}
-        assert pool._retired == {}
+        assert pool.roster.retired == {}
         assert set(pool.directory.spread._fading) <= {BackendId("b-200")}
         assert set(pool.prober.seconds) <= {BackendId("b-200")}
 

@@ -37,7 +37,7 @@ from router.core.health import (
     Instance,
 )
 from router.core.locate import AdminState, Snapshot, first_guess, hint_after_answer, lasting
-from router.core.membership import Member, MembershipChange
+from router.core.membership import MembershipChange
 from router.core.placement import Node
 from router.protocol import acp
 from router.protocol.acp import ProbeResult
@@ -47,24 +47,14 @@ from router.server.config import BackendSection, Settings
 from router.server.control import ControlLink
 from router.server.metrics import Metrics
 from router.server.pool.probes import Prober
+from router.server.pool.roster import Roster, member_of
 from router.server.tls import backend_context
 
 logger = logging.getLogger(__name__)
 
-#: backends removed from the pool whose address is kept for client links still using
-#: them; beyond this many, the oldest are forgotten
-MAX_RETIRED = 1024
-
 
 def _no_fence(backend: BackendId) -> None:
     logger.warning("backend %s returned after it was given up, and nothing fences it", backend)
-
-
-def member_of(spec: BackendSection) -> Member:
-    """A backend as :mod:`router.core.membership` compares it."""
-    return Member(
-        BackendId(spec.id), spec.weight, (spec.url, spec.tls_ca, spec.tls_cert, spec.tls_key)
-    )
 
 
 def bounds_of(settings: Settings) -> Bounds:
@@ -96,18 +86,15 @@ class Pool:
         self.attached_changed = asyncio.Event()
         #: pulsed whenever the client links this router holds change
         self.pinned_changed = asyncio.Event()
-        #: the configured backends, and those each discovery source found
-        self._static: tuple[BackendSection, ...] = tuple(settings.backends)
-        self._discovered: dict[str, tuple[BackendSection, ...]] = {}
-        #: the address of backends that left, for client links still open to them
-        self._retired: dict[BackendId, BackendSection] = {}
+        #: the configured backends, those each discovery source found, those that left
+        self.roster = Roster(settings.backends)
         self._controls: dict[BackendId, asyncio.Task[None]] = {}
         #: called when a backend given up comes back as the same process: it is fenced
         #: (:class:`router.server.pool.healing.Healer`)
         self.on_return: Callable[[BackendId], None] = _no_fence
         self._group: asyncio.TaskGroup | None = None
         self._take(settings)
-        self._apply(self._static)
+        self._apply(self.roster.members())
 
     def _take(self, settings: Settings) -> None:
         self.settings = settings
@@ -161,36 +148,15 @@ class Pool:
         """Take a reloaded configuration: its backends (with the discovered ones), its
         probe settings and its unknown policy (the caller has kept what needs a restart)."""
         self._take(settings)
-        self._static = tuple(settings.backends)
-        return self._apply(self._members())
+        self.roster.static = tuple(settings.backends)
+        return self._apply(self.roster.members())
 
     def set_discovered(self, source: str, found: Sequence[BackendSection]) -> MembershipChange:
         """What DNS says ``source`` holds now. A backend found before and missing now
         is *leaving*: no new placements, but it is still probed and resumed on while it
         may hold sessions, and leaves the pool only once it is gone
         (:mod:`router.core.health`: past the grace with no link alive, or restarted)."""
-        now = {BackendId(spec.id) for spec in found}
-        missing = [s for s in self._discovered.get(source, ()) if BackendId(s.id) not in now]
-        leaving = self.fleet.still_leaving((BackendId(s.id) for s in missing), self._clock())
-        kept = [s for s in missing if BackendId(s.id) in leaving]
-        for spec in missing:
-            if spec not in kept and BackendId(spec.id) in self.fleet.leaving:
-                logger.info("backend %s left DNS and is gone: out of the pool", spec.id)
-        for backend in sorted(leaving - self.fleet.leaving):
-            logger.info(
-                "backend %s left DNS: no new sessions; it stays in the pool until it is gone",
-                backend,
-            )
-        self.fleet.leaving = (self.fleet.leaving - now) | leaving
-        self._discovered[source] = (*found, *kept)
-        return self._apply(self._members())
-
-    def _members(self) -> list[BackendSection]:
-        """The configured backends, then each source's, the first of an id winning."""
-        members: dict[str, BackendSection] = {}
-        for spec in (*self._static, *(s for found in self._discovered.values() for s in found)):
-            members.setdefault(spec.id, spec)
-        return list(members.values())
+        return self._apply(self.roster.discover(source, found, self.fleet, self._clock()))
 
     def _apply(self, specs: Sequence[BackendSection]) -> MembershipChange:
         change = membership.diff(
@@ -223,7 +189,7 @@ class Pool:
             connect_timeout=self.settings.router.connect_timeout_ms / 1000,
         )
         self.links[backend] = link
-        self._retired.pop(backend, None)
+        self.roster.rejoin(backend)
         self.fleet.join(backend, self._clock())
         self.metrics.declare_backends([backend])
         self.metrics.attached_sessions.labels(backend).set(self.directory.joined(backend))
@@ -239,9 +205,7 @@ class Pool:
         self.fleet.leave(backend)
         self.prober.forget(backend)
         if backend in self.directory.pinned:  # client links still use its address
-            self._retired[backend] = link.spec
-        while len(self._retired) > MAX_RETIRED:
-            del self._retired[next(iter(self._retired))]
+            self.roster.retire(backend, link.spec)
         attached = self.directory.attached.get(backend, 0) > 0
         self.directory.forget_backend(backend, member=False)
         self.metrics.forget_backend(backend, attached=attached)
@@ -314,9 +278,7 @@ class Pool:
             logger.info("backend %s: its control link's process answers: it stays up", backend)
 
     def _drop_leaving(self, backend: BackendId) -> None:
-        for source, found in self._discovered.items():
-            self._discovered[source] = tuple(s for s in found if s.id != backend)
-        self._apply(self._members())
+        self._apply(self.roster.drop(backend))
 
     def health(self, backend: BackendId) -> Health:
         """Up, unknown (not probed, but may still run sessions) or gone, as of now."""
@@ -349,7 +311,7 @@ class Pool:
         lately; ``claimed``: the home the client's hinted id named (a member, or nothing)."""
         directory = self.directory
         candidates = self.fleet.candidates(
-            session_id, directory.attached_to(session_id), self._retired, self._clock()
+            session_id, directory.attached_to(session_id), self.roster.retired, self._clock()
         )
         refused = directory.absences.resumed(session_id)
         return Snapshot(
@@ -389,7 +351,7 @@ class Pool:
         """The backend's table: a member's, or one that left the pool (client links to
         it stay open until their connections end)."""
         link = self.links.get(backend)
-        return link.spec if link is not None else self._retired[backend]
+        return link.spec if link is not None else self.roster.retired[backend]
 
     def url(self, backend: BackendId) -> str:
         return self.spec(backend).url
@@ -422,7 +384,7 @@ class Pool:
         self.directory.pin(backend, delta)
         self._pulse(self.pinned_changed)
         if backend not in self.links and backend not in self.directory.pinned:
-            self._retired.pop(backend, None)
+            self.roster.rejoin(backend)
             self.metrics.forget_backend(
                 backend, attached=bool(self.directory.attached.get(backend))
             )
