@@ -38,7 +38,8 @@ from router.server.app_keys import (
     TOKENS,
     UPSTREAM,
 )
-from router.server.client import ClientChannel, ClientConnection
+from router.server.client import ClientConnection
+from router.server.client_links import ClientChannel
 from router.server.http_connection import Entry
 
 logger = logging.getLogger(__name__)

@@ -9,10 +9,8 @@ loop wait: each link has its own outbox and writer), links are opened and closed
 work that waits on the pool (locates, pool-wide status and list, a failover's wait)
 runs in tasks this connection owns, so one slow locate or one slow backend never stalls
 another session's traffic; their outcomes go back to the core, whose effects are
-carried out in turn. A link that breaks, cannot open within the deadline or cannot keep
-up is given up: the core answers exactly its requests ``-32013`` and withdraws the agent
-requests it had sent the client (``$/cancel_request``); the client connection carries
-on. The client connection closes only for the client's own faults (an oversize frame:
+carried out in turn. Its links to backends are :class:`router.server.client_links.ClientLinks`.
+The client connection closes only for the client's own faults (an oversize frame:
 1009, by its WebSocket; binary frames are ignored) or on shutdown (1012). When the client goes, every
 task and link of the connection is cancelled and closed; a prompt turn it leaves running
 is cancelled first (``session/cancel``, sent before its link closes), unless another
@@ -24,8 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine
-from typing import Any, Protocol, assert_never
+from collections.abc import Coroutine
+from typing import Any, assert_never
 
 from router.core.effects import (
     Answered,
@@ -61,22 +59,19 @@ from router.core.effects import (
 from router.core.frontdoor import Principal
 from router.core.routes import ClientRoutes, Limits
 from router.protocol.errors import (
-    BackendLinkLost,
     BackendRefused,
-    ErrorObject,
-    HandshakeRefused,
     InternalError,
     JsonRpcError,
     ProtocolError,
     RouterStopping,
 )
 from router.protocol.ids import BackendId, SessionId
-from router.protocol.jsonrpc import Message, Request, RequestId
+from router.protocol.jsonrpc import Request, RequestId
 from router.protocol.reading import parse
 from router.server import log_context
-from router.server.backend_link import BackendLink
+from router.server.client_links import ClientChannel, ClientLinks
 from router.server.gate import Gate, Refusal
-from router.server.metrics import TO_BACKEND, TO_CLIENT, Metrics, error_code_label
+from router.server.metrics import TO_CLIENT, Metrics, error_code_label
 from router.server.pool import waits
 from router.server.pool.upstream import Upstream
 from router.server.request_log import RequestLog
@@ -90,31 +85,6 @@ SERVICE_RESTART = 1012
 Noted = (
     Learned | MovedAway | Released | NotThere | ResumeSent | Resumed | FailedOver | Dropped | Late
 )
-
-
-class ClientChannel(Protocol):
-    """Where one client connection's frames leave, whatever carries them (a WebSocket,
-    or Streamable HTTP's event streams), and how it is closed."""
-
-    #: whether :meth:`send` may run outside a task (inline, from a backend link's socket
-    #: callback: :mod:`router.server.inline`): it uses no ``asyncio.timeout`` then
-    inline: bool
-
-    def write(self, text: str) -> bool:
-        """Write ``text`` now if that needs no waiting (True); else write nothing (False:
-        :meth:`send` it)."""
-
-    async def send(
-        self, text: str, message: Message | None = None, answers: RequestId | None = None
-    ) -> None:
-        """Write one JSON-RPC message to the client, in call order; a client that is
-        gone is not an error (its connection ends on its own). ``message`` is what was
-        parsed of a backend's frame, ``answers`` the request a reply the router made
-        answers: a transport that routes frames by them reads them there, never the
-        text again."""
-
-    async def close(self, code: int, reason: str) -> None:
-        """End the connection with a WebSocket close ``code`` (or its meaning)."""
 
 
 class ClientConnection:
@@ -150,8 +120,8 @@ class ClientConnection:
             ),
             charge=gate.count_locate,
         )
-        self.links: dict[BackendId, BackendLink] = {}
         self.tasks: set[asyncio.Task[None]] = set()
+        self.links = ClientLinks(pool, channel, gate, self.routes, self._spawn, self.carry_out)
         #: the request log and trace context (None: both off, nothing observed)
         self.requests = RequestLog.of(settings, upstream.tracer)
 
@@ -169,7 +139,7 @@ class ClientConnection:
         why: TurnEnd = "stopping" if code == SERVICE_RESTART else "client_gone"
         holders = self.pool.directory.holders
         await self.carry_out(self.routes.abandon(RouterStopping(), holders, why))
-        await asyncio.gather(*(link.sent() for link in self.links.values()))
+        await self.links.sent()
         await self.channel.close(code, reason)
 
     async def ended(self) -> None:
@@ -182,10 +152,7 @@ class ClientConnection:
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
-        links, self.links = self.links, {}
-        await asyncio.gather(*(link.sent() for link in links.values()))
-        for link in links.values():  # an open link lives on its socket, not in a task
-            link.close("the client connection has ended")
+        await self.links.close_all("the client connection has ended")
 
     def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = asyncio.create_task(work, name=name)
@@ -232,7 +199,7 @@ class ClientConnection:
         for effect in effects:
             match effect:  # the per-frame cases first
                 case Send(backend, text):
-                    await self._send(backend, text)
+                    await self.links.send(backend, text)
                 case Deliver(text, message):
                     self.metrics.count_frame(TO_CLIENT, text)
                     await self.channel.send(text, message)
@@ -243,11 +210,11 @@ class ClientConnection:
                 case Notify(text):
                     await self.channel.send(text)
                 case CancelTurn():
-                    self._cancel_turn(effect)
+                    self.links.cancel_turn(effect)
                 case OpenLink():
-                    self._open_link(effect)
+                    self.links.start(effect)
                 case CloseLink():
-                    self._close_unused(effect)
+                    self.links.close_unused(effect)
                 case Attach() | Detach():
                     self.pool.record((effect,))
                 case Initialize() | Place() | Locate() | AskPool() | AwaitBackend():
@@ -293,9 +260,10 @@ class ClientConnection:
         """Start what waits on the pool; its outcome goes back to the core."""
         match work:
             case Initialize(request):
-                capabilities = self.gate.capabilities(self.pool.capabilities())
-                only = self.pool.only_backend()
-                await self.carry_out(self.routes.initialized(request.id, capabilities, only))
+                if self.pool.fleet.introduced():
+                    await self._initialized(request)
+                else:  # a router just started: its backends' answers are on their way
+                    self._spawn(self._initialize(request), "initialize")
             case Place(request):
                 try:
                     backend = self.pool.place_new()
@@ -327,35 +295,22 @@ class ClientConnection:
             case _:
                 assert_never(work)
 
-    async def _send(self, backend: BackendId, text: str) -> None:
-        """Queue ``text`` on the link to ``backend`` (the core opened it): never waits on
-        the backend."""
-        link = self.links.get(backend)
-        if link is None:  # given up since the core routed there: its calls are answered
-            logger.debug("dropped a frame for backend %s: its link has ended", backend)
-            return
-        self.metrics.count_frame(TO_BACKEND, text)
-        if not await link.forward(text):
-            await self._lose(link, link.ended or "closed")
-
-    def _cancel_turn(self, turn: CancelTurn) -> None:
-        """Queue the core's ``session/cancel`` on the link to its backend: never waits
-        (the link sends it before it closes)."""
-        link = self.links.get(turn.backend)
-        if link is None or not link.offer(turn.text):
-            logger.debug("no link to backend %s left to cancel a turn on", turn.backend)
-            return
-        self.metrics.count_frame(TO_BACKEND, turn.text)
-        self.metrics.turns_cancelled.labels(turn.why).inc()
-        logger.info(
-            "cancelled the turn of session %s on backend %s: %s",
-            turn.session_id,
-            turn.backend,
-            "its client is gone" if turn.why == "client_gone" else "the router is stopping",
-            extra={"backend": turn.backend, "session": turn.session_id, "outcome": turn.why},
-        )
-
     # -- work that waits on the pool -----------------------------------------------------------------
+
+    async def _initialize(self, request: Request) -> None:
+        """Answer ``initialize`` once a backend has said what it offers, or
+        ``router.connect_timeout_ms`` has passed (then with what the router answers
+        itself): a client told of no ``resume`` would not try to resume."""
+        wait = self.pool.settings.router.connect_timeout_ms / 1000
+        logger.info("initialize waits up to %.1f s for a backend to say what it offers", wait)
+        if not await waits.introduced(self.pool, wait):
+            logger.warning("answered initialize before any backend said what it offers")
+        await self._initialized(request)
+
+    async def _initialized(self, request: Request) -> None:
+        capabilities = self.gate.capabilities(self.pool.capabilities())
+        only = self.pool.only_backend()
+        await self.carry_out(self.routes.initialized(request.id, capabilities, only))
 
     async def _answer(self, request_id: RequestId, work: Coroutine[Any, Any, Any]) -> None:
         try:
@@ -400,112 +355,3 @@ class ClientConnection:
         wait = self.pool.settings.failover.wait_ms / 1000
         health = await waits.decided(self.pool, backend, wait)
         await self.carry_out(self.routes.backend_known(backend, sessions, health))
-
-    # -- backend links -------------------------------------------------------------------------------
-
-    def _close_unused(self, command: CloseLink) -> None:
-        """Close a link the core opened ahead and did not need, quietly (nothing was
-        ever routed on it, so nothing is answered or withdrawn)."""
-        link = self.links.pop(command.backend, None)
-        if link is not None:
-            link.close(command.reason)
-
-    def _open_link(self, command: OpenLink) -> BackendLink:
-        backend = command.backend
-        settings = self.pool.settings.router
-        link = BackendLink(
-            backend,
-            self.pool.url(backend),
-            self.metrics,
-            max_message_bytes=settings.max_message_bytes,
-            connect_timeout=settings.connect_timeout_ms / 1000,
-            tls=self.pool.tls(backend),
-            inline=self.channel.inline,
-        )
-        self.links[backend] = link
-        for text in command.first:
-            self.metrics.count_frame(TO_BACKEND, text)
-            link.offer(text)  # an empty outbox takes any frame a client may send
-        self.pool.pin(backend, 1)  # until the link has ended (_run_link or _link_ended)
-        self._spawn(self._run_link(link, command), f"link-{backend}")
-        return link
-
-    async def _run_link(self, link: BackendLink, command: OpenLink) -> None:
-        """Open ``link``: from then on it lives on its socket's callbacks, without a task,
-        until :meth:`_link_ended`. A link that cannot open is given up here."""
-        log_context.backend.set(link.backend)
-        refused: ErrorObject | None = None
-        opened = running = False
-
-        def on_open(result: Any) -> None:
-            nonlocal opened
-            opened = True
-            self.pool.client_link_up(link.backend, result)
-
-        try:
-            await link.open(
-                command.initialize,
-                command.authenticate,
-                self._from_link(link),
-                self._link_ended,
-                on_open,
-            )
-            running = True
-            return
-        except BackendLinkLost as exc:
-            reason = str((exc.data or {}).get("reason", exc.message))
-            refused = exc.refusal if isinstance(exc, HandshakeRefused) else None
-        except Exception:  # the link task's boundary: its calls must still be answered
-            logger.exception("link to backend %s failed", link.backend)
-            link.close("router error")
-            reason = "router error"
-        finally:  # it did not open (cancelled too): the link has ended here
-            if not running:
-                if opened:
-                    self.pool.client_link_down(link.backend)
-                self.pool.pin(link.backend, -1)
-        await self._lose(link, reason, refused)
-
-    def _link_ended(self, link: BackendLink, reason: str) -> None:
-        """An open link's socket is gone (closed by either side, or broken): give it up
-        in a task (its calls are answered, which may wait on the client)."""
-        self.pool.client_link_down(link.backend)
-        self.pool.pin(link.backend, -1)
-        if self.links.get(link.backend) is link:
-            self._spawn(self._lose(link, reason), f"link-lost-{link.backend}")
-
-    def _from_link(
-        self, link: BackendLink
-    ) -> Callable[[Message], Coroutine[Any, Any, None] | None]:
-        """What ``link`` hands each message from its backend to: nothing is left to run
-        when it was delivered at once (an update, written without waiting); else the
-        coroutine that carries it out."""
-        backend, routes, metrics, channel = link.backend, self.routes, self.metrics, self.channel
-
-        def route(message: Message) -> Coroutine[Any, Any, None] | None:
-            if self.links.get(backend) is not link:  # a link given up says nothing more
-                return None
-            message = self.gate.outbound(message, backend)
-            if routes.relays(message):
-                # nearly every frame from a backend (an update): delivered as it came,
-                # what carry_out would do with receive_backend's Deliver, with nothing built
-                metrics.count_frame(TO_CLIENT, message.text)
-                if channel.write(message.text):
-                    return None
-                return channel.send(message.text, message)
-            return self.carry_out(routes.receive_backend(backend, message))
-
-        return route
-
-    async def _lose(
-        self, link: BackendLink, reason: str, refused: ErrorObject | None = None
-    ) -> None:
-        """Give ``link`` up (once): withdraw its agent requests, answer its calls."""
-        if self.links.get(link.backend) is not link:
-            return
-        del self.links[link.backend]
-        link.close(reason)
-        logger.warning(
-            "link to backend %s ended: %s", link.backend, reason, extra={"outcome": reason}
-        )
-        await self.carry_out(self.routes.backend_lost(link.backend, refused, reason))

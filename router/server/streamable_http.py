@@ -41,7 +41,8 @@ from router.protocol.ids import ConnectionId, SessionId
 from router.protocol.jsonrpc import Message, Request
 from router.protocol.reading import parse
 from router.server import log_context
-from router.server.client import ClientChannel, ClientConnection
+from router.server.client import ClientConnection
+from router.server.client_links import ClientChannel
 from router.server.config import RouterSection
 from router.server.event_stream import EventStream, event
 from router.server.http_answers import text_response
