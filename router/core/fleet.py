@@ -23,6 +23,14 @@ from router.protocol.ids import BackendId, SessionId
 
 
 @dataclass(frozen=True, slots=True)
+class FirstContact:
+    """Members not heard from since they joined, and until when to wait for them."""
+
+    backends: tuple[BackendId, ...]
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
 class Heard:
     """What one health event did to a backend."""
 
@@ -193,6 +201,30 @@ class Fleet:
             if b not in self.states and b in retired
         ]
         return (*members, *gone_from_pool)
+
+    def first_contact(self, now: float, within: float) -> FirstContact | None:
+        """The members a locate should wait for: not heard from since they joined (a
+        router just started), for at most ``within`` seconds after they joined; None:
+        there is none. A locate that asked before their first answer would find them
+        unknown and fail closed, for a moment only."""
+        awaited = [
+            (backend, state.since + within)
+            for backend in self.members()
+            if not (state := self.states[backend]).seen
+            and state.health is Health.UNKNOWN
+            and state.since + within > now
+        ]
+        if not awaited:
+            return None
+        return FirstContact(tuple(b for b, _ in awaited), max(until for _, until in awaited))
+
+    def introduced(self) -> bool:
+        """Whether the router knows what its pool offers: a member's ``initialize`` has
+        answered, or there is no member to wait for. Until then, what a client is told at
+        ``initialize`` would lack every way back into a session (a router just started)."""
+        return not self.ranking.nodes or any(
+            self.capabilities.get(b) is not None for b in self.members()
+        )
 
     def advertised(self) -> list[Mapping[str, Any]]:
         """What each member's ``initialize`` said, for those that answered."""

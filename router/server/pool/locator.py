@@ -23,6 +23,7 @@ from router.protocol.acp import ProbeResult
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
 from router.protocol.ids import BackendId, SessionId
 from router.server import log_context
+from router.server.pool import waits
 from router.server.pool.backends import Pool
 from router.server.pool.healing import Healer
 
@@ -94,6 +95,7 @@ class Locator:
         started = time.perf_counter()
         outcome = "error"
         try:
+            await waits.first_contact(self._pool)
             async with self._slots:
                 located = await self._run(session_id, tried, claimed)
             outcome = located.outcome.value

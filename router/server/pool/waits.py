@@ -1,5 +1,8 @@
 """Waiting on a backend's health, for a failover (:mod:`router.core.failover`): until it
-is known whether the backend kept its memory, or the wait is over.
+is known whether the backend kept its memory, or the wait is over; and, for a client's
+``initialize``, on what the pool offers (:meth:`router.core.fleet.Fleet.introduced`); and,
+for a locate, on the first answer of backends that have just joined
+(:meth:`router.core.fleet.Fleet.first_contact`).
 
 Each wait wakes on every change of the pool's health (:attr:`Pool.ready_changed`), and,
 at the latest, when the core says the backend's health changes by itself
@@ -11,11 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 
 from router.core import health
 from router.core.health import Health
 from router.protocol.ids import BackendId
 from router.server.pool.backends import Pool
+
+logger = logging.getLogger(__name__)
 
 #: the least a wait sleeps before it reads the health again: a lapse computed to the
 #: microsecond must have passed on the clock that reads it
@@ -56,4 +62,38 @@ async def decided(pool: Pool, backend: BackendId, timeout: float) -> Health:
             return Health.UNKNOWN
         with contextlib.suppress(TimeoutError):  # until its state changes, or a while
             async with asyncio.timeout(min(pool.settings.probe.timeout_ms / 1000, left)):
+                await pool.ready_changed.wait()
+
+
+async def introduced(pool: Pool, timeout: float) -> bool:
+    """Wait until the pool's offer is known (a member answered ``initialize``), up to
+    ``timeout`` seconds; whether it is."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not pool.fleet.introduced():
+        wait = deadline - loop.time()
+        if wait <= 0:
+            return False
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(wait):
+                await pool.ready_changed.wait()
+    return True
+
+
+async def first_contact(pool: Pool) -> None:
+    """Wait until every member has answered once since it joined, or
+    ``router.connect_timeout_ms`` has passed since it did (a router just started);
+    returns at once when none is waited for."""
+    within = pool.settings.router.connect_timeout_ms / 1000
+    told = False
+    while (awaited := pool.fleet.first_contact(pool.now(), within)) is not None:
+        if not told:
+            told = True
+            logger.info(
+                "a locate waits up to %.1f s for backends not yet heard from: %s",
+                awaited.until - pool.now(),
+                ", ".join(awaited.backends),
+            )
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(awaited.until - pool.now(), 0.0) + MIN_WAIT):
                 await pool.ready_changed.wait()

@@ -1,0 +1,94 @@
+"""A router that has just started has not yet heard from every backend: it does not
+tell that moment to its clients (issue 23). ``initialize`` waits until a backend has
+said what it offers (else a client is told of no ``resume`` and never resumes: the
+bridge's replay after a router restart gave up its sessions so), and a locate waits for
+the backends not yet heard from (else it finds them unknown and fails closed with
+``-32012``), each for ``router.connect_timeout_ms`` at most. Real backends whose
+``initialize`` answers the test holds."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from tests.fleet import start_router, start_scripted
+from tests.support import WAIT, AcpClient
+from tests.test_hostile_input import watching
+
+CWD = "/work/project"
+
+
+async def active(session_id: str) -> dict[str, Any] | None:
+    return {"status": "active"}
+
+
+async def inactive(session_id: str) -> dict[str, Any] | None:
+    return {"status": "inactive"}
+
+
+def offers_resume(answer: dict[str, Any]) -> bool:
+    capabilities = answer["result"]["agentCapabilities"]
+    return "resume" in capabilities.get("sessionCapabilities", {})
+
+
+async def test_initialize_waits_for_a_backend_to_say_what_it_offers() -> None:
+    released = asyncio.Event()
+    async with start_scripted("a", inactive) as a:
+        a.held["initialize"] = released
+        async with (
+            start_router([("a", a.url)], wait_for=0) as router,
+            AcpClient.connect(router.url) as client,
+        ):
+            with watching("initialize waits up to") as waiter:
+                answer = asyncio.create_task(client.initialize())
+                async with asyncio.timeout(WAIT):
+                    await waiter.seen.wait()
+            assert not answer.done()
+            released.set()
+            assert offers_resume(await answer), answer.result()
+            assert router.pool.fleet.introduced()
+
+
+async def test_a_locate_waits_for_a_backend_not_yet_heard_from() -> None:
+    """The session is active on ``a``, whose first answer comes late; ``b`` answers at
+    once. Without the wait the resume got -32012 (``a`` unknown)."""
+    released = asyncio.Event()
+    async with start_scripted("a", active) as a, start_scripted("b", inactive) as b:
+        a.held["initialize"] = released
+        async with (
+            start_router([("a", a.url), ("b", b.url)], wait_for=1) as router,
+            AcpClient.connect(router.url) as client,
+        ):
+            assert offers_resume(await client.initialize())  # b has answered
+            with watching("not yet heard from: a") as waiter:
+                resume = asyncio.create_task(
+                    client.request("session/resume", {"sessionId": "s1", "cwd": CWD})
+                )
+                async with asyncio.timeout(WAIT):
+                    await waiter.seen.wait()
+            assert not resume.done()
+            released.set()
+            assert (await resume).get("result") == {}, resume.result()
+            assert [m["method"] for m in a.received if m.get("method") == "session/resume"] == [
+                "session/resume"
+            ]
+            assert not any(m.get("method") == "session/resume" for m in b.received)
+
+
+async def test_a_backend_that_never_answers_is_waited_for_no_longer_than_the_connect_timeout() -> (
+    None
+):
+    """Nothing hangs: past ``router.connect_timeout_ms`` the client gets the answers it
+    got before (``initialize`` with what the router answers itself; ``-32011``, retryable)."""
+    never = asyncio.Event()
+    async with start_scripted("a", active) as a:
+        a.held["initialize"] = never
+        async with (
+            start_router([("a", a.url)], wait_for=0, router={"connect_timeout_ms": 200}) as router,
+            AcpClient.connect(router.url) as client,
+        ):
+            assert not offers_resume(await client.initialize())
+            answer = await client.request("session/resume", {"sessionId": "s1", "cwd": CWD})
+            assert answer["error"]["code"] == -32011, answer  # no backend is up
+            assert answer["error"]["data"]["retryable"] is True
+            assert not router.pool.fleet.introduced()

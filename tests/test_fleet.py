@@ -1,0 +1,67 @@
+"""What the core's fleet says about a pool that has just started (issue 23): which
+members a locate waits for, and whether the router knows what its pool offers."""
+
+from __future__ import annotations
+
+from router.core.fleet import FirstContact, Fleet
+from router.core.health import CameUp, Instance, LinkDown
+from router.core.placement import Node
+from router.protocol.ids import BackendId
+
+A, B = BackendId("a"), BackendId("b")
+GRACE = 30.0
+WITHIN = 5.0
+
+
+def started(now: float = 100.0) -> Fleet:
+    fleet = Fleet(GRACE)
+    for backend in (A, B):
+        fleet.join(backend, now)
+    fleet.rank([Node(A, 1), Node(B, 1)])
+    return fleet
+
+
+def answer(fleet: Fleet, backend: BackendId, now: float) -> None:
+    fleet.hear(backend, CameUp(Instance.of({"_meta": {}})), now)
+    fleet.capabilities[backend] = {"agentCapabilities": {}}
+
+
+def test_a_locate_waits_for_the_members_not_heard_from_until_the_latest_joined_deadline() -> None:
+    fleet = started()
+    assert fleet.first_contact(100.0, WITHIN) == FirstContact((A, B), 105.0)
+    answer(fleet, A, 101.0)
+    assert fleet.first_contact(101.0, WITHIN) == FirstContact((B,), 105.0)
+    answer(fleet, B, 102.0)
+    assert fleet.first_contact(102.0, WITHIN) is None
+
+
+def test_no_member_is_waited_for_past_the_bound() -> None:
+    fleet = started()
+    assert fleet.first_contact(105.0, WITHIN) is None  # they stay unknown: fail closed
+
+
+def test_a_member_that_answered_once_is_not_waited_for_when_its_link_drops() -> None:
+    fleet = started()
+    answer(fleet, A, 101.0)
+    fleet.hear(A, LinkDown(), 102.0)
+    awaited = fleet.first_contact(102.0, WITHIN)
+    assert awaited is not None
+    assert awaited.backends == (B,)
+
+
+def test_a_member_that_joins_later_is_waited_for_from_its_own_join() -> None:
+    fleet = started()
+    answer(fleet, A, 101.0)
+    answer(fleet, B, 101.0)
+    late = BackendId("c")
+    fleet.join(late, 200.0)
+    fleet.rank([Node(A, 1), Node(B, 1), Node(late, 1)])
+    assert fleet.first_contact(201.0, WITHIN) == FirstContact((late,), 205.0)
+
+
+def test_the_pool_is_introduced_once_any_member_said_what_it_offers() -> None:
+    fleet = started()
+    assert not fleet.introduced()
+    answer(fleet, B, 101.0)
+    assert fleet.introduced()
+    assert Fleet(GRACE).introduced()  # no member: nothing to wait for
