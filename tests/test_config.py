@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
+from pydantic import BaseModel
 
 from router.core.locate import UnknownPolicy
 from router.protocol.errors import ConfigError
@@ -492,3 +494,33 @@ def test_the_request_log_is_on_off_or_a_fraction(value: Any) -> None:
 def test_tracing_is_off_continue_or_always(value: Any) -> None:
     message = _error(_with(router={"tracing": value}))
     assert 'router: \'tracing\' must be "off", "continue" or "always"' in message
+
+
+def _sections() -> list[tuple[str, type[BaseModel]]]:
+    """Every table of the configuration: its name and its model."""
+    found = []
+    for name, field in Settings.model_fields.items():
+        for model in (field.annotation, *get_args(field.annotation)):
+            for inner in (model, *get_args(model)):
+                if isinstance(inner, type) and issubclass(inner, BaseModel):
+                    found.append((name, inner))
+    return found
+
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "config" / "router.example.toml"
+
+
+@pytest.mark.parametrize(("table", "model"), _sections(), ids=lambda v: getattr(v, "__name__", v))
+def test_the_example_configuration_lists_every_key(table: str, model: type[BaseModel]) -> None:
+    """config/router.example.toml says it lists every key (set, or commented out)."""
+    text = EXAMPLE.read_text()
+    missing = [
+        key
+        for key in model.model_fields
+        if not re.search(
+            rf"^#?\s*({re.escape(key)}\s*=|\[{re.escape(table)}\.{re.escape(key)}\])",
+            text,
+            re.MULTILINE,
+        )
+    ]
+    assert not missing, f"[{table}] keys missing from {EXAMPLE.name}: {missing}"
