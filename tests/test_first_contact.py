@@ -75,6 +75,24 @@ async def test_a_locate_waits_for_a_backend_not_yet_heard_from() -> None:
             assert not any(m.get("method") == "session/resume" for m in b.received)
 
 
+async def test_a_status_waits_for_a_backend_not_yet_heard_from() -> None:
+    released = asyncio.Event()
+    async with start_scripted("a", active) as a, start_scripted("b", inactive) as b:
+        a.held["initialize"] = released
+        async with (
+            start_router([("a", a.url), ("b", b.url)], wait_for=1) as router,
+            AcpClient.connect(router.url) as client,
+        ):
+            await client.initialize()
+            with watching("not yet heard from: a") as waiter:
+                status = asyncio.create_task(client.request("session/status", {"sessionId": "s1"}))
+                async with asyncio.timeout(WAIT):
+                    await waiter.seen.wait()
+            assert not status.done()
+            released.set()
+            assert (await status)["result"]["status"] == "active", status.result()
+
+
 async def test_a_backend_that_never_answers_is_waited_for_no_longer_than_the_connect_timeout() -> (
     None
 ):

@@ -14,6 +14,7 @@ from router.core.session_status import StatusRound
 from router.protocol import acp
 from router.protocol.errors import BackendLinkLost, BackendRefused
 from router.protocol.ids import BackendId, SessionId
+from router.server.pool import waits
 from router.server.pool.backends import Pool
 
 
@@ -22,7 +23,10 @@ class Queries:
         self._pool = pool
 
     async def status(self, session_id: SessionId) -> dict[str, Any]:
-        """The pool's ``session/status`` result (:class:`router.core.session_status.StatusRound`)."""
+        """The pool's ``session/status`` result (:class:`router.core.session_status.StatusRound`),
+        once the backends a router just started has not heard from have answered
+        (:func:`router.server.pool.waits.first_contact`)."""
+        await waits.first_contact(self._pool)
         round_ = StatusRound(self._pool.snapshot(session_id))
         step = round_.start()
         while isinstance(step, Ask):
@@ -33,9 +37,11 @@ class Queries:
         """``session/list`` over every backend that lists, merged behind one cursor.
 
         A backend that refuses gets its own error passed on, naming it; one that does not
-        answer in time is left out (:func:`router.core.listing.listed`).
+        answer in time is left out (:func:`router.core.listing.listed`). Like a status, it
+        waits first for the backends a router just started has not heard from.
         """
         pool = self._pool
+        await waits.first_contact(pool)
         page = listing.ListPage.from_params(params, pool.ready())
         targets = [b for b in page.pending if pool.can_list(b)]
         answers = await asyncio.gather(
