@@ -8,9 +8,9 @@ from typing import Any
 
 import aiohttp
 
+from tests.e2e.test_cli import wait_backends_up, write_config
 from tests.fleet import start_fleet
 from tests.support import AcpClient, run_cli
-from tests.test_cli import wait_backends_up, write_config
 
 SECRET = "the prompt text must never reach a log line"
 

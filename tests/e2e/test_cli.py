@@ -378,7 +378,7 @@ async def test_serve_help_says_what_the_router_serves_and_shows_a_config() -> No
 
 
 async def test_connect_help_says_when_it_retries_and_how_it_exits() -> None:
-    """What the bridge does that an editor's user must know (tests/test_connect.py runs it)."""
+    """What the bridge does that an editor's user must know (tests/e2e/test_connect.py runs it)."""
     text = " ".join((await run_cli_to_exit("connect", "--help")).stdout.split())
     for words in (
         "When the router is not up yet, or goes away, it keeps trying to reach it",

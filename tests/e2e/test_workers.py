@@ -41,11 +41,11 @@ from router.server.workers import (
     reuse_port_balances,
     sibling_socket,
 )
+from tests.e2e.test_cli import write_config
+from tests.e2e.test_streamable_http import HttpClient, rpc
 from tests.fleet import router_settings, start_fleet, start_scripted
 from tests.raw_http import post_body, raw_connection, raw_post, status_of
 from tests.support import WAIT, AcpClient, AgentProcess, CliProcess, run_cli, run_cli_to_exit
-from tests.test_cli import write_config
-from tests.test_streamable_http import HttpClient, rpc
 
 SERVICE_RESTART = 1012
 #: connections opened to see both workers take some: the kernel hashes each one to a

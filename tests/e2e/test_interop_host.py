@@ -26,10 +26,10 @@ from acp.client.connection import ClientSideConnection
 
 from router.host.multiplex import Multiplexer
 from tests.acp_schema import AcpSchema
+from tests.e2e.test_interop import CWD, RecordingClient, Wire, answered_by, sdk_connection
 from tests.fleet import start_router, start_scripted
 from tests.hosted import SDK_AGENT, node_command, pid_of, start_host
 from tests.support import WAIT, AcpClient, text_chunks
-from tests.test_interop import CWD, RecordingClient, Wire, answered_by, sdk_connection
 
 CONNECT = (sys.executable, "-m", "router", "connect")
 

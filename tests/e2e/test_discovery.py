@@ -17,15 +17,15 @@ from router.protocol.ids import BackendId
 from router.server.app_keys import RELOADER
 from router.server.reload import Reloaded
 from tests.dns_server import DnsServer, dns_server
-from tests.fleet import start_router
-from tests.support import AcpClient, CliProcess, run_cli
-from tests.test_reload import (
+from tests.e2e.test_reload import (
     answered_by,
     placed_by_a_new_client,
     router_url,
     scrape,
     sessions_on_each,
 )
+from tests.fleet import start_router
+from tests.support import AcpClient, CliProcess, run_cli
 
 NAME = "agents.test"
 

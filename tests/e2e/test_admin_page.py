@@ -12,9 +12,9 @@ import aiohttp
 import pytest
 
 from tests.browser import CHROMIUM, Page, open_page
+from tests.e2e.test_admin import ADMIN, BEARER, TOKEN
 from tests.fleet import backends_of, start_fleet, start_router
 from tests.support import AcpClient
-from tests.test_admin import ADMIN, BEARER, TOKEN
 
 pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="chromium is not installed (.ci/run installs Debian's chromium)"

@@ -102,7 +102,7 @@ def test_backends_are_declared_up_front() -> None:
 
 # -- the documented table --------------------------------------------------------------------------
 
-OPERATIONS = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
+OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 #: a row of the metrics table: name, labels, the HELP text
 ROW = re.compile(r"^\| `(acp_router_\w+)` \| (.*?) \| (.*) \|$", re.MULTILINE)
 

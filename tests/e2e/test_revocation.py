@@ -15,10 +15,10 @@ from pathlib import Path
 
 from websockets.exceptions import ConnectionClosed
 
+from tests.e2e.test_frontdoor import any_status
+from tests.e2e.test_reload import post_reload, router_url, upgrade_status
 from tests.fleet import start_scripted
 from tests.support import WAIT, AcpClient, run_cli
-from tests.test_frontdoor import any_status
-from tests.test_reload import post_reload, router_url, upgrade_status
 
 
 def write_config(path: Path, backend: str, tokens: Path, admin: list[str]) -> None:

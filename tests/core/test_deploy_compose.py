@@ -247,7 +247,7 @@ def test_compose_prometheus_and_grafana_are_wired_to_the_router() -> None:
 
 DOCKER = shutil.which("docker")
 DOCKER_COMPOSE = shutil.which("docker-compose")
-COMPOSE_SPEC = Path(__file__).resolve().parent / "compose-spec.json"
+COMPOSE_SPEC = Path(__file__).resolve().parents[1] / "compose-spec.json"
 #: top-level keys of the Compose Specification that Compose 1.29 refuses
 NEWER_THAN_1_29 = {"name", "include", "models"}
 

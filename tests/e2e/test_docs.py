@@ -21,7 +21,7 @@ import pytest
 
 from tests.support import WAIT, CliProcess, JsonObject, run_cli
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))
 DOCUMENTS = [README, REPO / "BENCHMARKS.md", *DOCS]

@@ -8,7 +8,7 @@ import pytest
 
 from router.server.config import load_settings
 
-EXAMPLES = sorted((Path(__file__).parent.parent / "config").glob("*.toml"))
+EXAMPLES = sorted((Path(__file__).parents[2] / "config").glob("*.toml"))
 
 
 def test_there_are_examples() -> None:

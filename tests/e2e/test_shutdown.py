@@ -22,10 +22,10 @@ import pytest
 from router.server.app_keys import CLIENTS, OpenClients
 from router.server.serving import drain
 from router.server.shutdown import close_spread
+from tests.e2e.test_cli import wait_backends_up, write_config
 from tests.fleet import ScriptedBackend, start_fleet, start_router, start_scripted
 from tests.relay import Relay, start_relay
 from tests.support import WAIT, AcpClient, CliProcess, JsonObject, run_cli
-from tests.test_cli import wait_backends_up, write_config
 
 SERVICE_RESTART = 1012
 

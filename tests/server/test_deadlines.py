@@ -18,9 +18,9 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from tests.e2e.test_frontdoor import any_status
 from tests.fleet import RouterUnderTest, start_router, start_scripted
 from tests.support import WAIT, AcpClient, cli_command
-from tests.test_frontdoor import any_status
 
 HANDSHAKE_MS = 300
 
