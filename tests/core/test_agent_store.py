@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -208,38 +206,3 @@ def test_leases_are_not_sessions(store: SessionStore) -> None:
     assert store.lease_path("sess_a").exists()
     assert [info.session_id for info in store.list_sessions()] == ["sess_a"]
     assert sorted(p.name for p in store.root.iterdir()) == ["sess_a.jsonl", "sess_a.lease"]
-
-
-_TAKER = """
-import sys
-from pathlib import Path
-from router.agent.store import Message, SessionStore, Speaker
-from router.protocol.errors import SessionMoved
-store = SessionStore(Path(sys.argv[1]))
-name, rounds = sys.argv[2], int(sys.argv[3])
-for take in range(rounds):
-    lease = store.take("sess_shared")
-    try:
-        for n in range(20):
-            store.append_message(lease, Message(Speaker.USER, f"{name}:{take}:{n}"))
-    except SessionMoved:
-        pass
-"""
-
-
-def test_two_processes_taking_turns_never_interleave(store: SessionStore) -> None:
-    """Two processes keep taking one session and appending until fenced: every record
-    is whole, and once a take's records stop, no record of that take comes later."""
-    store.create("sess_shared", "/w", CREATED)
-    writers = [
-        subprocess.Popen([sys.executable, "-c", _TAKER, str(store.root), name, "60"])
-        for name in ("left", "right")
-    ]
-    assert [writer.wait(timeout=60) for writer in writers] == [0, 0]
-
-    lines = [line for line in lines_of(store, "sess_shared") if line != b"\n"]
-    assert all(line.endswith(b"\n") for line in lines)
-    takes = [orjson.loads(line)["text"].rpartition(":")[0] for line in lines[1:]]
-    runs = [take for n, take in enumerate(takes) if n == 0 or takes[n - 1] != take]
-    assert len(runs) == len(set(runs)), "a fenced take appended after another take"
-    assert {run.partition(":")[0] for run in runs} == {"left", "right"}
