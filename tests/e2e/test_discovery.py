@@ -12,7 +12,6 @@ import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from router.core.discovery import Discovered, Found, backend_id, discovered
 from router.protocol.ids import BackendId
 from router.server.app_keys import RELOADER
 from router.server.reload import Reloaded
@@ -53,32 +52,6 @@ def discovery_toml(dns: DnsServer, port: int) -> str:
         "[control]\nreconnect_initial_ms = 20\nreconnect_max_ms = 200\ndown_grace_ms = 1000\n"
         f'[[discovery]]\ndns = "{NAME}"\nport = {port}\n'
         f'nameserver = "127.0.0.1:{dns.port}"\ninterval_seconds = 0.1\ntimeout_ms = 300\n'
-    )
-
-
-# -- the sans-I/O part ---------------------------------------------------------------------
-
-
-def test_ids_come_from_the_reverse_name_else_the_address() -> None:
-    assert backend_id(Found("10.0.0.7", "agent-0.agents.acp.svc.cluster.local")) == "agent-0"
-    assert backend_id(Found("10.0.0.7", "agent-0.")) == "agent-0"
-    assert backend_id(Found("10.0.0.7")) == "10.0.0.7"
-    assert backend_id(Found("10.0.0.7", ".")) == "10.0.0.7"
-
-
-def test_an_answer_is_a_set_of_backends_by_id() -> None:
-    answer = [
-        Found("10.0.0.8", "agent-1.agents"),
-        Found("10.0.0.7", "agent-0.agents"),
-        Found("10.0.0.9", "agent-0.other"),  # the same first label: known by its address
-        Found("10.0.0.7", "agent-0.agents"),  # a repeat
-        Found("fd00::1"),
-    ]
-    assert discovered(answer, scheme="ws", port=9001, path="/acp") == (
-        Discovered(BackendId("10.0.0.9"), "ws://10.0.0.9:9001/acp"),
-        Discovered(BackendId("agent-0"), "ws://10.0.0.7:9001/acp"),
-        Discovered(BackendId("agent-1"), "ws://10.0.0.8:9001/acp"),
-        Discovered(BackendId("fd00::1"), "ws://[fd00::1]:9001/acp"),
     )
 
 
