@@ -1,33 +1,30 @@
-"""deploy/prometheus and deploy/grafana: the rules pass promtool, every metric a rule or a
-panel uses is exported by a running router, and a real Prometheus scrapes the compose
-topology, evaluates the rules and fires an alert on a real fault."""
+"""deploy/prometheus and deploy/grafana, run: the rules pass promtool, every metric a rule
+or a panel uses is exported by a running router, and a real Prometheus scrapes the compose
+topology, evaluates the rules and fires an alert on a real fault
+(tests/core/test_deploy_monitoring.py: the files read)."""
 
 from __future__ import annotations
 
 import asyncio
-import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from router.server.config import load_settings
+from tests.core.test_deploy_monitoring import used_metrics
 from tests.monitoring import (
     PROMETHEUS_DIR,
     check_one_backend_down,
-    dashboard,
     is_backend_down,
     panel_answers,
-    panel_expressions,
     prometheus_config,
     rules,
 )
 from tests.prometheus_server import PROMETHEUS, PROMTOOL, receive_alerts, run_prometheus
 from tests.support import WAIT
-from tests.topology import REPO, Topology, router_config_file, run_compose_topology
+from tests.topology import Topology, router_config_file, run_compose_topology
 
 #: series Prometheus makes itself for every target
 SYNTHETIC = {"up"}
@@ -40,56 +37,6 @@ needs_prometheus = pytest.mark.skipif(
     PROMETHEUS is None,
     reason="prometheus not installed (Debian package prometheus; .ci/run installs it)",
 )
-
-
-# -- reading the expressions --------------------------------------------------------------------
-
-_PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and",
-                 "or", "unless", "offset", "inf", "nan"}  # fmt: skip
-
-
-def metric_names(expression: str) -> set[str]:
-    """The metric names a PromQL expression selects (Grafana variables allowed)."""
-    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expression)  # label values may look like names
-    text = re.sub(r"\$\w+", "", text)
-    text = re.sub(r"\{[^}]*\}|\[[^\]]*\]", "", text)  # matchers and ranges
-    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
-    names = set()
-    for match in re.finditer(r"(?<![\w.])[A-Za-z_:][\w:]*", text):  # not the m of 1m
-        is_function = text[match.end() :].lstrip().startswith("(")
-        if not is_function and match.group().lower() not in _PROMQL_WORDS:
-            names.add(match.group())
-    return names
-
-
-def variable_expressions() -> Iterator[tuple[str, str]]:
-    """(variable name, the selector of its ``label_values(selector, label)`` query)."""
-    for variable in dashboard()["templating"]["list"]:
-        match = re.fullmatch(r"label_values\((.*),\s*\w+\)", variable["query"]["query"])
-        assert match, variable["name"]
-        yield variable["name"], match.group(1)
-
-
-def used_metrics() -> dict[str, set[str]]:
-    """Metric name -> where it is used."""
-    uses: dict[str, set[str]] = {}
-    sources = [(f"rule {r['alert']}", r["expr"]) for r in rules()]
-    sources += [(f"panel {t}", e) for t, e in panel_expressions()]
-    sources += [(f"variable {n}", e) for n, e in variable_expressions()]
-    for where, expression in sources:
-        names = metric_names(expression)
-        assert names, f"{where}: no metric in {expression!r}"
-        for name in names:
-            uses.setdefault(name, set()).add(where)
-    return uses
-
-
-def test_metric_names_are_read_from_promql() -> None:
-    expression = (
-        'sum by (job, le) (rate(acp_router_x_bucket{backend=~"a|b", instance=~"$instance"}[5m]))'
-        " / on (job) group_left sum(acp_router_y) > bool 0.5 and $__all unless up offset 1m"
-    )
-    assert metric_names(expression) == {"acp_router_x_bucket", "acp_router_y", "up"}
 
 
 # -- promtool -----------------------------------------------------------------------------------
@@ -119,23 +66,6 @@ async def test_promtool_unit_tests_pass() -> None:
     returncode, output = await _promtool("test", "rules", "alerts_test.yml")
     assert returncode == 0, output
     assert "SUCCESS" in output
-
-
-def test_every_alert_has_a_unit_test_that_fires_it_and_one_that_does_not() -> None:
-    tests = yaml.safe_load((PROMETHEUS_DIR / "alerts_test.yml").read_text())
-    assert tests["rule_files"] == ["alerts.yml"]
-    cases = [case for test in tests["tests"] for case in test["alert_rule_test"]]
-    for rule in rules():
-        outcomes = {bool(c["exp_alerts"]) for c in cases if c["alertname"] == rule["alert"]}
-        assert outcomes == {True, False}, rule["alert"]
-        assert rule["annotations"]["summary"], rule["alert"]
-        assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
-
-
-def test_the_docs_list_every_alert() -> None:
-    docs = (REPO / "docs" / "operations.md").read_text()
-    listed = set(re.findall(r"^\| `(AcpRouter\w+)` \|", docs, flags=re.MULTILINE))
-    assert listed == {rule["alert"] for rule in rules()}
 
 
 # -- against a running router -------------------------------------------------------------------
