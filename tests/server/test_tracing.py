@@ -5,7 +5,8 @@ router's spans go to OpenTelemetry's in-memory exporter. A prompt that names its
 client's span in ``params._meta.traceparent`` gets a span of the router's in that
 trace, and reaches the backend naming the router's span as its parent, everything else
 in the frame as it came; with tracing off the frame arrives byte for byte. The request
-log's lines name each request's method, session, backend, outcome and trace.
+log's lines name each request's method, session, backend, outcome and trace
+(tests/core/test_tracing.py: sampling, and ids without OpenTelemetry).
 """
 
 from __future__ import annotations
@@ -24,22 +25,21 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from router.protocol.jsonrpc import Request
-from router.protocol.reading import parse
 from router.server.otel import OtelTracer
-from router.server.request_log import REQUESTS_LOGGER, RequestLog
-from router.server.tracing import IdTracer
+from router.server.request_log import REQUESTS_LOGGER
+from tests.core.test_tracing import (
+    BAGGAGE,
+    CLIENT_SPAN,
+    CLIENT_TRACE,
+    META,
+    SECRET,
+    SESSION,
+    TRACEPARENT,
+    TRACESTATE,
+    prompt_text,
+)
 from tests.fleet import RouterUnderTest, ScriptedBackend, start_router, start_scripted
 from tests.support import WAIT, AcpClient, JsonObject
-
-CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
-CLIENT_SPAN = "b7ad6b7169203331"
-TRACEPARENT = f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"
-TRACESTATE = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
-BAGGAGE = "userId=alice,isProduction=false"
-META = {"traceparent": TRACEPARENT, "tracestate": TRACESTATE, "baggage": BAGGAGE}
-SESSION = "s-traced"
-SECRET = "the prompt text must never reach a span or a log line"
 
 
 async def active(session_id: str) -> dict[str, Any]:
@@ -89,16 +89,6 @@ async def traced(
         spans.tracer.close()
 
 
-def prompt_text(request_id: int, meta: JsonObject | None, session_id: str = SESSION) -> str:
-    """A prompt as a client writes it (spaced, ``_meta`` among other members)."""
-    params: JsonObject = {"sessionId": session_id}
-    if meta is not None:
-        params["_meta"] = meta
-    params["prompt"] = [{"type": "text", "text": SECRET}]
-    frame = {"jsonrpc": "2.0", "id": request_id, "method": "session/prompt", "params": params}
-    return json.dumps(frame)
-
-
 async def attached(client: AcpClient, session_id: str = SESSION) -> None:
     await client.initialize()
     resumed = await client.request("session/resume", {"sessionId": session_id, "cwd": "/w"})
@@ -140,12 +130,6 @@ async def prompt_through(
         got = await prompted(client, backend, sent)
         (span,) = await spans.named("session/prompt") if traced_as else (None,)
     return Prompted(sent, got, span)
-
-
-def as_request(text: str) -> Request:
-    message = parse(text)
-    assert isinstance(message, Request)
-    return message
 
 
 def request_lines(records: Sequence[logging.LogRecord], method: str) -> list[logging.LogRecord]:
@@ -358,38 +342,3 @@ async def test_a_request_whose_client_leaves_is_logged_as_gone(
     assert dict(span.attributes or {})["acp.outcome"] == "client_gone"
     (line,) = request_lines(caplog.records, "session/prompt")
     assert (line.outcome, line.backend, line.trace_id) == ("client_gone", "b1", CLIENT_TRACE)  # type: ignore[attr-defined]
-
-
-# -- sampling, and ids without OpenTelemetry ------------------------------------------------
-
-
-def test_the_request_log_samples_the_fraction_it_is_given() -> None:
-    draws = iter([0.09, 0.1, 0.5])
-    requests = RequestLog(IdTracer(), "off", 0.1, bound=8, sample=lambda: next(draws))
-    texts = [prompt_text(n, None) for n in range(3)]
-    observed = [requests.arrived(as_request(text)) for text in texts]
-    assert [r is not None for r in observed] == [True, False, False]
-
-
-def test_without_opentelemetry_a_trace_is_continued_in_ids_alone() -> None:
-    requests = RequestLog(IdTracer(), "continue", 0.0, bound=8)
-    observed = requests.arrived(as_request(prompt_text(1, META)))
-    assert observed is not None
-    traceparent = json.loads(observed.text)["params"]["_meta"]["traceparent"]
-    version, trace, span, flags = traceparent.split("-")
-    assert (version, trace, flags) == ("00", CLIENT_TRACE, "01")
-    assert span not in (CLIENT_SPAN, "0" * 16)
-    assert requests.arrived(as_request(prompt_text(2, None))) is None  # nothing to continue
-    started = RequestLog(IdTracer(), "always", 0.0, bound=8).arrived(
-        as_request(prompt_text(3, None))
-    )
-    assert started is not None
-    _, trace, _, flags = json.loads(started.text)["params"]["_meta"]["traceparent"].split("-")
-    assert trace != CLIENT_TRACE
-    assert flags == "01"  # a trace the router starts is logged: sampled
-
-
-def test_an_observed_request_past_the_bound_is_not_observed() -> None:
-    requests = RequestLog(IdTracer(), "always", 1.0, bound=2)
-    held = [requests.arrived(as_request(prompt_text(n, None))) for n in range(3)]
-    assert [r is not None for r in held] == [True, True, False]
