@@ -1,7 +1,8 @@
 """The front door speaks ACP's remote transport as its RFD writes it, checked raw (aiohttp
 and websockets clients, no SDK): ``Acp-Connection-Id`` on the WebSocket's 101 and on
 ``initialize``'s 200, binary WebSocket frames ignored, and Streamable HTTP end to end
-(POST, event streams, DELETE, keepalives, the statuses, the door, the deadlines)."""
+(POST, event streams, DELETE, keepalives, the statuses, the door, the deadlines);
+tests/core/test_streamable_http.py: the pieces."""
 
 from __future__ import annotations
 
@@ -18,10 +19,8 @@ import pytest
 from router.core import hinted_ids
 from router.protocol.ids import ConnectionId
 from router.server.app_keys import CLIENTS, HTTP_FRONT, OpenClients
-from router.server.event_stream import event
 from router.server.http_connection import HttpConnection
 from router.server.shutdown import close_spread
-from router.server.streamable_http import accepts_events
 from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
 from tests.raw_http import raw_connection, raw_post, status_of
 from tests.support import WAIT, AcpClient, JsonObject
@@ -511,30 +510,6 @@ async def test_one_token_cannot_lock_out_another_from_its_address(tmp_path: Path
         async with client.stream() as events:
             assert await client.post(rpc(1, "session/list")) == 202
             assert "sessions" in (await events.message())["result"]
-
-
-# -- the pieces --------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("accept", "accepted"),
-    [
-        (None, False),
-        ("application/json", False),
-        ("text/event-stream", True),
-        ("application/json, text/event-stream;q=0.9", True),
-        ("TEXT/EVENT-STREAM", True),
-        ("text/*", True),
-        ("*/*", True),
-    ],
-)
-def test_accept_must_include_event_streams(accept: str | None, accepted: bool) -> None:
-    assert accepts_events(accept) is accepted
-
-
-def test_a_frame_with_line_breaks_is_one_event_of_several_data_lines() -> None:
-    assert event('{"a":1}') == b'data: {"a":1}\n\n'
-    assert event('{\n  "a": 1\r\n}') == b'data: {\ndata:   "a": 1\ndata: }\n\n'
 
 
 async def test_an_event_stream_the_client_does_not_read_is_dropped_at_its_deadline(
