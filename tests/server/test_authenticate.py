@@ -2,7 +2,8 @@
 
 A real router and scripted backends on real sockets. A backend that refuses the
 client's credentials must reach the client as that backend's own error, never as
-the retryable -32013 that makes a client with a bad key retry forever.
+the retryable -32013 that makes a client with a bad key retry forever
+(tests/e2e/test_authenticate.py: reference agents that require a key).
 """
 
 from __future__ import annotations
@@ -10,19 +11,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from tests.fleet import (
     RouterUnderTest,
     ScriptedBackend,
-    backends_of,
     error_reply,
-    start_fleet,
     start_router,
     start_scripted,
 )
-from tests.support import AcpClient, JsonObject, text_chunks
+from tests.support import AcpClient, JsonObject
 
 REFUSED = error_reply(-32000, "Authentication required: bad key")
 KEY = {"methodId": "key", "_meta": {"key": "k-1"}}
@@ -138,32 +136,3 @@ async def test_backends_that_disagree_fail_closed() -> None:
         # both links get it; the lenient backend accepts, the picky one refuses: no
         refused_by_the_backend(await pool.client.request("authenticate", KEY, request_id=3), 3)
         assert [m["method"] for m in pool.picky.received].count("authenticate") == 1
-
-
-async def test_reference_agents_that_require_a_key(tmp_path: Path) -> None:
-    new = {"cwd": "/w", "mcpServers": []}
-    async with (
-        start_fleet(tmp_path, 2, "--require-auth", "key") as agents,
-        start_router(backends_of(agents)) as router,
-        AcpClient.connect(router.url) as client,
-    ):
-        await client.initialize()
-        too_soon = await client.request("session/new", new)
-        assert too_soon["error"]["code"] == -32000  # the agent's: authenticate first
-        wrong = await client.request("authenticate", {"methodId": "guess"})
-        assert wrong["error"] == {
-            "code": -32000,
-            "message": "Authentication failed: unknown auth method",
-            "data": {"methodId": "guess"},
-        }
-        assert (await client.request("authenticate", {"methodId": "key"}))["result"] == {}
-        # the second session lands on the other agent, over a link that replays the key
-        sessions = [(await client.request("session/new", new))["result"]["sessionId"] for _ in "ab"]
-        speakers = set()
-        for session_id in sessions:
-            answer = await client.prompt(session_id, "hello")
-            assert answer["result"] == {"stopReason": "end_turn"}
-            (chunk,) = text_chunks(client.drain_incoming())
-            speakers.add(chunk[1].split("]")[0].lstrip("["))
-        assert speakers == {agent.agent_id for agent in agents}
-        assert router.metric("acp_router_client_errors_total", code="-32013") == 0
