@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_frontdoor import any_status
 from tests.fleet import start_scripted
 from tests.server.test_deadlines import raw
+from tests.server.test_frontdoor import any_status
 from tests.support import WAIT, cli_command
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from websockets.exceptions import ConnectionClosed
 
-from tests.e2e.test_frontdoor import any_status
 from tests.e2e.test_reload import post_reload, router_url, upgrade_status
 from tests.fleet import start_scripted
+from tests.server.test_frontdoor import any_status
 from tests.support import WAIT, AcpClient, run_cli
 
 

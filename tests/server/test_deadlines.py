@@ -16,8 +16,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from tests.e2e.test_frontdoor import any_status
 from tests.fleet import RouterUnderTest, start_router, start_scripted
+from tests.server.test_frontdoor import any_status
 from tests.support import WAIT, AcpClient
 
 HANDSHAKE_MS = 300

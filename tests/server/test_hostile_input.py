@@ -24,8 +24,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from tests.e2e.test_frontdoor import any_status
 from tests.fleet import RouterUnderTest, start_router, start_scripted
+from tests.server.test_frontdoor import any_status
 from tests.support import WAIT, AcpClient
 
 LIMIT = 4 * 1024 * 1024
