@@ -5,7 +5,8 @@ Each backend link has its own outbox and writer, so the client's read loop never
 waits on a backend; a link that breaks, cannot open within
 ``router.connect_timeout_ms`` or cannot keep up is given up alone: its requests are
 answered ``-32013``, its agent requests are withdrawn with ``$/cancel_request``, and
-the client connection carries on.
+the client connection carries on (tests/server/test_isolation.py: against hostile
+backends alone).
 """
 
 from __future__ import annotations
@@ -16,15 +17,12 @@ import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from websockets.asyncio.client import connect
 from websockets.protocol import State
 
 from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
 from tests.hostile import LINK_INITIALIZE, start_hostile
+from tests.server.test_isolation import CWD, NEW
 from tests.support import WAIT, AcpClient, AgentProcess, JsonObject, answered_by, start_agent
-
-CWD = "/work/project"
-NEW = {"cwd": CWD, "mcpServers": []}
 
 
 @contextlib.asynccontextmanager
@@ -85,30 +83,6 @@ async def test_an_oversize_prompt_fails_alone_and_the_connection_carries_on(
         assert (await client.prompt(first, "smaller"))["result"] == {"stopReason": "end_turn"}
         assert client.ws.state is State.OPEN
         assert router.metric("acp_router_client_errors_total", code="-32013") == 1
-
-
-async def test_a_backend_that_never_completes_its_upgrade_fails_within_the_deadline() -> None:
-    async with (
-        start_hostile("stuck", stall_upgrades_from=1) as stuck,  # the control link gets in
-        start_router([("stuck", stuck.url)], router={"connect_timeout_ms": 300}) as router,
-        AcpClient.connect(router.url) as client,
-    ):
-        await client.initialize()
-        for attempt in (1, 2):  # a later request is not stuck behind the first either
-            failed = await client.request("session/new", NEW)
-            assert failed["error"]["code"] == -32013, failed
-            assert "not open within 300 ms" in failed["error"]["data"]["reason"]
-            assert stuck.upgrades == 1 + attempt
-        assert client.ws.state is State.OPEN
-
-
-async def test_a_control_link_whose_upgrade_stalls_gives_up_and_retries() -> None:
-    async with (
-        start_hostile("stuck", stall_upgrades_from=0) as stuck,
-        start_router([("stuck", stuck.url)], wait_for=0, router={"connect_timeout_ms": 200}),
-        asyncio.timeout(WAIT),
-    ):
-        await stuck.wait_for(lambda: stuck.upgrades >= 2)
 
 
 async def test_a_slow_to_open_backend_does_not_delay_another(tmp_path: Path) -> None:
@@ -185,75 +159,3 @@ async def test_a_backend_that_stops_reading_loses_its_link_not_the_connection(
         assert "not reading fast enough" in failed["error"]["data"]["reason"]
         assert (await client.prompt(session, "hello"))["result"] == {"stopReason": "end_turn"}
         assert client.ws.state is State.OPEN
-
-
-async def test_frames_to_one_backend_leave_in_the_order_the_client_sent_them() -> None:
-    gate = asyncio.Event()
-    async with (
-        start_hostile("only", gate=gate) as backend,
-        start_router([("only", backend.url)]) as router,
-        AcpClient.connect(router.url) as client,
-    ):
-        await client.initialize()
-        sent = [json.dumps({"jsonrpc": "2.0", "id": "new", "method": "session/new", "params": NEW})]
-        for n in range(400):  # the first half queue up while the link opens
-            if n % 3:
-                call = {"jsonrpc": "2.0", "id": n, "method": "_vendor/seq", "params": {"n": n}}
-                sent.append(json.dumps(call))
-            else:
-                sent.append(json.dumps({"jsonrpc": "2.0", "method": "_vendor/note", "params": [n]}))
-        for text in sent[:200]:
-            await client.ws.send(text)
-        # the router reads frames in order: once it refuses a repeat of id 1 (still in
-        # flight), the 200 frames before are queued on the link that is still opening
-        repeat = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "_vendor/seq"})
-        assert (await client.send_raw(repeat, expect_id=1))["error"]["code"] == -32600
-        async with asyncio.timeout(WAIT):  # only the link's initialize, held at the gate
-            await backend.wait_for(lambda: len(backend.link_frames) == 1)
-        gate.set()
-        for text in sent[200:]:
-            await client.ws.send(text)
-        async with asyncio.timeout(WAIT):
-            await backend.wait_for(lambda: len(backend.link_frames) > len(sent))
-        assert backend.link_frames[1:] == sent
-
-
-async def test_frames_written_at_once_and_frames_queued_keep_one_order() -> None:
-    """Small frames go straight to the link's socket while nothing waits; a large one (or
-    one behind a full send buffer) is queued, and every frame after it queues behind it
-    until the writer has drained them: one order either way."""
-    async with (
-        start_hostile("only") as backend,
-        start_router([("only", backend.url)]) as router,
-        AcpClient.connect(router.url) as client,
-    ):
-        await client.initialize()
-        sent = [json.dumps({"jsonrpc": "2.0", "id": "new", "method": "session/new", "params": NEW})]
-        for n in range(300):
-            pad = "x" * (256 * 1024 if n % 25 == 0 else 8)  # some far above the direct limit
-            sent.append(
-                json.dumps({"jsonrpc": "2.0", "method": "_vendor/note", "params": [n, pad]})
-            )
-        for text in sent:
-            await client.ws.send(text)
-        async with asyncio.timeout(WAIT):
-            await backend.wait_for(lambda: len(backend.link_frames) > len(sent))
-        assert backend.link_frames[1:] == sent
-
-
-async def test_the_client_connection_closes_only_for_its_own_faults() -> None:
-    async with (
-        start_hostile("only") as backend,
-        start_router([("only", backend.url)], router={"max_message_bytes": 4096}) as router,
-    ):
-        # a binary frame is not one: the transport RFD says to ignore it (and it is counted)
-        async with AcpClient.connect(router.url) as client:
-            await client.ws.send(b"\x00 not text")
-            assert "result" in await client.initialize()
-            assert router.metric("acp_router_client_frames_ignored_total", reason="binary") == 1
-            assert client.ws.state is State.OPEN
-        async with connect(router.url, max_size=None) as ws:
-            await ws.send("x" * 5000)
-            async with asyncio.timeout(WAIT):
-                await ws.wait_closed()
-            assert ws.close_code == 1009
