@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 NPM    := $(shell command -v npm 2>/dev/null)
 INTEROP := tests/interop/node_modules/.package-lock.json
 
-.PHONY: install interop demo test lint bench haproxy clean
+.PHONY: install interop demo test test-fast lint bench haproxy clean
 
 $(BIN)/acp-router: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,9 @@ lint: install                ## ruff, ruff format --check, mypy --strict, and th
 
 test: lint interop           ## lint, then the test suite with the branch-coverage floor
 	$(BIN)/pytest --cov --cov-report=term
+
+test-fast: install           ## the core tests alone (tests/core: no sockets, no processes), in seconds
+	$(BIN)/pytest tests/core -q -p no:cacheprovider
 
 bench: install               ## run the benchmarks (ratios against baselines measured in the same run)
 	@command -v haproxy >/dev/null 2>&1 || $(MAKE) --no-print-directory haproxy \

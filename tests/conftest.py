@@ -1,6 +1,16 @@
 """The suite runs with a temporary folder of its own (``TMPDIR``, which the processes it
 starts inherit), and fails if anything is left in it at the end: a test, or a process it
-started, that leaves a file behind is a bug to fix at its cause."""
+started, that leaves a file behind is a bug to fix at its cause.
+
+Every test lives in the folder of its kind, and carries that kind's marker (``-m core``):
+
+* ``tests/core``: sans-I/O, no sockets and no processes, seconds in all (``make
+  test-fast``);
+* ``tests/server``: real sockets in one process (the router and its peers on loopback);
+* ``tests/e2e``: tests that start processes (the CLI, fleets of agents, deploy tools).
+
+A ``test_*.py`` directly in ``tests/`` (or a test anywhere else) stops the run before
+any test runs: its kind must be chosen. The helpers the kinds share stay in ``tests/``."""
 
 from __future__ import annotations
 
@@ -10,6 +20,32 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+TESTS = Path(__file__).parent
+#: the folders of tests/ that hold tests, each its own marker (pyproject.toml)
+KINDS = ("core", "server", "e2e")
+WHERE = (
+    "tests/core (no sockets, no processes), tests/server (sockets in one process)"
+    " or tests/e2e (processes)"
+)
+
+
+def pytest_sessionstart() -> None:
+    """Refuse a test file directly in tests/: its kind must be chosen."""
+    flat = sorted(path.name for path in TESTS.glob("test_*.py"))
+    if flat:
+        raise pytest.UsageError(f"tests/{', tests/'.join(flat)}: a test file goes in {WHERE}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with the kind of the folder it lives in."""
+    for item in items:
+        if not item.path.is_relative_to(TESTS):
+            continue
+        kind = item.path.relative_to(TESTS).parts[0]
+        if kind not in KINDS:
+            raise pytest.UsageError(f"{item.nodeid}: a test goes in {WHERE}")
+        item.add_marker(kind)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -248,7 +248,7 @@ def _measured(text: bytes, start: int) -> int | None:
     if found is None:
         return None
     # "byte N": the offset just past the first byte after the value that is not a space
-    # (tests/test_jsontext.py holds msgspec to that)
+    # (tests/core/test_jsontext.py holds msgspec to that)
     end = start + int(found.group(1)) - 1
     while text[end - 1] in _SPACES:
         end -= 1
