@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import logging
 import os
 import signal
 import socket
@@ -458,3 +459,33 @@ async def direct_statuses(agents_urls: dict[str, str], session_id: str) -> dict[
             answer = await direct.status(session_id)
             statuses[agent_id] = answer["result"]["status"] if "result" in answer else "unknown"
     return statuses
+
+
+class LogWaiter(logging.Handler):
+    """Sets :attr:`seen` when a record's message contains ``text``."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+        self.seen = asyncio.Event()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if self.text in message:
+            self.messages.append(message)
+            self.seen.set()
+
+
+@contextmanager
+def watching(text: str) -> Iterator[LogWaiter]:
+    waiter = LogWaiter(text)
+    root = logging.getLogger("router")
+    level = root.level
+    root.addHandler(waiter)
+    root.setLevel(logging.INFO)  # the control link says why it failed at INFO
+    try:
+        yield waiter
+    finally:
+        root.removeHandler(waiter)
+        root.setLevel(level)

@@ -507,7 +507,7 @@ def _sections() -> list[tuple[str, type[BaseModel]]]:
     return found
 
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "config" / "router.example.toml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "router.example.toml"
 
 
 @pytest.mark.parametrize(("table", "model"), _sections(), ids=lambda v: getattr(v, "__name__", v))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import logging
 import os
 import re
 import time
@@ -26,7 +25,7 @@ from websockets.exceptions import ConnectionClosed
 
 from tests.fleet import RouterUnderTest, start_router, start_scripted
 from tests.server.test_frontdoor import any_status
-from tests.support import WAIT, AcpClient
+from tests.support import WAIT, AcpClient, watching
 
 LIMIT = 4 * 1024 * 1024
 
@@ -144,36 +143,6 @@ async def test_frames_of_exactly_the_limit_pass_both_ways() -> None:
                     await ws.recv()
             assert closed.value.rcvd is not None
             assert closed.value.rcvd.code == 1009
-
-
-class LogWaiter(logging.Handler):
-    """Sets :attr:`seen` when a record's message contains ``text``."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
-        self.seen = asyncio.Event()
-        self.messages: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        message = record.getMessage()
-        if self.text in message:
-            self.messages.append(message)
-            self.seen.set()
-
-
-@contextmanager
-def watching(text: str) -> Iterator[LogWaiter]:
-    waiter = LogWaiter(text)
-    root = logging.getLogger("router")
-    level = root.level
-    root.addHandler(waiter)
-    root.setLevel(logging.INFO)  # the control link says why it failed at INFO
-    try:
-        yield waiter
-    finally:
-        root.removeHandler(waiter)
-        root.setLevel(level)
 
 
 REFUSED = "the router refused a frame from the backend larger than router.max_message_bytes"

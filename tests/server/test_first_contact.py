@@ -12,8 +12,7 @@ import asyncio
 from typing import Any
 
 from tests.fleet import start_router, start_scripted
-from tests.support import WAIT, AcpClient
-from tests.test_hostile_input import watching
+from tests.support import WAIT, AcpClient, watching
 
 CWD = "/work/project"
 
