@@ -189,7 +189,7 @@ class Pool:
             connect_timeout=self.settings.router.connect_timeout_ms / 1000,
         )
         self.links[backend] = link
-        self.roster.rejoin(backend)
+        self.roster.forget_retired(backend)
         self.fleet.join(backend, self._clock())
         self.metrics.declare_backends([backend])
         self.metrics.attached_sessions.labels(backend).set(self.directory.joined(backend))
@@ -384,7 +384,7 @@ class Pool:
         self.directory.pin(backend, delta)
         self._pulse(self.pinned_changed)
         if backend not in self.links and backend not in self.directory.pinned:
-            self.roster.rejoin(backend)
+            self.roster.forget_retired(backend)
             self.metrics.forget_backend(
                 backend, attached=bool(self.directory.attached.get(backend))
             )

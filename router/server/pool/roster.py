@@ -79,6 +79,7 @@ class Roster:
         while len(self.retired) > MAX_RETIRED:
             del self.retired[next(iter(self.retired))]
 
-    def rejoin(self, backend: BackendId) -> None:
-        """``backend`` is a member again: its table is the member's."""
+    def forget_retired(self, backend: BackendId) -> None:
+        """The table kept of ``backend`` is needed no more: it is a member again, or the
+        last client link to it has ended."""
         self.retired.pop(backend, None)
