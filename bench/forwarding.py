@@ -30,7 +30,7 @@ from typing import TypeVar
 
 from bench.clients import DEFLATE as DEFLATE_BITS
 from bench.fleet import Child, Fleet, haproxy_missing, uvloop_missing
-from bench.ratios import Budget, Result, Target, micro, percentile, rotated, row
+from bench.ratios import Budget, Result, Target, micro, percentile, row, shuffled
 from bench.wire import AcpSocket, BenchError, prompt_params
 
 T = TypeVar("T")
@@ -166,9 +166,9 @@ def _rows(rounds: Sequence[Round], names: list[str], sizes: Sizes) -> list[Resul
 async def _each(
     sides: list[Side], index: int, measure: Callable[[Side], Awaitable[T]]
 ) -> dict[str, T]:
-    """``measure`` on every side, starting with a different one each round."""
+    """``measure`` on every side, in an order drawn for the round (:func:`shuffled`)."""
     results: dict[str, T] = {}
-    for side in rotated(sides, index):
+    for side in shuffled(sides, index):
         results[side.name] = await measure(side)
     return results
 

@@ -9,7 +9,8 @@ backend, through the forwarder, through HAProxy (when installed), through the
 router, through the router on uvloop (``router.event_loop``, when installed), and,
 with ``--before DIR`` (repeatable), through a router run from another checkout of the
 package (an older commit; named for its folder), in the same rounds.
-Per round, every side in rotating order:
+Per round, every side in an order drawn for the round (each side follows a different one
+from round to round; a fixed cycle made the router side always follow direct):
 
 * consecutive prompts: each side in turn sends a batch of prompts one after
   another on its warm connection, and the next side starts when it is done; a
@@ -36,7 +37,7 @@ from pathlib import Path
 
 from bench.fleet import Child, Fleet, Scripted, haproxy_missing, uvloop_missing
 from bench.observe import cpu_time
-from bench.ratios import Budget, Result, Target, micro, percentile, rotated, row
+from bench.ratios import Budget, Result, Target, micro, percentile, row, shuffled
 from bench.wire import AcpSocket, BenchError, prompt_params, resume_params
 
 BENCH = "hop"
@@ -140,12 +141,13 @@ def before_name(source: Path) -> str:
 async def _round(sides: list[Side], sizes: Sizes, index: int) -> Round:
     batch_p50: dict[str, float] = {}
     trip_cpu: dict[str, float] = {}
-    for side in rotated(sides, index):
+    order = shuffled(sides, index)
+    for side in order:
         batch_p50[side.name], trip = await _consecutive(side, sizes.consecutive)
         if trip is not None:
             trip_cpu[side.name] = trip
-    latency = await _latencies(rotated(sides, index), sizes.latency)
-    hops = [side for side in rotated(sides, index) if side.pid is not None]
+    latency = await _latencies(order, sizes.latency)
+    hops = [side for side in order if side.pid is not None]
     cpu = await _cpu_per_frame(hops, sizes)
     p50 = {name: percentile(samples, 50) for name, samples in latency.items()}
     return Round(batch_p50, trip_cpu, p50, cpu)

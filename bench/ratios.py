@@ -10,6 +10,7 @@ only: on a shared, noisy machine an absolute figure says little on its own.
 from __future__ import annotations
 
 import math
+import random
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -144,6 +145,16 @@ def rotated(items: Sequence[T], round_index: int) -> list[T]:
     """``items`` starting at a different one each round (two items simply alternate)."""
     k = round_index % len(items)
     return [*items[k:], *items[:k]]
+
+
+def shuffled(items: Sequence[T], round_index: int) -> list[T]:
+    """``items`` in an order drawn for the round (the same for the same round): unlike
+    :func:`rotated`, which keeps the cycle, each item follows a different one from round
+    to round, so what one side leaves behind (a busy core, a cold cache) does not always
+    land on the same next side."""
+    order = list(items)
+    random.Random(round_index).shuffle(order)
+    return order
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
