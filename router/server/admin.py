@@ -21,6 +21,7 @@ data in it); its script asks the JSON endpoints, with the token the operator giv
 from __future__ import annotations
 
 import importlib.resources
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -33,6 +34,8 @@ from router.protocol.ids import BackendId, SessionId
 from router.server.auth import TokenSource
 from router.server.pool.backends import Pool
 from router.server.reload import Reloader, ReloadRefused
+
+logger = logging.getLogger(__name__)
 
 #: sessions the page lists
 MAX_LISTED_SESSIONS = 200
@@ -86,7 +89,7 @@ class Admin:
         except ValueError:
             return _error(404, "the states are ready, drain and maint")
         try:
-            pool.set_admin_state(backend, state)
+            set_admin_state(pool, backend, state)
         except KeyError:
             return _error(404, f"no backend {backend!r} in the pool")
         return web.json_response(_backend(pool, backend))
@@ -153,7 +156,7 @@ def _backend(pool: Pool, backend: BackendId) -> dict[str, Any]:
         "url": spec.url,
         "weight": spec.weight,
         "health": pool.health(backend).value,
-        "admin": pool.admin_state(backend).value,
+        "admin": pool.fleet.admin.get(backend, AdminState.READY).value,
         "leaving": backend in pool.fleet.leaving,
         "attachedSessions": pool.directory.attached.get(backend, 0),
         "pinnedConnections": pool.directory.pinned.get(backend, 0),
@@ -183,3 +186,21 @@ async def _page(request: web.Request) -> web.Response:
 
 #: the status page: plain HTML and a little script, shipped in the package
 PAGE = importlib.resources.files("router.server").joinpath("admin.html").read_text("utf-8")
+
+
+def set_admin_state(pool: Pool, backend: BackendId, state: AdminState) -> None:
+    """Drain a backend, put it in maintenance or make it ready again (the rules are
+    :func:`router.core.locate.decide`'s and :meth:`router.core.fleet.Fleet.draining`'s).
+
+    Raises:
+        KeyError: ``backend`` is not in the pool.
+    """
+    if backend not in pool.links:
+        raise KeyError(backend)
+    if state is AdminState.READY:
+        pool.fleet.admin.pop(backend, None)
+    else:
+        pool.fleet.admin[backend] = state
+    logger.warning("backend %s set to %s by an operator", backend, state.value)
+    for each in AdminState:
+        pool.metrics.backend_admin_state.labels(backend, each.value).set(each is state)

@@ -230,7 +230,7 @@ class ClientConnection:
         directory = self.pool.directory
         match effect:
             case Learned(session_id, backend, created):
-                self.pool.learn(session_id, backend, created=created)
+                self.upstream.where.learn(session_id, backend, created=created)
                 if created:
                     directory.created(backend)
             case Released(session_id):
@@ -266,7 +266,7 @@ class ClientConnection:
                     self._spawn(self._initialize(request), "initialize")
             case Place(request):
                 try:
-                    backend = self.pool.place_new()
+                    backend = self.upstream.where.place_new()
                 except JsonRpcError as exc:
                     await self.carry_out(self.routes.fail(request.id, exc))
                     return
@@ -275,7 +275,7 @@ class ClientConnection:
                 if internal:
                     logger.info("failing over session %s", session_id)
                 elif not tried:  # the link it will most likely need opens while it runs
-                    likely = self.pool.likely(session_id, claimed)
+                    likely = self.upstream.where.likely(session_id, claimed)
                     if likely is not None:
                         await self.carry_out(self.routes.open_ahead(request.id, likely))
                 self._spawn(self._locate(request, session_id, tried, claimed), "locate")

@@ -77,7 +77,7 @@ async def test_the_admin_api_wants_its_own_token(
             answer = await admin(http, router, "GET", "backends", 401, headers)
             assert answer == {"error": "an admin token is needed"}
         await admin(http, router, "POST", "backends/agent-1/drain", 401, {})
-        assert router.pool.draining() == set()  # a refused call changed nothing
+        assert router.pool.fleet.draining() == set()  # a refused call changed nothing
         listed = await admin(http, router, "GET", "backends")
         assert [(b["id"], b["health"], b["admin"]) for b in listed["backends"]] == [
             ("agent-1", "up", "ready")
@@ -113,7 +113,7 @@ async def test_a_drained_backend_gets_no_new_sessions_but_serves_its_located_one
             assert row["probeLatencyMs"] > 0
             assert row["probeLatencyAverageMs"] > 0
         assert (await admin(http, router, "POST", f"backends/{holder}/ready"))["admin"] == "ready"
-        assert router.pool.draining() == set()
+        assert router.pool.fleet.draining() == set()
 
 
 async def test_a_session_on_a_backend_in_maintenance_waits_and_is_never_moved(

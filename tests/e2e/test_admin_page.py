@@ -58,7 +58,7 @@ async def test_the_status_page_shows_the_fleet_and_follows_a_drain(tmp_path: Pat
         )
         rows = await page.wait_for("#backends", f"(rows => rows[1][1] === 'drain' && rows)({ROWS})")
         assert rows[1] == ["agent-2", "drain"]
-        assert router.pool.draining() == {"agent-2"}
+        assert router.pool.fleet.draining() == {"agent-2"}
 
         # someone else puts agent-3 in maintenance through the API: the page follows
         async with aiohttp.ClientSession() as http:

@@ -161,4 +161,4 @@ async def test_a_reload_starts_and_stops_discovery(tmp_path: Path) -> None:
             )
             assert isinstance(await reloader.reload(), Reloaded)
             assert router.pool.fleet.leaving == {BackendId("agent-1")}
-            assert router.pool.place_new() == "static-1"
+            assert router.upstream.where.place_new() == "static-1"

@@ -17,6 +17,7 @@ import pytest
 from router.core.health import Health
 from router.core.locate import AdminState
 from router.protocol.ids import BackendId, SessionId
+from router.server.admin import set_admin_state
 from tests.fleet import RouterUnderTest, start_router
 from tests.relay import Relay, start_relay
 from tests.support import AcpClient, answered_by, resume, start_agent
@@ -46,7 +47,7 @@ async def test_a_url_that_reaches_two_processes_is_reported_not_punished(
         start_router([("agent-1", balancer.url), ("agent-2", beside.url)]) as router,
     ):
         send_new_connections_to(balancer, second.url)
-        router.pool.set_admin_state(BackendId("agent-2"), AdminState.DRAIN)  # new: agent-1
+        set_admin_state(router.pool, BackendId("agent-2"), AdminState.DRAIN)  # new: agent-1
         async with AcpClient.connect(router.url) as holder:
             await holder.initialize()
             session_id = await holder.new_session()

@@ -36,12 +36,10 @@ from router.core.health import (
     Health,
     Instance,
 )
-from router.core.locate import AdminState, Snapshot, first_guess, hint_after_answer, lasting
 from router.core.membership import MembershipChange
 from router.core.placement import Node
 from router.protocol import acp
 from router.protocol.acp import ProbeResult
-from router.protocol.errors import NoBackendAvailable
 from router.protocol.ids import BackendId, SessionId
 from router.server.config import BackendSection, Settings
 from router.server.control import ControlLink
@@ -296,50 +294,9 @@ class Pool:
         """Backends that are up, in the session's rendezvous order."""
         return self.fleet.order(session_id, self._clock())
 
-    # -- what a locate starts from -------------------------------------------------------------------
-
-    def snapshot(
-        self,
-        session_id: SessionId,
-        tried: tuple[BackendId, ...] = (),
-        *,
-        ask_all: bool = False,
-        claimed: BackendId | None = None,
-    ) -> Snapshot:
-        """What a locate of ``session_id`` starts from (:class:`router.core.locate.Snapshot`);
-        ``ask_all``: the whole pool is asked (an audit), as it is for a session seen split
-        lately; ``claimed``: the home the client's hinted id named (a member, or nothing)."""
-        directory = self.directory
-        candidates = self.fleet.candidates(
-            session_id, directory.attached_to(session_id), self.roster.retired, self._clock()
-        )
-        refused = directory.absences.resumed(session_id)
-        return Snapshot(
-            session_id,
-            candidates,
-            directory.hint(session_id),
-            self.settings.router.policy,
-            (*tried, *(b for b in sorted(refused) if b not in tried)),
-            directory.absences.probed(session_id),
-            directory.stale.get(session_id, frozenset()),
-            ask_all or session_id in directory.suspects,
-            self._member(claimed),
-        )
-
     def only_backend(self) -> BackendId | None:
         """The pool's one backend, when it has one and it is up and open to sessions."""
         return self.fleet.only_backend(self._clock())
-
-    def likely(self, session_id: SessionId, claimed: BackendId | None = None) -> BackendId | None:
-        """Where a resume of ``session_id`` will most likely go (:meth:`Fleet.likely`);
-        ``claimed``: the home its client's hinted id named."""
-        directory = self.directory
-        hint = first_guess(directory.hint(session_id), self._member(claimed))
-        return self.fleet.likely(session_id, directory.attached_to(session_id), hint, self._clock())
-
-    def _member(self, claimed: BackendId | None) -> BackendId | None:
-        """A client's claim, when it names a member of the pool."""
-        return claimed if claimed in self.links else None
 
     def can_list(self, backend: BackendId) -> bool:
         return self.fleet.can_ask(backend, "list")
@@ -358,13 +315,6 @@ class Pool:
 
     def tls(self, backend: BackendId) -> ssl.SSLContext | None:
         return backend_context(self.spec(backend))
-
-    def place_new(self) -> BackendId:
-        """A backend for a new session (:meth:`router.core.placement.Spread.place`)."""
-        backend = self.directory.place(self.fleet.for_new_sessions(self._clock()))
-        if backend is None:
-            raise NoBackendAvailable()
-        return backend
 
     # -- what client connections report ----------------------------------------------------------
 
@@ -388,47 +338,6 @@ class Pool:
             self.metrics.forget_backend(
                 backend, attached=bool(self.directory.attached.get(backend))
             )
-
-    def learn(self, session_id: SessionId, backend: BackendId, *, created: bool) -> None:
-        """A backend's answer shows ``session_id`` living there: remember it
-        (:func:`router.core.locate.hint_after_answer`)."""
-        self.directory.absences.forget(session_id)
-        now = self._clock()
-        checked = hint_after_answer(self.directory.hint(session_id), backend, created, now)
-        self.remember(session_id, backend, checked)
-        # what the admin page shows until a probe says more
-        self.directory.hear(session_id, {backend: acp.StatusAnswer(ProbeResult.ACTIVE)})
-
-    def remember(self, session_id: SessionId, backend: BackendId, checked: float | None) -> None:
-        """Keep a hint that ``session_id`` lives on ``backend`` (a member of the pool)."""
-        if backend in self.fleet:  # not one that left while the answer was on its way
-            lasts = lasting(has_status=self.can_probe(backend))
-            self.directory.remember(session_id, backend, checked, lasting=lasts)
-
-    # -- what an operator set (the admin API) ---------------------------------------------------
-
-    def admin_state(self, backend: BackendId) -> AdminState:
-        return self.fleet.admin.get(backend, AdminState.READY)
-
-    def set_admin_state(self, backend: BackendId, state: AdminState) -> None:
-        """Drain a backend, put it in maintenance or make it ready again.
-
-        Raises:
-            KeyError: ``backend`` is not in the pool.
-        """
-        if backend not in self.links:
-            raise KeyError(backend)
-        if state is AdminState.READY:
-            self.fleet.admin.pop(backend, None)
-        else:
-            self.fleet.admin[backend] = state
-        logger.warning("backend %s set to %s by an operator", backend, state.value)
-        for each in AdminState:
-            self.metrics.backend_admin_state.labels(backend, each.value).set(each is state)
-
-    def draining(self) -> set[BackendId]:
-        """Backends that take no new sessions but keep those located there."""
-        return self.fleet.draining()
 
     def capabilities(self) -> dict[str, Any]:
         """What the router advertises: the pool's common ground, plus what it answers itself."""

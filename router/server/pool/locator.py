@@ -26,6 +26,7 @@ from router.server import log_context
 from router.server.pool import waits
 from router.server.pool.backends import Pool
 from router.server.pool.healing import Healer
+from router.server.pool.whereabouts import Whereabouts
 
 logger = logging.getLogger(__name__)
 
@@ -48,12 +49,13 @@ _FAILED = {
 
 
 class Locator:
-    def __init__(self, pool: Pool, healer: Healer) -> None:
-        self._pool = pool
+    def __init__(self, where: Whereabouts, healer: Healer) -> None:
+        self._pool = where.pool
+        self._where = where
         self._healer = healer
         self._inflight: dict[_LocateKey, asyncio.Task[Located]] = {}
         self._slots = asyncio.Semaphore(MAX_CONCURRENT_LOCATES)
-        self.audit = Audit(pool, healer)
+        self.audit = Audit(where, healer)
 
     async def locate(
         self,
@@ -110,14 +112,14 @@ class Locator:
     async def _run(
         self, session_id: SessionId, tried: tuple[BackendId, ...], claimed: BackendId | None
     ) -> Located:
-        located = await run_round(self._pool, self._healer, session_id, tried, claimed=claimed)
+        located = await run_round(self._where, self._healer, session_id, tried, claimed=claimed)
         if located.audit:
             self.audit.request(session_id)
         return located
 
 
 async def run_round(
-    pool: Pool,
+    where: Whereabouts,
     healer: Healer,
     session_id: SessionId,
     tried: tuple[BackendId, ...] = (),
@@ -129,8 +131,9 @@ async def run_round(
     (absences, the hint), and a split brain it saw. An ``audit`` asks the whole pool
     (the hint left out) and is not a lookup of the hint; ``claimed`` is the home a
     client's hinted id named."""
+    pool = where.pool
     settings = pool.settings.cache
-    snapshot = pool.snapshot(session_id, tried, ask_all=audit, claimed=claimed)
+    snapshot = where.snapshot(session_id, tried, ask_all=audit, claimed=claimed)
     round_ = LocateRound(snapshot, now=pool.now(), verify_after=settings.verify_seconds)
     probes: list[tuple[BackendId, ProbeResult]] = []
     try:
@@ -156,7 +159,7 @@ async def run_round(
         pool.directory.moved_away(moved, [session_id])
     checked = hint_after(round_, step)
     if checked is not False:
-        pool.remember(session_id, step.backend, checked)
+        where.remember(session_id, step.backend, checked)
     return replace(step, probes=tuple(probes)) if probes else step
 
 
@@ -202,8 +205,9 @@ class Audit:
     queue is bounded (:data:`MAX_QUEUED`: the oldest requests go first).
     """
 
-    def __init__(self, pool: Pool, healer: Healer) -> None:
-        self._pool = pool
+    def __init__(self, where: Whereabouts, healer: Healer) -> None:
+        self._pool = pool = where.pool
+        self._where = where
         self._healer = healer
         self._queue: OrderedDict[SessionId, None] = OrderedDict()
         self._budget = AuditBudget(pool.now())
@@ -240,7 +244,7 @@ class Audit:
         log_context.session.set(session_id)
         outcome = "clean"
         try:
-            located = await run_round(pool, self._healer, session_id, audit=True)
+            located = await run_round(self._where, self._healer, session_id, audit=True)
             if located.split_brain:
                 outcome = "split"
                 pool.directory.suspects[session_id] = None

@@ -15,19 +15,20 @@ from router.protocol import acp
 from router.protocol.errors import BackendLinkLost, BackendRefused
 from router.protocol.ids import BackendId, SessionId
 from router.server.pool import waits
-from router.server.pool.backends import Pool
+from router.server.pool.whereabouts import Whereabouts
 
 
 class Queries:
-    def __init__(self, pool: Pool) -> None:
-        self._pool = pool
+    def __init__(self, where: Whereabouts) -> None:
+        self._pool = where.pool
+        self._where = where
 
     async def status(self, session_id: SessionId) -> dict[str, Any]:
         """The pool's ``session/status`` result (:class:`router.core.session_status.StatusRound`),
         once the backends a router just started has not heard from have answered
         (:func:`router.server.pool.waits.first_contact`)."""
         await waits.first_contact(self._pool)
-        round_ = StatusRound(self._pool.snapshot(session_id))
+        round_ = StatusRound(self._where.snapshot(session_id))
         step = round_.start()
         while isinstance(step, Ask):
             step = round_.hear(await self._pool.probe_answers(step.backends, session_id))

@@ -17,12 +17,15 @@ from router.server.pool.backends import Pool
 from router.server.pool.healing import Healer
 from router.server.pool.locator import Locator
 from router.server.pool.queries import Queries
+from router.server.pool.whereabouts import Whereabouts
 from router.server.tracing import Tracer
 
 
 @dataclass(frozen=True, slots=True)
 class Upstream:
     pool: Pool
+    #: where this replica believes sessions are
+    where: Whereabouts
     locator: Locator
     queries: Queries
     healer: Healer
@@ -40,8 +43,9 @@ class Upstream:
         tracer: Tracer,
     ) -> Upstream:
         pool = Pool(settings, metrics, http)
+        where = Whereabouts(pool)
         healer = Healer(pool)
-        return cls(pool, Locator(pool, healer), Queries(pool), healer, http, tracer)
+        return cls(pool, where, Locator(where, healer), Queries(where), healer, http, tracer)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Upstream]:
