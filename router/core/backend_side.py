@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from router.core import outcomes
 from router.core.calls import PendingCall
 from router.core.client_side import ClientSide
 from router.core.effects import (
@@ -275,7 +276,7 @@ def lost(
             continue
         if call.request.method in acp.ATTACHING:
             effects.append(Resumed(backend, "link_lost"))
-        effects += routes.fail(request_id, error)
+        effects += outcomes.fail(routes, request_id, error)
     if orphaned:
         effects.append(AwaitBackend(backend, tuple(orphaned)))
     return tuple(effects)

@@ -1,7 +1,7 @@
 """One client connection's routing state, and the routing of what its client sends, sans-I/O.
 
-The rules it keeps are :mod:`router.core.routes`'s; what a backend sends is
-:mod:`router.core.backend_side`, failover :mod:`router.core.failover`, the connection's
+The rules it keeps are :mod:`router.core.routes`'s; what the shell found out is
+:mod:`router.core.outcomes`, what a backend sends :mod:`router.core.backend_side`, failover :mod:`router.core.failover`, the connection's
 end :mod:`router.core.ending`, what observed requests tell :mod:`router.core.observing`,
 and which requests cost a locate :mod:`router.core.quotas`.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
 
 from router.core import observing, quotas
 from router.core.agent_requests import AgentRequests
@@ -23,7 +22,6 @@ from router.core.effects import (
     Dropped,
     Effect,
     Effects,
-    FailedOver,
     Forwarded,
     Initialize,
     Late,
@@ -31,8 +29,6 @@ from router.core.effects import (
     OpenLink,
     Place,
     Query,
-    Reply,
-    ResumeSent,
     Send,
     refusal,
 )
@@ -40,7 +36,6 @@ from router.core.links import Links
 from router.core.phases import Frame, Phase, SessionTable
 from router.protocol import acp
 from router.protocol.errors import (
-    ErrorObject,
     InvalidParams,
     InvalidRequest,
     JsonRpcError,
@@ -57,7 +52,6 @@ from router.protocol.jsonrpc import (
     Request,
     RequestId,
     Response,
-    encode_result,
     is_request_id,
 )
 from router.protocol.splice import replace_id
@@ -203,7 +197,7 @@ class ClientSide:
             linked = self.links.linked()
             if not linked:
                 return PendingCall(request, None), (Place(request),)
-            return PendingCall(request, None), self._authenticate(request, linked)
+            return PendingCall(request, None), self.authenticate_on(request, linked)
         if method == acp.SESSION_NEW:
             self._check_room(None)
             return PendingCall(request, None), (Place(request),)
@@ -331,59 +325,12 @@ class ClientSide:
 
     # -- what the shell found out --------------------------------------------------------------
 
-    def initialized(
-        self, request_id: RequestId, capabilities: Any, only: BackendId | None = None
-    ) -> Effects:
-        """Answer ``initialize`` with what the router advertises; in a pool of one
-        (``only``), whatever the client does next goes there, so its link opens now."""
-        ahead = self.open_ahead(None, only) if only is not None else NOTHING
-        return (*ahead, *self.answer(request_id, capabilities))
-
-    def placed(self, request_id: RequestId, backend: BackendId) -> Effects:
-        """:class:`~router.core.effects.Place`: a new session (or, on a connection with
-        no link yet, its ``authenticate``) goes to ``backend``."""
-        call = self.calls.get(request_id)
-        if call is None:  # answered meanwhile (the router is stopping)
-            return self.gone(request_id, "a placement")
-        if call.request.method == acp.AUTHENTICATE:
-            return self._authenticate(call.request, [backend])
-        return self.located(request_id, backend)
-
-    def located(self, request_id: RequestId, backend: BackendId) -> Effects:
-        """:class:`~router.core.effects.Locate` found ``backend``: forward the call there
-        (a link opened ahead elsewhere for it is closed)."""
-        call = self.calls.get(request_id)
-        if call is None:  # answered meanwhile (the router is stopping)
-            return self.gone(request_id, "a location")
-        self.calls[request_id] = replace(call, backend=backend)
-        sent = self.send(backend, call.request.text)
-        if call.observed:
-            sent = (Forwarded(call.request, backend), *sent)
-        closed = self.links.done(request_id)
-        if call.request.method in acp.ATTACHING:
-            return (ResumeSent(retry=bool(call.tried)), *sent, *closed)
-        return (*sent, *closed)
-
-    def _authenticate(self, request: Request, targets: list[BackendId]) -> Effects:
+    def authenticate_on(self, request: Request, targets: list[BackendId]) -> Effects:
+        """Send the client's ``authenticate`` to ``targets`` as one round
+        (:mod:`router.core.authentication`), opening the links it needs."""
         opened = tuple(self._open_link(b) for b in targets if not self.links.used(b))
         auth_round = self.auth.begin(request, targets)
         return (*opened, *(Send(b, auth_round.text) for b in targets))
-
-    def answer(self, request_id: RequestId, result: Any) -> Effects:
-        """The router's own answer to a call in flight (nothing, once it was answered)."""
-        if request_id not in self.calls:
-            return self.gone(request_id, "an answer")
-        return self.conclude(request_id, (Reply(encode_result(request_id, result), request_id),))
-
-    def fail(self, request_id: RequestId, error: JsonRpcError | ErrorObject) -> Effects:
-        """The router's error answer to a call in flight; for a call the router made
-        itself, its quiet end (nothing, once it was answered)."""
-        call = self.calls.get(request_id)
-        if call is None:
-            return self.gone(request_id, "an error")
-        if call.internal:
-            return self.conclude(request_id, (FailedOver("failed", call.session_id),))
-        return self.conclude(request_id, (refusal(request_id, error),))
 
     def gone(self, request_id: RequestId, what: str) -> Effects:
         """``what`` came for ``request_id``, which is answered already: late, if

@@ -2,8 +2,8 @@
 
 :class:`ClientRoutes` is :class:`~router.core.client_side.ClientSide` (the connection's
 state, and what its client sends) with what its backends send
-(:mod:`router.core.backend_side`), failover (:mod:`router.core.failover`) and the
-connection's end (:mod:`router.core.ending`).
+(:mod:`router.core.backend_side`), what the shell found out (:mod:`router.core.outcomes`),
+failover (:mod:`router.core.failover`) and the connection's end (:mod:`router.core.ending`).
 
 The rules every connection keeps:
 
@@ -28,19 +28,44 @@ The rules every connection keeps:
 
 from __future__ import annotations
 
-from router.core import backend_side, ending, failover
+from typing import Any
+
+from router.core import backend_side, ending, failover, outcomes
 from router.core.calls import Holders, Limits, PendingCall
 from router.core.client_side import ClientSide
 from router.core.effects import Effects, TurnEnd
 from router.core.health import Health
 from router.protocol.errors import ErrorObject, JsonRpcError
 from router.protocol.ids import BackendId, SessionId
-from router.protocol.jsonrpc import Message
+from router.protocol.jsonrpc import Message, RequestId
 
 __all__ = ["ClientRoutes", "Limits", "PendingCall"]
 
 
 class ClientRoutes(ClientSide):
+    def initialized(
+        self, request_id: RequestId, capabilities: Any, only: BackendId | None = None
+    ) -> Effects:
+        """Answer ``initialize`` (:func:`router.core.outcomes.initialized`)."""
+        return outcomes.initialized(self, request_id, capabilities, only)
+
+    def placed(self, request_id: RequestId, backend: BackendId) -> Effects:
+        """A :class:`~router.core.effects.Place` is over (:func:`router.core.outcomes.placed`)."""
+        return outcomes.placed(self, request_id, backend)
+
+    def located(self, request_id: RequestId, backend: BackendId) -> Effects:
+        """A :class:`~router.core.effects.Locate` found ``backend``
+        (:func:`router.core.outcomes.located`)."""
+        return outcomes.located(self, request_id, backend)
+
+    def answer(self, request_id: RequestId, result: Any) -> Effects:
+        """The router's own answer to a call (:func:`router.core.outcomes.answer`)."""
+        return outcomes.answer(self, request_id, result)
+
+    def fail(self, request_id: RequestId, error: JsonRpcError | ErrorObject) -> Effects:
+        """The router's error answer to a call (:func:`router.core.outcomes.fail`)."""
+        return outcomes.fail(self, request_id, error)
+
     def receive_backend(self, backend: BackendId, message: Message) -> Effects:
         """Route one message from ``backend``."""
         return backend_side.receive(self, backend, message)
