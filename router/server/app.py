@@ -58,7 +58,8 @@ from router.server.reload import Reloader
 from router.server.shutdown import close_spread
 from router.server.streamable_http import HttpFront
 from router.server.tls import backend_context
-from router.server.tracing import Tracer, tracer_for
+from router.server.tracers import tracer_for
+from router.server.tracing import Tracer
 from router.server.upgrade import upgrade_held, websocket_entry
 from router.tasks import cancel_all_and_wait
 

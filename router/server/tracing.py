@@ -11,8 +11,8 @@ outcome (docs/operations.md, "Trace context").
 Without the extra (or with ``OTEL_SDK_DISABLED=true``, or ``OTEL_TRACES_EXPORTER=none``)
 :class:`IdTracer` makes the ids alone: the backend still gets a ``traceparent`` naming
 the router's span, and the request log still names the trace, but nothing is exported.
-:func:`tracer_for` chooses; :mod:`router.server.otel` holds the OpenTelemetry side,
-configured by the standard ``OTEL_*`` environment variables.
+:func:`router.server.tracers.tracer_for` chooses; :mod:`router.server.otel` holds the
+OpenTelemetry side, configured by the standard ``OTEL_*`` environment variables.
 """
 
 from __future__ import annotations
@@ -101,27 +101,6 @@ def _nonzero(bits: int) -> int:
         value = random.getrandbits(bits)
         if value:
             return value
-
-
-def tracer_for(mode: TracingMode) -> Tracer:
-    """The tracer of a router whose ``router.tracing`` is ``mode``: OpenTelemetry's,
-    exporting as the ``OTEL_*`` environment says, when it is installed and enabled; else
-    ids alone (and why, logged once)."""
-    if mode == "off":
-        return IdTracer()
-    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        logger.info("tracing: OTEL_SDK_DISABLED is true: trace ids reach the request log only")
-        return IdTracer()
-    try:
-        from router.server import otel
-    except ImportError:
-        logger.log(
-            export_wanted(),
-            "tracing: the OpenTelemetry SDK is not installed (pip install 'acp-router[otel]'):"
-            " spans are not exported; trace ids reach the request log only",
-        )
-        return IdTracer()
-    return otel.from_environment() or IdTracer()
 
 
 def export_wanted() -> int:
