@@ -2,7 +2,7 @@
 
 Either way the prompt turns the client leaves running are cancelled on their backends
 (:func:`abandoned_turns`), unless another client connection of this router still has
-the session attached there; when the router closes the connection, every request still
+the session attached there and stays (a stopping router closes them all); when the router closes the connection, every request still
 in flight gets its one answer first (:func:`abandon`).
 """
 
@@ -34,9 +34,13 @@ def abandon(side: ClientSide, error: JsonRpcError, holders: Holders, why: TurnEn
     the prompt turns it leaves running, answer every request still in flight with
     ``error``, held ones included, withdraw every agent request the client was still
     answering, and refuse every request from now on. An answer that comes later for a
-    call it answered is :class:`~router.core.effects.Late`."""
+    call it answered is :class:`~router.core.effects.Late`. A router that stops closes
+    every connection: another one holding the session goes too, so it does not keep
+    the turn running (``why`` ``"stopping"``); one closed alone (``"client_gone"``: its
+    token revoked, say) leaves a turn another connection holds to that one."""
     side.stopping = True
-    effects: list[Effect] = list(abandoned_turns(side, why, holders))
+    counted = _alone if why == "stopping" else holders
+    effects: list[Effect] = list(abandoned_turns(side, why, counted))
     side.held_notifications = 0
     side.sessions.drop_waiting()
     side.auth.round = None
@@ -52,6 +56,11 @@ def abandon(side: ClientSide, error: JsonRpcError, holders: Holders, why: TurnEn
     for backend in side.links.linked():
         effects += side.agent_requests.withdraw(backend)
     return tuple(effects)
+
+
+def _alone(session_id: SessionId, backend: BackendId) -> int:
+    """No other connection counts: every one of them is closing too."""
+    return 0
 
 
 def abandoned_turns(side: ClientSide, why: TurnEnd, holders: Holders) -> tuple[CancelTurn, ...]:

@@ -200,6 +200,26 @@ def test_the_router_stopping_cancels_before_it_refuses() -> None:
     assert cancels(connection.gone()) == []  # cancelled once, not again when it closes
 
 
+def test_a_stopping_router_cancels_a_turn_another_connection_holds_too() -> None:
+    """Every connection closes: the other holder does not keep the turn running (before,
+    it did, and no connection cancelled it)."""
+    replica = Replica()
+    first = turn_running(replica)
+    second = replica.connect()
+    second.resume(1, "a", "s1")
+    assert cancels(first.abandoned()) == [("s1", "a", "stopping")]
+    assert cancels(second.abandoned()) == []  # it had no turn running
+
+
+def test_a_connection_closed_alone_leaves_a_turn_another_connection_holds() -> None:
+    replica = Replica()
+    first = turn_running(replica)
+    replica.connect().resume(1, "a", "s1")
+    holders = replica.directory.holders
+    revoked = first.carry(first.routes.abandon(RouterStopping(), holders, "client_gone"))
+    assert cancels(revoked) == []
+
+
 def test_a_connection_the_router_closes_says_so() -> None:
     connection = turn_running(Replica())
     holders = connection.replica.directory.holders

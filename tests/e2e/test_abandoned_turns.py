@@ -109,6 +109,28 @@ async def test_a_router_stopped_mid_turn_cancels_it_on_the_backend(tmp_path: Pat
         assert "cancelled the turn of session s1 on backend agent-1" in router.stderr.text
 
 
+async def test_a_router_stopped_mid_turn_cancels_a_turn_two_connections_hold(
+    tmp_path: Path,
+) -> None:
+    """Every connection closes with the router: the other holder does not keep the turn
+    (before, neither connection cancelled it, and it ran on)."""
+    async with turns_never_end() as backend:
+        backends = [("agent-1", backend.url)]
+        port = free_port()
+        config = serve_config(tmp_path / "router.toml", port, backends)
+        url = f"ws://127.0.0.1:{port}/acp"
+        async with serving(config, backends) as router:
+            async with AcpClient.connect(url) as prompter, AcpClient.connect(url) as watching:
+                turn = await prompting(prompter, backend)
+                await watching.initialize()
+                held = await watching.request("session/resume", {"sessionId": "s1", "cwd": CWD})
+                assert "result" in held, held
+                await stopped(router)
+                assert (await turn)["error"]["code"] == -32013
+        (cancel,) = cancels(backend)  # sent, and received, before the router exited
+        assert cancel["params"] == {"sessionId": "s1"}
+
+
 async def test_after_a_stop_mid_turn_the_next_router_answers_the_prompt(tmp_path: Path) -> None:
     async with start_fleet(tmp_path / "store", 1) as agents:
         backends = backends_of(agents)
