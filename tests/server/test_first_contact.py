@@ -9,10 +9,13 @@ the backends not yet heard from (else it finds them unknown and fails closed wit
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
-from tests.fleet import start_router, start_scripted
-from tests.support import WAIT, AcpClient, watching
+from tests.fleet import ScriptedBackend, start_router, start_scripted
+from tests.support import WAIT, AcpClient, JsonObject, watching
 
 CWD = "/work/project"
 
@@ -48,9 +51,20 @@ async def test_initialize_waits_for_a_backend_to_say_what_it_offers() -> None:
             assert router.pool.fleet.introduced()
 
 
-async def test_a_locate_waits_for_a_backend_not_yet_heard_from() -> None:
-    """The session is active on ``a``, whose first answer comes late; ``b`` answers at
-    once. Without the wait the resume got -32012 (``a`` unknown)."""
+@dataclass
+class LateHome:
+    """``a`` has the session active and answers its first ``initialize`` only once
+    ``released``; ``b`` answers at once; a router started with ``b`` up, and a client
+    initialized."""
+
+    a: ScriptedBackend
+    b: ScriptedBackend
+    client: AcpClient
+    released: asyncio.Event
+
+
+@contextlib.asynccontextmanager
+async def a_late_home() -> AsyncIterator[LateHome]:
     released = asyncio.Event()
     async with start_scripted("a", active) as a, start_scripted("b", inactive) as b:
         a.held["initialize"] = released
@@ -59,37 +73,35 @@ async def test_a_locate_waits_for_a_backend_not_yet_heard_from() -> None:
             AcpClient.connect(router.url) as client,
         ):
             assert offers_resume(await client.initialize())  # b has answered
-            with watching("not yet heard from: a") as waiter:
-                resume = asyncio.create_task(
-                    client.request("session/resume", {"sessionId": "s1", "cwd": CWD})
-                )
-                async with asyncio.timeout(WAIT):
-                    await waiter.seen.wait()
-            assert not resume.done()
-            released.set()
-            assert (await resume).get("result") == {}, resume.result()
-            assert [m["method"] for m in a.received if m.get("method") == "session/resume"] == [
-                "session/resume"
-            ]
-            assert not any(m.get("method") == "session/resume" for m in b.received)
+            yield LateHome(a, b, client, released)
+
+
+async def waiting_for_a(home: LateHome, method: str, params: JsonObject) -> JsonObject:
+    """Send ``method``: it waits for ``a``'s first answer (logged), which comes only then."""
+    with watching("not yet heard from: a") as waiter:
+        answer = asyncio.create_task(home.client.request(method, params))
+        async with asyncio.timeout(WAIT):
+            await waiter.seen.wait()
+    assert not answer.done()
+    home.released.set()
+    return await answer
+
+
+async def test_a_locate_waits_for_a_backend_not_yet_heard_from() -> None:
+    """Without the wait the resume got -32012 (``a`` unknown)."""
+    async with a_late_home() as home:
+        params = {"sessionId": "s1", "cwd": CWD}
+        resumed = await waiting_for_a(home, "session/resume", params)
+        assert resumed.get("result") == {}, resumed
+        resumes = [m for m in home.a.received if m.get("method") == "session/resume"]
+        assert len(resumes) == 1
+        assert not any(m.get("method") == "session/resume" for m in home.b.received)
 
 
 async def test_a_status_waits_for_a_backend_not_yet_heard_from() -> None:
-    released = asyncio.Event()
-    async with start_scripted("a", active) as a, start_scripted("b", inactive) as b:
-        a.held["initialize"] = released
-        async with (
-            start_router([("a", a.url), ("b", b.url)], wait_for=1) as router,
-            AcpClient.connect(router.url) as client,
-        ):
-            await client.initialize()
-            with watching("not yet heard from: a") as waiter:
-                status = asyncio.create_task(client.request("session/status", {"sessionId": "s1"}))
-                async with asyncio.timeout(WAIT):
-                    await waiter.seen.wait()
-            assert not status.done()
-            released.set()
-            assert (await status)["result"]["status"] == "active", status.result()
+    async with a_late_home() as home:
+        status = await waiting_for_a(home, "session/status", {"sessionId": "s1"})
+        assert status["result"]["status"] == "active", status
 
 
 async def test_a_backend_that_never_answers_is_waited_for_no_longer_than_the_connect_timeout() -> (
