@@ -303,9 +303,23 @@ def rss(pid: int) -> int:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
+def peak_rss(pid: int) -> int:
+    """Process ``pid``'s highest resident memory since its peak was last reset, in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for {pid}")
+
+
+def reset_peak(pid: int) -> None:
+    """Start process ``pid``'s high-water mark (``VmHWM``) over from its memory now."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
 class PeakMemory:
     """The highest resident memory each of some processes reached while it ran, above
-    where it started (read every 20 ms: a measure, not a wait)."""
+    where it started: the kernel's high-water mark, reset when the watch begins
+    (``/proc/PID/clear_refs``), so nothing samples and no peak between samples is missed."""
 
     def __init__(self, pids: list[int]) -> None:
         self.start = {pid: rss(pid) for pid in pids}
@@ -313,21 +327,14 @@ class PeakMemory:
 
     @contextlib.asynccontextmanager
     async def watching(self) -> AsyncIterator[None]:
-        async def sample() -> None:
-            while True:
-                for pid in self.peak:
-                    self.peak[pid] = max(self.peak[pid], rss(pid))
-                await asyncio.sleep(0.02)
-
-        sampler = asyncio.create_task(sample())
+        for pid in self.peak:
+            reset_peak(pid)
+            self.start[pid] = rss(pid)
         try:
             yield
         finally:
-            sampler.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await sampler
             for pid in self.peak:
-                self.peak[pid] = max(self.peak[pid], rss(pid))
+                self.peak[pid] = max(self.start[pid], peak_rss(pid))
 
     def grown(self) -> list[int]:
         return [self.peak[pid] - self.start[pid] for pid in self.peak]
