@@ -202,11 +202,17 @@ class Fleet:
         ]
         return (*members, *gone_from_pool)
 
-    def first_contact(self, now: float, within: float) -> FirstContact | None:
-        """The members a locate should wait for: not heard from since they joined (a
-        router just started), for at most ``within`` seconds after they joined; None:
-        there is none. A locate that asked before their first answer would find them
-        unknown and fail closed, for a moment only."""
+    def first_contact(
+        self, now: float, within: float, *, any_one: bool = False
+    ) -> FirstContact | None:
+        """The members to wait for: not heard from since they joined (a router just
+        started), for at most ``within`` seconds after they joined; None: there is none.
+        A locate waits for all of them (before their first answer it would find them
+        unknown and fail closed); an ``initialize`` (``any_one``) only until one member
+        has said what it offers (:meth:`introduced`). Past the window nothing waits: a
+        backend that never answers costs each client nothing."""
+        if any_one and self.introduced():
+            return None
         awaited = [
             (backend, state.since + within)
             for backend in self.members()

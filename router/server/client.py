@@ -298,13 +298,12 @@ class ClientConnection:
     # -- work that waits on the pool -----------------------------------------------------------------
 
     async def _initialize(self, request: Request) -> None:
-        """Answer ``initialize`` once a backend has said what it offers, or
-        ``router.connect_timeout_ms`` has passed (then with what the router answers
-        itself): a client told of no ``resume`` would not try to resume."""
-        wait = self.pool.settings.router.connect_timeout_ms / 1000
-        logger.info("initialize waits up to %.1f s for a backend to say what it offers", wait)
-        if not await waits.introduced(self.pool, wait):
-            logger.warning("answered initialize before any backend said what it offers")
+        """Answer ``initialize`` once a backend has said what it offers, or its first
+        answer is no longer waited for (then with what the router answers itself): a
+        client told of no ``resume`` would not try to resume."""
+        await waits.first_contact(self.pool, "initialize", any_one=True)
+        if not self.pool.fleet.introduced():
+            logger.debug("answered initialize before any backend said what it offers")
         await self._initialized(request)
 
     async def _initialized(self, request: Request) -> None:

@@ -65,3 +65,13 @@ def test_the_pool_is_introduced_once_any_member_said_what_it_offers() -> None:
     answer(fleet, B, 101.0)
     assert fleet.introduced()
     assert Fleet(GRACE).introduced()  # no member: nothing to wait for
+
+
+def test_an_initialize_waits_for_one_member_only_and_not_past_the_window() -> None:
+    fleet = started()
+    assert fleet.first_contact(100.0, WITHIN, any_one=True) == FirstContact((A, B), 105.0)
+    answer(fleet, B, 101.0)
+    assert fleet.first_contact(101.0, WITHIN, any_one=True) is None  # b said what it offers
+    assert fleet.first_contact(101.0, WITHIN) == FirstContact((A,), 105.0)  # a locate waits
+    silent = started()
+    assert silent.first_contact(106.0, WITHIN, any_one=True) is None  # never answered: no wait

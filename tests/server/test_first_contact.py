@@ -121,3 +121,10 @@ async def test_a_backend_that_never_answers_is_waited_for_no_longer_than_the_con
             assert answer["error"]["code"] == -32011, answer  # no backend is up
             assert answer["error"]["data"]["retryable"] is True
             assert not router.pool.fleet.introduced()
+            # past the window, a backend that never answers costs a new client nothing
+            with watching("waits up to") as waiter:
+                async with AcpClient.connect(router.url) as later:
+                    assert not offers_resume(await later.initialize())
+                    again = await later.request("session/resume", {"sessionId": "s1", "cwd": CWD})
+                    assert again["error"]["code"] == -32011, again
+            assert waiter.messages == []

@@ -97,7 +97,7 @@ class Locator:
         started = time.perf_counter()
         outcome = "error"
         try:
-            await waits.first_contact(self._pool)
+            await waits.first_contact(self._pool, "a locate")
             async with self._slots:
                 located = await self._run(session_id, tried, claimed)
             outcome = located.outcome.value

@@ -27,7 +27,7 @@ class Queries:
         """The pool's ``session/status`` result (:class:`router.core.session_status.StatusRound`),
         once the backends a router just started has not heard from have answered
         (:func:`router.server.pool.waits.first_contact`)."""
-        await waits.first_contact(self._pool)
+        await waits.first_contact(self._pool, "a status")
         round_ = StatusRound(self._where.snapshot(session_id))
         step = round_.start()
         while isinstance(step, Ask):
@@ -42,7 +42,7 @@ class Queries:
         waits first for the backends a router just started has not heard from.
         """
         pool = self._pool
-        await waits.first_contact(pool)
+        await waits.first_contact(pool, "a session/list page")
         page = listing.ListPage.from_params(params, pool.ready())
         targets = [b for b in page.pending if pool.can_list(b)]
         answers = await asyncio.gather(

@@ -1,7 +1,6 @@
 """Waiting on a backend's health, for a failover (:mod:`router.core.failover`): until it
 is known whether the backend kept its memory, or the wait is over; and, for a client's
-``initialize``, on what the pool offers (:meth:`router.core.fleet.Fleet.introduced`); and,
-for a locate, on the first answer of backends that have just joined
+``initialize`` and a locate, on the first answers of backends that have just joined
 (:meth:`router.core.fleet.Fleet.first_contact`).
 
 Each wait wakes on every change of the pool's health (:attr:`Pool.ready_changed`), and,
@@ -65,32 +64,19 @@ async def decided(pool: Pool, backend: BackendId, timeout: float) -> Health:
                 await pool.ready_changed.wait()
 
 
-async def introduced(pool: Pool, timeout: float) -> bool:
-    """Wait until the pool's offer is known (a member answered ``initialize``), up to
-    ``timeout`` seconds; whether it is."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not pool.fleet.introduced():
-        wait = deadline - loop.time()
-        if wait <= 0:
-            return False
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(wait):
-                await pool.ready_changed.wait()
-    return True
-
-
-async def first_contact(pool: Pool) -> None:
-    """Wait until every member has answered once since it joined, or
-    ``router.connect_timeout_ms`` has passed since it did (a router just started);
-    returns at once when none is waited for."""
+async def first_contact(pool: Pool, what: str, *, any_one: bool = False) -> None:
+    """Wait until the members a router just started has not heard from have answered
+    (``any_one``: until one has), each for ``router.connect_timeout_ms`` after it joined
+    at most (:meth:`router.core.fleet.Fleet.first_contact`); at once when none is waited
+    for. ``what`` waits, for the log."""
     within = pool.settings.router.connect_timeout_ms / 1000
     told = False
-    while (awaited := pool.fleet.first_contact(pool.now(), within)) is not None:
+    while (awaited := pool.fleet.first_contact(pool.now(), within, any_one=any_one)) is not None:
         if not told:
             told = True
             logger.info(
-                "a locate waits up to %.1f s for backends not yet heard from: %s",
+                "%s waits up to %.1f s for backends not yet heard from: %s",
+                what,
                 awaited.until - pool.now(),
                 ", ".join(awaited.backends),
             )
