@@ -302,12 +302,13 @@ _NO_CONNECTION = "no such connection\n"
 
 def worker_of(tagged: str, count: int) -> tuple[int, str] | None:
     """The worker (of ``count``) a tagged ``Acp-Connection-Id`` names, and its bare id;
-    None for any other text (read without ``int()`` on a number of any length)."""
+    None for any other text: only the form the router hands out, ``{index}.{bare}``
+    (read without ``int()`` on a number of any length; ``00.`` is not ``0.``)."""
     owner, dot, bare = tagged.partition(".")
     if not (dot and owner.isascii() and owner.isdigit() and len(owner) <= len(str(count))):
         return None
     index = int(owner)
-    return (index, bare) if index < count else None
+    return (index, bare) if index < count and owner == str(index) else None
 
 
 class Affinity:

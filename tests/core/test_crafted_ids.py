@@ -122,3 +122,10 @@ def test_acp_session_id_headers_are_answered(header: str | None, session_id: str
     created = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"sessionId": session_id}})
     streams.deliver(created, parse(created))
     HintedSessions(8).learn(parse(created), BackendId("agent-1"))
+
+
+def test_a_connection_id_with_leading_zeros_names_no_worker() -> None:
+    """Found by the property above: ``00.x`` reached worker 0 as ``x``, an alias of ``0.x``."""
+    assert worker_of("0.x", 10) == (0, "x")
+    assert worker_of("00.x", 10) is None
+    assert worker_of("07.x", 10) is None
