@@ -193,6 +193,7 @@ class Agent:
         params.mcp_servers(p, required=True)
         session = self._take(session_id)
         stored = self._stored(session_id)  # read once it is ours: nobody else appends now
+        self._keep_epoch(session, p)
         self.sessions.attach(session, connection.id)
         logger.info("session %s loaded (%d messages to replay)", session_id, len(stored.history))
         for message in stored.history:
@@ -204,9 +205,18 @@ class Agent:
         params.cwd(p)
         params.mcp_servers(p, required=False)
         session = self._take(session_id)
+        self._keep_epoch(session, p)
         self.sessions.attach(session, connection.id)
         logger.info("session %s resumed", session_id)
         return {}
+
+    def _keep_epoch(self, session: LiveSession, p: dict[str, Any]) -> None:
+        """Keep the epoch a resume or load carries (``_meta``), when it is above the
+        session's: the router's fencing token, which ``session/status`` reports."""
+        epoch = acp.epoch_of(p.get("_meta"))
+        if epoch is not None and epoch > session.epoch:
+            self.store.set_epoch(session.lease, epoch)
+            session.epoch = epoch
 
     async def list_sessions(self, connection: Connection, p: dict[str, Any]) -> Any:
         cwd = params.optional_str(p, "cwd")
@@ -234,10 +244,16 @@ class Agent:
         session_id = params.session_id(p)
         session = self.sessions.get(session_id)
         if session is not None and self.store.holds(session.lease):
-            meta = {acp.LAST_ACTIVITY_META_KEY: round(session.last_activity)}
+            meta = {
+                acp.LAST_ACTIVITY_META_KEY: round(session.last_activity),
+                acp.EPOCH_META_KEY: session.epoch,
+            }
             return {"status": "active", "_meta": meta}
         if self.store.exists(session_id):
-            return {"status": "inactive"}
+            return {
+                "status": "inactive",
+                "_meta": {acp.EPOCH_META_KEY: self.store.epoch(session_id)},
+            }
         raise SessionNotFound(session_id)
 
     async def prompt(self, connection: Connection, p: dict[str, Any]) -> Any:
@@ -286,7 +302,8 @@ class Agent:
         if lease is None or stored is None:
             raise SessionNotFound(session_id)
         needs_title = stored.info.title is None and not stored.history
-        return self.sessions.add(lease, stored.info.cwd, needs_title=needs_title)
+        epoch = self.store.epoch(session_id)
+        return self.sessions.add(lease, stored.info.cwd, needs_title=needs_title, epoch=epoch)
 
     def _attached(self, connection: Connection, session_id: str) -> LiveSession:
         session = self.sessions.attached(session_id, connection.id)

@@ -88,8 +88,10 @@ class LiveSession:
     ``needs_title`` is true until its first text prompt.
     """
 
-    def __init__(self, lease: Lease, cwd: str, *, needs_title: bool) -> None:
+    def __init__(self, lease: Lease, cwd: str, *, needs_title: bool, epoch: int = 0) -> None:
         self.lease = lease
+        #: the highest epoch a resume of it carried (:mod:`router.agent.store`, "Epochs")
+        self.epoch = epoch
         self.session_id = lease.session_id
         self.cwd = cwd
         self.needs_title = needs_title
@@ -138,10 +140,10 @@ class SessionTable:
         if len(self._sessions) >= self._max_sessions:
             raise InternalError(f"this agent already holds {self._max_sessions} sessions")
 
-    def add(self, lease: Lease, cwd: str, *, needs_title: bool) -> LiveSession:
+    def add(self, lease: Lease, cwd: str, *, needs_title: bool, epoch: int = 0) -> LiveSession:
         """Put a session taken under ``lease`` in memory (it starts idle until attached)."""
         self.check_room()
-        session = LiveSession(lease, cwd, needs_title=needs_title)
+        session = LiveSession(lease, cwd, needs_title=needs_title, epoch=epoch)
         self._sessions[session.session_id] = session
         return session
 

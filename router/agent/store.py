@@ -15,6 +15,12 @@ run under ``flock(LOCK_EX)`` on the session file, held for that one operation an
 released when the descriptor closes (a crashed process releases it too), so a takeover
 can never fall between an append's check and its write. An instance whose session was
 taken learns it on its next append (:class:`SessionMoved`) or check (:meth:`holds`).
+
+**Epochs.** A session's epoch, the fencing token a router sends with each resume
+(docs/routing.md, "Split brain found is split brain ended"), is kept in
+``<root>/<sessionId>.epoch`` (written to a temporary file, then renamed over the old
+one), so that ``session/status`` reports it, for a copy that is not in memory too, with
+one small read.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ logger = logging.getLogger(__name__)
 
 SUFFIX = ".jsonl"
 LEASE_SUFFIX = ".lease"
+EPOCH_SUFFIX = ".epoch"
 #: A session id is a file name stem: nothing else ever reaches the file system.
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 #: Longest line the listing reads from a file's head (header and title records).
@@ -205,6 +212,35 @@ class SessionStore:
             SessionMoved: another instance took the session since ``lease``.
         """
         self._append(lease, {"kind": RecordKind.TITLE, "title": title[:TITLE_LENGTH]})
+
+    def epoch_path(self, session_id: str) -> Path:
+        return self.path(session_id).with_suffix(EPOCH_SUFFIX)
+
+    def epoch(self, session_id: str) -> int:
+        """The session's epoch (0 when none was ever kept, or the file is unreadable)."""
+        try:
+            text = self.epoch_path(session_id).read_text()
+        except (FileNotFoundError, ValueError):
+            return 0
+        return int(text) if text.isdigit() else 0
+
+    def set_epoch(self, lease: Lease, epoch: int) -> None:
+        """Keep ``epoch`` as the session's (while ``lease`` is its lease: an instance the
+        session was taken from keeps nothing).
+
+        Raises:
+            SessionMoved: another instance took the session since ``lease``.
+        """
+        session_id = lease.session_id
+        if not self.holds(lease):
+            raise SessionMoved(session_id)
+        staged = self.root / f".{session_id}.{lease.token}{EPOCH_SUFFIX}"
+        try:
+            staged.write_text(str(epoch))
+            os.replace(staged, self.epoch_path(session_id))
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                staged.unlink()
 
     def exists(self, session_id: str) -> bool:
         """True when the session is stored with a readable header (so it can be loaded)."""

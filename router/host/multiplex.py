@@ -332,7 +332,9 @@ class Multiplexer:
             return
         change, session_id = outcome
         if change is acp.SessionOutcome.HELD:
-            self._owners.hold(session_id, call.client if call.client in self.clients else None)
+            owner = call.client if call.client in self.clients else None
+            epoch = acp.epoch_of(call.request.param("_meta"))
+            self._owners.hold(session_id, owner, epoch)
         else:
             remember = response.ok and call.request.method != acp.SESSION_DELETE
             self._owners.release(session_id, remember=remember and self.restorable)

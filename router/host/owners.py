@@ -7,6 +7,11 @@ A session belongs to the client that last created, loaded, resumed or forked it 
 while the agent process runs, until ``session/close``, ``session/archive`` or
 ``session/delete`` succeeds (or fails with ``-32002``); one closed is then remembered as
 ``inactive`` when the agent can load or resume it.
+
+The host keeps each session's epoch, the fencing token a router sends with each resume
+or load (``_meta``; docs/routing.md, "Split brain found is split brain ended"), for as
+long as it knows the session, and reports it in every ``session/status`` answer, so a
+stdio agent that knows nothing of epochs takes part in the rule.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ class SessionOwners:
         self._states: dict[SessionId, dict[str, Any]] = {}
         #: sessions being loaded or resumed right now, and by which client
         self._loading: dict[SessionId, ClientId] = {}
+        #: the highest epoch a resume or load of each known session carried
+        self._epochs: dict[SessionId, int] = {}
 
     def __contains__(self, session_id: object) -> bool:
         return session_id in self.owners
@@ -59,6 +66,7 @@ class SessionOwners:
         self._remembered.clear()
         self._loading.clear()
         self._states.clear()
+        self._epochs.clear()
 
     def client_left(self, client: ClientId) -> None:
         """``client`` disconnected: its sessions stay in memory, owned by nobody."""
@@ -83,9 +91,13 @@ class SessionOwners:
         loading = self._loading.get(session_id)
         return loading if loading is not None else self.owners.get(session_id)
 
-    def hold(self, session_id: SessionId, owner: ClientId | None) -> None:
+    def hold(self, session_id: SessionId, owner: ClientId | None, epoch: int | None = None) -> None:
+        """The session is in the agent's memory, held by ``owner``; ``epoch``: the one the
+        request that put it there carried (kept when it is above the session's)."""
         self._remembered.pop(session_id, None)
         self.owners[session_id] = owner
+        if epoch is not None and epoch > self._epochs.get(session_id, 0):
+            self._epochs[session_id] = epoch
 
     def release(self, session_id: SessionId, *, remember: bool) -> None:
         """The session left the agent's memory; ``remember``: as ``inactive``."""
@@ -95,7 +107,15 @@ class SessionOwners:
         if remember:
             self._remembered[session_id] = None
             while len(self._remembered) > self._max_remembered:
-                self._remembered.popitem(last=False)
+                forgotten, _ = self._remembered.popitem(last=False)
+                self._epochs.pop(forgotten, None)
+        else:
+            self._epochs.pop(session_id, None)
+
+    def _meta(self, session_id: SessionId, meta: Any = None) -> dict[str, Any]:
+        """``meta`` (the agent's own, if it is an object) with the session's epoch."""
+        kept = meta if isinstance(meta, dict) else {}
+        return {**kept, acp.EPOCH_META_KEY: self._epochs.get(session_id, 0)}
 
     def status(self, session_id: SessionId) -> dict[str, Any]:
         """The host's answer from what it saw (RFD values).
@@ -103,20 +123,23 @@ class SessionOwners:
         Raises:
             SessionNotFound: the host never saw the session, or the agent that had it died.
         """
+        meta = self._meta(session_id)
         if session_id in self.owners:
             state = self._states.get(session_id)
-            return {"status": "active"} if state is None else {"status": "active", "state": state}
+            active = {"status": "active", "_meta": meta}
+            return active if state is None else {**active, "state": state}
         if session_id in self._remembered:
-            return {"status": "inactive"}
+            return {"status": "inactive", "_meta": meta}
         raise SessionNotFound(session_id)
 
     def translated_status(
         self, request_id: RequestId, session_id: SessionId, response: Response
     ) -> str:
         """The agent's own ``session/status`` answer in RFD values, whatever its dialect;
-        its ``_meta`` and a well-formed v2 ``state`` (on ``active``) pass through."""
+        its ``_meta`` (with the session's epoch) and a well-formed v2 ``state`` (on
+        ``active``) pass through."""
         result = response.result if isinstance(response.result, dict) else {}
-        extra = {"_meta": result["_meta"]} if isinstance(result.get("_meta"), dict) else {}
+        extra: dict[str, Any] = {"_meta": self._meta(session_id, result.get("_meta"))}
         match acp.classify_status(response, session_id, self._aliases):
             case ProbeResult.ACTIVE:
                 state = acp.foreground_state(result.get("state"))

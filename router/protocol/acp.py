@@ -30,6 +30,14 @@ INSTANCE_META_KEY: Final = "instanceId"
 #: active, every router replica reads the same times and keeps the same copy.
 LAST_ACTIVITY_META_KEY: Final = "lastActivity"
 
+#: a session copy's epoch, a fencing token (docs/routing.md, "Split brain found is split
+#: brain ended"): the router puts one in ``params._meta`` of every resume or load it
+#: locates, above any epoch a copy of the session reported; an agent that keeps it with
+#: the session (the reference agent and ``acp-router host`` do) reports its copy's in
+#: ``_meta`` of its ``session/status`` results. Of two active copies the one with the
+#: higher epoch is the session's home for every replica.
+EPOCH_META_KEY: Final = "acp-router/epoch"
+
 #: The transport RFD's headers: the connection (on initialize's 200 and a WebSocket's
 #: 101, then on every HTTP request of the connection), and the session a POST or an
 #: event stream is about.
@@ -256,6 +264,8 @@ class StatusAnswer:
     state: Mapping[str, Any] | None = None
     #: when it last did anything there (:data:`LAST_ACTIVITY_META_KEY`), if reported
     last_activity: float | None = None
+    #: its copy's epoch (:data:`EPOCH_META_KEY`), if reported
+    epoch: int | None = None
 
 
 def read_status(
@@ -266,17 +276,34 @@ def read_status(
     """:func:`classify_status`, keeping a well-formed v2 ``state`` of an active session."""
     result = classify_status(response, session_id, aliases)
     body = response.result if response.error is None else None
-    if result is ProbeResult.ACTIVE and isinstance(body, dict):
-        return StatusAnswer(result, foreground_state(body.get("state")), _last_activity(body))
-    return StatusAnswer(result)
+    if not isinstance(body, dict):
+        return StatusAnswer(result)
+    meta = body.get("_meta")
+    meta = meta if isinstance(meta, dict) else {}
+    if result is ProbeResult.ACTIVE:
+        state = foreground_state(body.get("state"))
+        return StatusAnswer(result, state, _last_activity(meta), epoch_of(meta))
+    return StatusAnswer(result, epoch=epoch_of(meta))
 
 
-def _last_activity(result: dict[str, Any]) -> float | None:
-    meta = result.get("_meta")
-    value = meta.get(LAST_ACTIVITY_META_KEY) if isinstance(meta, dict) else None
+def _last_activity(meta: dict[str, Any]) -> float | None:
+    value = meta.get(LAST_ACTIVITY_META_KEY)
     if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
         return None  # not a number (NaN included)
     return float(value)
+
+
+#: the largest epoch read (a JSON integer past it is no epoch: a double cannot hold it)
+MAX_EPOCH: Final = 2**53
+
+
+def epoch_of(meta: Any) -> int | None:
+    """The epoch a ``_meta`` object carries (:data:`EPOCH_META_KEY`): a whole number from
+    0 to :data:`MAX_EPOCH`; None when it carries none, or anything else there."""
+    value = meta.get(EPOCH_META_KEY) if isinstance(meta, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_EPOCH:
+        return None
+    return value
 
 
 def _names_session(data: Any, session_id: str) -> bool:

@@ -16,6 +16,7 @@ from router.host.multiplex import (
     ToClient,
 )
 from router.host.stderr import StderrTail
+from router.protocol.acp import EPOCH_META_KEY as EPOCH
 from router.protocol.errors import InternalError
 from router.protocol.ids import SessionId
 from router.protocol.jsonrpc import Response
@@ -133,7 +134,7 @@ def test_close_makes_a_session_inactive_only_when_the_agent_can_restore_it() -> 
                 "data": {"sessionId": "s"},
             }
         else:
-            assert answer["result"] == {"status": expected}
+            assert answer["result"] == {"status": expected, "_meta": {EPOCH: 0}}
 
 
 def request_of(action: Action) -> dict[str, Any]:
@@ -178,11 +179,17 @@ def test_the_agents_own_status_answer_is_translated_from_its_dialect() -> None:
     cases: list[tuple[dict[str, Any], dict[str, Any]]] = [
         (
             {"result": {"status": "open", "_meta": {"k": 1}}},
-            {"result": {"status": "active", "_meta": {"k": 1}}},
+            {"result": {"status": "active", "_meta": {"k": 1, EPOCH: 0}}},
         ),
-        ({"result": {"status": "live"}}, {"result": {"status": "active"}}),
-        ({"result": {"status": "saved"}}, {"result": {"status": "inactive"}}),
-        ({"result": {"status": "hibernating"}}, {"result": {"status": "inactive"}}),
+        ({"result": {"status": "live"}}, {"result": {"status": "active", "_meta": {EPOCH: 0}}}),
+        (
+            {"result": {"status": "saved"}},
+            {"result": {"status": "inactive", "_meta": {EPOCH: 0}}},
+        ),
+        (
+            {"result": {"status": "hibernating"}},
+            {"result": {"status": "inactive", "_meta": {EPOCH: 0}}},
+        ),
         (
             {"result": {"status": "not_found"}},
             {
@@ -263,7 +270,8 @@ def test_too_many_agent_requests_are_refused_and_old_closed_sessions_forgotten()
     assert request_of(only(mux.receive_client(a, parse(status))))["error"]["code"] == -32002
     status = frame(id=21, method="session/status", params={"sessionId": "s2"})
     assert request_of(only(mux.receive_client(a, parse(status))))["result"] == {
-        "status": "inactive"
+        "status": "inactive",
+        "_meta": {EPOCH: 0},
     }
 
 
@@ -345,3 +353,18 @@ def test_initialize_names_the_agent_process_and_keeps_the_agents_meta() -> None:
     assert isinstance(response, Response)
     mux.agent_initialized(response, "nonce-2", StderrTail())
     assert mux.advertised()["_meta"] == {"instanceId": "nonce-2", "k": 1}
+
+
+def test_the_host_keeps_the_epoch_a_resume_carried_and_reports_it() -> None:
+    """A stdio agent knows nothing of epochs: the host keeps each session's, so that it
+    takes part in the router's fencing (never lowered; forgotten with the session)."""
+    mux = ready_mux({"sessionCapabilities": {"resume": {}}})
+    a = joined(mux)
+    for n, epoch in enumerate((1_000, 500, 2_000)):
+        params = {"sessionId": "s", "cwd": "/w", "_meta": {EPOCH: epoch}}
+        resume = frame(id=10 + n, method="session/resume", params=params)
+        host_id = agent_id_of(only(mux.receive_client(a, parse(resume))))
+        mux.receive_agent(parse(frame(id=host_id, result={})))
+    status = frame(id=20, method="session/status", params={"sessionId": "s"})
+    answer = json.loads(only(mux.receive_client(a, parse(status))).text)
+    assert answer["result"] == {"status": "active", "_meta": {EPOCH: 2_000}}

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from router import __version__
+from router.protocol.acp import EPOCH_META_KEY as EPOCH
 from tests.support import (
+    CWD,
     WAIT,
     AcpClient,
     AgentProcess,
@@ -271,7 +273,7 @@ async def test_close_leaves_the_session_inactive(client: AcpClient) -> None:
 
     assert result_of(await client.request("session/close", {"sessionId": session_id})) == {}
 
-    assert result_of(await client.status(session_id)) == {"status": "inactive"}
+    assert result_of(await client.status(session_id))["status"] == "inactive"
     error = error_of(await client.prompt(session_id, "hi"))
     assert error["code"] == -32602
     assert RESUME_FIRST in error["message"]
@@ -338,7 +340,7 @@ async def test_status_has_no_side_effects(
         before = store_snapshot(store)
         assert sorted(before) == [f"{session_id}.jsonl", f"{session_id}.lease"]
         for _ in range(3):
-            assert result_of(await other.status(session_id)) == {"status": "inactive"}
+            assert result_of(await other.status(session_id))["status"] == "inactive"
         assert store_snapshot(store) == before
 
 
@@ -428,7 +430,7 @@ async def test_close_cancels_a_running_turn(client: AcpClient) -> None:
         assert result_of(await turn) == {"stopReason": "cancelled"}
     finally:
         turn.cancel()
-    assert result_of(await client.status(session_id)) == {"status": "inactive"}
+    assert result_of(await client.status(session_id))["status"] == "inactive"
 
 
 async def test_permission_round_trip(client: AcpClient) -> None:
@@ -616,7 +618,7 @@ async def test_idle_sessions_are_evicted_but_attached_ones_stay(store: Path) -> 
         async with AcpClient.connect(agent.url) as leaver:
             left = await leaver.new_session()
         await agent.wait_for_log(f"session {left} evicted after idle timeout")
-        assert result_of(await keeper.status(left)) == {"status": "inactive"}
+        assert result_of(await keeper.status(left))["status"] == "inactive"
         assert active(await keeper.status(kept))
         result_of(await keeper.prompt(kept, "still here"))
 
@@ -648,7 +650,7 @@ async def test_instances_sharing_a_store_can_resume_each_others_sessions(store: 
             session_id = await on_a.new_session()
             result_of(await on_a.prompt(session_id, "hello"))
 
-            assert result_of(await on_b.status(session_id)) == {"status": "inactive"}
+            assert result_of(await on_b.status(session_id))["status"] == "inactive"
             listed = result_of(await on_b.request("session/list", {}))["sessions"]
             assert [entry["sessionId"] for entry in listed] == [session_id]
 
@@ -693,7 +695,7 @@ async def test_a_session_resumed_elsewhere_is_dropped_here_not_appended_to(store
             result_of(await on_a.prompt(session_id, "one"))
             result_of(await on_b.request("session/resume", load_params(session_id)))
 
-            assert result_of(await on_a.status(session_id)) == {"status": "inactive"}
+            assert result_of(await on_a.status(session_id))["status"] == "inactive"
             assert active(await on_b.status(session_id))
             before = records_of(store, session_id)
             error = error_of(await on_a.prompt(session_id, "two"))
@@ -701,7 +703,7 @@ async def test_a_session_resumed_elsewhere_is_dropped_here_not_appended_to(store
             assert error["data"] == {"sessionId": session_id, "retryable": False}  # never ran
             assert records_of(store, session_id) == before
             await a.wait_for_log(f"session {session_id} moved to another instance")
-            assert result_of(await on_a.status(session_id)) == {"status": "inactive"}
+            assert result_of(await on_a.status(session_id))["status"] == "inactive"
 
             result_of(await on_b.prompt(session_id, "three"))
             # Resuming on A again takes it back; now B is the one fenced off.
@@ -808,3 +810,27 @@ async def test_status_says_when_the_session_last_did_anything(client: AcpClient)
     after = result_of(await client.status(session_id))["_meta"]["lastActivity"]
     assert after >= first
     assert result_of(await client.status(session_id))["_meta"]["lastActivity"] == after
+
+
+async def test_a_resume_epoch_is_kept_with_the_session_and_reported_by_status(
+    client: AcpClient, store: Path
+) -> None:
+    """The router's fencing token (``_meta`` of a resume): kept when it is higher, never
+    lowered, reported active or not, and by another process on the same store."""
+    session_id = await client.new_session()
+    assert result_of(await client.status(session_id))["_meta"][EPOCH] == 0
+
+    async def resumed(epoch: int) -> int:
+        params = {"sessionId": session_id, "cwd": CWD, "_meta": {EPOCH: epoch}}
+        result_of(await client.request("session/resume", params))
+        return int(result_of(await client.status(session_id))["_meta"][EPOCH])
+
+    assert await resumed(1_000) == 1_000
+    assert await resumed(999) == 1_000  # a lower one changes nothing
+    assert await resumed(2_000) == 2_000
+    result_of(await client.request("session/close", {"sessionId": session_id}))
+    closed = result_of(await client.status(session_id))
+    assert (closed["status"], closed["_meta"][EPOCH]) == ("inactive", 2_000)
+    async with start_agent(store, "agent-b") as other, AcpClient.connect(other.url) as there:
+        await there.initialize()
+        assert result_of(await there.status(session_id))["_meta"][EPOCH] == 2_000

@@ -48,12 +48,12 @@ async def test_a_session_outlives_its_client_on_the_one_agent_process() -> None:
             assert init["agentInfo"]["name"] == "sdk-echo-agent"
             session_id = await first.new_session()
             pid = await prompted(first, session_id, "hello")
-            assert (await first.status(session_id))["result"] == {"status": "active"}
+            assert (await first.status(session_id))["result"]["status"] == "active"
 
         async with AcpClient.connect(host.url) as second:
             await second.initialize()
             # still in memory with nobody attached
-            assert (await second.status(session_id))["result"] == {"status": "active"}
+            assert (await second.status(session_id))["result"]["status"] == "active"
             resumed = await second.request(
                 "session/resume", {"sessionId": session_id, "cwd": "/work/project"}
             )
@@ -77,7 +77,7 @@ async def test_a_session_outlives_its_client_on_the_one_agent_process() -> None:
             closed = await second.request("session/close", {"sessionId": session_id})
             assert closed.get("result") == {}, closed
             # the agent advertises loadSession: a closed session may be restored
-            assert (await second.status(session_id))["result"] == {"status": "inactive"}
+            assert (await second.status(session_id))["result"]["status"] == "inactive"
 
             unknown = await second.status("sess_nobody")
             assert unknown["error"]["code"] == -32002
@@ -320,7 +320,7 @@ async def test_a_client_that_stops_reading_delays_no_other_client() -> None:
                 await host.cli.wait_for_log("flooded")  # the agent wrote it all
                 took = await timed_new_session(other)
                 assert took < baseline + 0.1, (took, baseline)
-                assert (await other.status(session_id))["result"] == {"status": "active"}
+                assert (await other.status(session_id))["result"]["status"] == "active"
 
 
 async def test_a_client_whose_outbox_overflows_is_closed_and_its_sessions_let_go() -> None:
