@@ -271,8 +271,17 @@ class Client:
     def placed(self, request_id: RequestId, backend: str) -> Effects:
         return self.carry_out(self.routes.placed(request_id, BackendId(backend)))
 
-    def located(self, request_id: RequestId, backend: str) -> Effects:
-        return self.carry_out(self.routes.located(request_id, BackendId(backend)))
+    def located(self, request_id: RequestId, backend: str, epoch: int | None = None) -> Effects:
+        return self.carry_out(self.routes.located(request_id, BackendId(backend), epoch))
+
+    def replaced(self, request_id: RequestId, unanswered: str, backend: str) -> Effects:
+        """The ``session/new`` ``request_id`` on ``unanswered`` goes to ``backend``."""
+        moved = self.routes.replaced(request_id, BackendId(unanswered), BackendId(backend))
+        return self.carry_out(moved)
+
+    def stale_copies(self, session_id: str, *backends: str) -> Effects:
+        stale = frozenset(BackendId(b) for b in backends)
+        return self.carry_out(self.routes.stale_copies(SessionId(session_id), stale))
 
     def open_ahead(self, request_id: RequestId | None, backend: str) -> Effects:
         return self.carry_out(self.routes.open_ahead(request_id, BackendId(backend)))

@@ -29,6 +29,7 @@ from router.core.calls import PendingCall
 from router.core.client_side import ClientSide
 from router.core.effects import (
     NOTHING,
+    Abandoned,
     AwaitBackend,
     Change,
     Deliver,
@@ -93,6 +94,8 @@ def _response(routes: ClientSide, backend: BackendId, response: Response) -> Eff
             return (Dropped(f"{backend} accepted authenticate; backends to go"),)
         answer = Deliver(replace_id(ended.response.text, ended.request.id), ended.response)
         return routes.conclude(ended.request.id, (answer,))
+    if response.id is not None and routes.unanswered_on.get(response.id) == backend:
+        return _late_new(routes, backend, response)
     call = routes.calls.get(response.id) if response.id is not None else None
     if call is None and response.id in routes.abandoned:
         return routes.gone(response.id, f"a response from {backend}")
@@ -113,6 +116,17 @@ def _response(routes: ClientSide, backend: BackendId, response: Response) -> Eff
         created = _created(routes, call, backend, response)
         return (*created, *routes.conclude(call.request.id, delivered))
     return routes.conclude(call.request.id, delivered)
+
+
+def _late_new(routes: ClientSide, backend: BackendId, response: Response) -> Effects:
+    """``backend``'s answer to a ``session/new`` placed elsewhere since: the session it
+    made, if any, is nobody's (:class:`~router.core.effects.Abandoned`)."""
+    assert response.id is not None
+    del routes.unanswered_on[response.id]
+    made = response.member("result", "sessionId") if response.ok else None
+    if not isinstance(made, str):
+        return (Dropped(f"a late answer from {backend} to a session/new placed elsewhere"),)
+    return (Abandoned(backend, SessionId(made)),)
 
 
 def _resumed(
@@ -260,6 +274,8 @@ def lost(
     ``$/cancel_request``; a late client answer to it is dropped.
     """
     routes.links.lost(backend)
+    for request_id in [r for r, b in routes.unanswered_on.items() if b == backend]:
+        del routes.unanswered_on[request_id]  # no late answer can come on a lost link
     data = {"backend": backend} if reason is None else {"backend": backend, "reason": reason}
     error: JsonRpcError | ErrorObject = refused or BackendLinkLost(None, data)
     failed = [rid for rid, call in routes.calls.items() if call.backend == backend]

@@ -85,6 +85,11 @@ class ClientSide:
         #: the calls :meth:`abandon` answered, and what each awaited: an answer that
         #: comes for one later is dropped and counted (:class:`~router.core.effects.Late`)
         self.abandoned: dict[RequestId, Awaited] = {}
+        #: ``session/new`` requests placed again elsewhere when their first backend left
+        #: them unanswered (:func:`router.core.outcomes.replaced`), and that backend: its
+        #: late answer makes a session nobody uses, which is closed; until it comes (or
+        #: its link ends) the id counts as in flight
+        self.unanswered_on: dict[RequestId, BackendId] = {}
 
     @property
     def authenticate(self) -> Request | None:
@@ -124,7 +129,7 @@ class ClientSide:
         if _reserved(request.id):
             error = InvalidRequest(f"request ids starting with {RESERVED_ID_PREFIX!r} are reserved")
             return observing.refused(request, error, observed, self.limits.max_session_id_chars)
-        if request.id in self.calls:
+        if request.id in self.calls or request.id in self.unanswered_on:
             error = InvalidRequest(f"request id {request.id!r} is already in flight")
             return observing.refused(request, error, observed, self.limits.max_session_id_chars)
         if self._in_flight() >= self.limits.max_in_flight:
@@ -164,7 +169,7 @@ class ClientSide:
         return effects
 
     def _in_flight(self) -> int:
-        return len(self.calls) + self.held_notifications
+        return len(self.calls) + self.held_notifications + len(self.unanswered_on)
 
     def _held_session(self, message: Frame) -> SessionId | None:
         """The session ``message`` must wait behind, if that session is held."""

@@ -165,6 +165,19 @@ class Directory:
     ) -> None:
         self.hints.put(session_id, backend, checked=checked, lasting=lasting)
 
+    def doubt(self, backend: BackendId) -> None:
+        """``backend`` stopped answering (:attr:`router.core.fleet.Heard.faulted`): the
+        sessions hinted or attached there are suspects for a while, so their next locate
+        asks the whole pool, not the hint alone: another replica that saw the fault
+        longer may have resumed them elsewhere, and of two copies the epochs tell the
+        home (:mod:`router.core.split_brain`)."""
+        for session_id, hint in self.hints.items():
+            if hint.backend == backend:
+                self.suspects[session_id] = None
+        for session_id, where in self.attachments.items():
+            if backend in where:
+                self.suspects[session_id] = None
+
     def give_up(self, backend: BackendId) -> None:
         """``backend`` is given up (gone): keep the sessions hinted or attached there, for
         a fence should it come back as the same process."""

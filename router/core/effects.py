@@ -17,7 +17,7 @@ else (docs/architecture.md, "The effects channel"). Four kinds:
   the log): :class:`Attach`, :class:`Detach`, :class:`Learned`, :class:`MovedAway`,
   :class:`Released`,
   :class:`NotThere`, :class:`ResumeSent`, :class:`Resumed`, :class:`FailedOver`,
-  :class:`Dropped`, :class:`Late`; and, for the client requests the shell observes (the
+  :class:`Abandoned`, :class:`Dropped`, :class:`Late`; and, for the client requests the shell observes (the
   request log, trace context), :class:`Forwarded` and :class:`Answered`.
 """
 
@@ -282,6 +282,16 @@ class FailedOver:
 
 
 @dataclass(frozen=True, slots=True)
+class Abandoned:
+    """``backend`` answered a ``session/new`` the router had placed elsewhere when
+    ``backend`` left it unanswered: the session it made there (``session_id``) is
+    nobody's, and is closed (on its control link)."""
+
+    backend: BackendId
+    session_id: SessionId
+
+
+@dataclass(frozen=True, slots=True)
 class Forwarded:
     """An observed client ``request`` goes to ``backend`` now (again, after a
     ``-32002``). Made only for the requests the shell said it observes."""
@@ -347,6 +357,7 @@ Effect = (
     | ResumeSent
     | Resumed
     | FailedOver
+    | Abandoned
     | Forwarded
     | Answered
     | Dropped

@@ -43,6 +43,16 @@ class Heard:
         return (self.before.health is Health.UP) != (self.step.state.health is Health.UP)
 
     @property
+    def faulted(self) -> bool:
+        """Whether it stopped answering just now: it was up and answering, and its control
+        link went down or it went silent. What this replica believed of the sessions
+        there is in doubt (:meth:`router.core.directory.Directory.doubt`): another
+        replica may have moved them meanwhile."""
+        before, after = self.before, self.step.state
+        was = before.health is Health.UP and not before.silent
+        return was and (after.health is not Health.UP or after.silent)
+
+    @property
     def now_gone(self) -> bool:
         """Whether it was declared gone just now (it held nothing in memory any more)."""
         return self.step.state.health is Health.GONE and self.before.health is not Health.GONE
@@ -120,6 +130,12 @@ class Fleet:
         """Backends that are up, in the session's rendezvous order."""
         return [b for b in self.ranking.rank(session_id) if self.health(b, now) is Health.UP]
 
+    def mixed(self, backend: BackendId) -> bool:
+        """Whether ``backend``'s URL was seen to reach more than one process
+        (:mod:`router.core.health`)."""
+        state = self.states.get(backend)
+        return state is not None and state.mixed
+
     def can_ask(self, backend: BackendId, capability: str) -> bool:
         """Whether ``backend`` is a member whose control link saw it advertise
         ``capability`` (``status``, ``list``...)."""
@@ -191,7 +207,7 @@ class Fleet:
                 admin=self.admin.get(b, AdminState.READY),
                 leaving=b in self.leaving,
                 attached=b in attached,
-                mixed=b in self.states and self.states[b].mixed,
+                mixed=self.mixed(b),
             )
             for b in self.ranking.rank(session_id)
         ]

@@ -109,7 +109,8 @@ class LinkDown:
 
 @dataclass(frozen=True, slots=True)
 class ProbeSilent:
-    """A probe over the control link got no answer in time."""
+    """A probe over the control link got no answer in time (or another request that
+    counts as one: :func:`after_unanswered`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +274,16 @@ def after_probe(state: BackendState, *, answered: bool, timed_out: bool) -> Even
     if answered and state.silent:
         return ProbeHeard()
     if timed_out and not state.silent and state.health is Health.UP:
+        return ProbeSilent()
+    return None
+
+
+def after_unanswered(state: BackendState) -> Event | None:
+    """What a request other than a probe (a client link's handshake) that got no answer
+    by its deadline says of a backend: an up backend is silent, as after a probe that
+    timed out (:func:`after_probe`), until it answers again; None when it changes
+    nothing (it is silent already, or not up)."""
+    if state.health is Health.UP and not state.silent:
         return ProbeSilent()
     return None
 

@@ -49,12 +49,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from router.core.health import Health
 from router.core.hints import Hint
-from router.core.split_brain import Verdict, judge
-from router.protocol.acp import ProbeResult
+from router.core.split_brain import How, Verdict, judge
+from router.protocol.acp import ProbeResult, StatusAnswer
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
 from router.protocol.ids import BackendId, SessionId
 
@@ -176,6 +176,9 @@ class Located:
     #: the probes the locate sent and what each backend answered, in order (the shell
     #: fills it in, for the span of the request that waited on it)
     probes: tuple[tuple[BackendId, ProbeResult], ...] = ()
+    #: the highest epoch a copy of the session reported in the round (None: none did);
+    #: the resume carries one above it (:func:`router.core.split_brain.next_epoch`)
+    highest_epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +234,8 @@ class LocateRound:
         self.checked: float | None = None
         #: when each backend that said ``active`` last saw the session do anything
         self.activity: dict[BackendId, float] = {}
+        #: the epoch each backend's copy reported
+        self.epochs: dict[BackendId, int] = {}
 
     def start(self) -> Ask | Located:
         hint = self.snapshot.first_guess
@@ -256,12 +261,15 @@ class LocateRound:
         self,
         answers: Mapping[BackendId, ProbeResult],
         activity: Mapping[BackendId, float] | None = None,
+        epochs: Mapping[BackendId, int] | None = None,
     ) -> Ask | Located:
         """Take the answers to the last :class:`Ask` (and the ``lastActivity`` the active
-        ones reported)."""
+        ones reported, and the epochs of the copies that reported one)."""
         self.answers.update(answers)
         if activity:
             self.activity.update(activity)
+        if epochs:
+            self.epochs.update(epochs)
         hint, self._hinted = self._hinted, None
         if hint is None:
             return self._decided()
@@ -269,13 +277,21 @@ class LocateRound:
             self.stage = Stage.STALE
         elif hint.confirmed(self._now, self._verify_after):
             self.stage, self.checked = Stage.HIT, hint.checked
-            return Located(hint.backend, Outcome.ACTIVE)
+            return Located(hint.backend, Outcome.ACTIVE, highest_epoch=self._highest())
         elif not any(c.attached and c.id != hint.backend for c in self.snapshot.candidates):
             self.stage = Stage.AUDIT
-            return Located(hint.backend, Outcome.ACTIVE, audit=True)
+            return Located(hint.backend, Outcome.ACTIVE, audit=True, highest_epoch=self._highest())
         else:
             self.stage = Stage.VERIFY
         return self._ask_the_rest()
+
+    def heard(self, answers: Mapping[BackendId, StatusAnswer]) -> Ask | Located:
+        """:meth:`hear` the answers to the last :class:`Ask` as the probes read them."""
+        return self.hear(
+            {b: a.result for b, a in answers.items()},
+            {b: a.last_activity for b, a in answers.items() if a.last_activity is not None},
+            {b: a.epoch for b, a in answers.items() if a.epoch is not None},
+        )
 
     def _ask_the_rest(self) -> Ask | Located:
         rest = tuple(
@@ -287,16 +303,21 @@ class LocateRound:
         return self._ask(rest)
 
     def _decided(self) -> Located:
-        located = decide(self.snapshot, self.answers, self.activity)
+        located = decide(self.snapshot, self.answers, self.activity, self.epochs)
         if located.outcome is Outcome.ACTIVE:
             self.checked = self._now
-        return located
+        highest = self._highest()
+        return located if highest is None else replace(located, highest_epoch=highest)
+
+    def _highest(self) -> int | None:
+        return max(self.epochs.values()) if self.epochs else None
 
 
 def decide(
     snapshot: Snapshot,
     answers: Mapping[BackendId, ProbeResult],
     activity: Mapping[BackendId, float] | None = None,
+    epochs: Mapping[BackendId, int] | None = None,
 ) -> Located:
     """Choose a backend for the session, from every answer heard (rules 1 to 5 above).
 
@@ -305,16 +326,45 @@ def decide(
     :class:`SessionNotFound` when every backend that might know the session has been
     tried.
     """
-    session_id, tried = snapshot.session_id, snapshot.tried
+    session_id = snapshot.session_id
+    epochs = epochs or {}
     pool = [c for c in snapshot.candidates if c.health is not Health.GONE]
     seen = {c.id: evidence(c, answers.get(c.id)) for c in pool}
     active = [c for c in pool if seen[c.id] is ProbeResult.ACTIVE and c.id not in snapshot.stale]
+    superseded = _superseded(active, epochs)
+    if superseded:
+        located = _not_active(snapshot, pool, seen, epochs)
+        verdict = Verdict(located.backend, superseded, How.EPOCH)
+        return replace(located, split_brain=superseded, verdict=verdict)
     if len(active) > 1:
-        return _split(snapshot, active, activity or {})
+        return _split(snapshot, active, activity or {}, epochs)
     if active:
         if active[0].admin is AdminState.MAINT:
             raise _held_in_maintenance(session_id, active[0].id)
         return Located(active[0].id, Outcome.ACTIVE)
+    return _not_active(snapshot, pool, seen, epochs)
+
+
+def _superseded(active: list[Candidate], epochs: Mapping[BackendId, int]) -> tuple[BackendId, ...]:
+    """The active copies a copy that is not active outranks: where every active copy
+    reports an epoch and another copy (inactive: in a store, not in memory) reports a
+    higher one, every active copy is stale (the session was resumed there since, and
+    its newest history is there), and the session goes to the newest copy."""
+    if not active or not all(c.id in epochs for c in active) or not epochs:
+        return ()
+    if max(epochs[c.id] for c in active) >= max(epochs.values()):
+        return ()
+    return tuple(c.id for c in active)
+
+
+def _not_active(
+    snapshot: Snapshot,
+    pool: list[Candidate],
+    seen: Mapping[BackendId, ProbeResult | None],
+    epochs: Mapping[BackendId, int],
+) -> Located:
+    """Rules 2 to 5: no copy is active (or none that is not stale)."""
+    session_id, tried = snapshot.session_id, snapshot.tried
     up = [c for c in pool if c.health is Health.UP]
     if not up:
         raise NoBackendAvailable(None, {"sessionId": session_id})
@@ -325,6 +375,8 @@ def decide(
     serving = [c for c in serving if not c.draining] + [c for c in serving if c.draining]
     known = [c for c in serving if seen[c.id] is ProbeResult.INACTIVE and c.id not in tried]
     if known:
+        # the newest copy first (its epoch), then the rank (a stable sort)
+        known.sort(key=lambda c: -epochs.get(c.id, -1))
         return Located(known[0].id, Outcome.INACTIVE)
     # nobody that can be asked knows it: try the backends that cannot be asked
     blind = [c for c in up if seen[c.id] is None and c.id not in tried]
@@ -347,7 +399,10 @@ def decide(
 
 
 def _split(
-    snapshot: Snapshot, active: list[Candidate], activity: Mapping[BackendId, float]
+    snapshot: Snapshot,
+    active: list[Candidate],
+    activity: Mapping[BackendId, float],
+    epochs: Mapping[BackendId, int],
 ) -> Located:
     """Several copies are active: the home by :func:`router.core.split_brain.judge`."""
     verdict = judge(
@@ -355,6 +410,7 @@ def _split(
         attached=[c.id for c in active if c.attached],
         placed=snapshot.hint.backend if snapshot.hint is not None else None,
         activity=activity,
+        epochs=epochs,
     )
     home = next(c for c in active if c.id == verdict.home)
     if home.admin is AdminState.MAINT:

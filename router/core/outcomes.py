@@ -14,6 +14,10 @@ from router.protocol import acp
 from router.protocol.errors import ErrorObject, JsonRpcError
 from router.protocol.ids import BackendId
 from router.protocol.jsonrpc import RequestId, encode_result
+from router.protocol.splice import put_member
+
+#: where a resume carries its epoch
+EPOCH_PATH = ("params", "_meta", acp.EPOCH_META_KEY)
 
 
 def initialized(
@@ -36,20 +40,42 @@ def placed(routes: ClientSide, request_id: RequestId, backend: BackendId) -> Eff
     return located(routes, request_id, backend)
 
 
-def located(routes: ClientSide, request_id: RequestId, backend: BackendId) -> Effects:
+def located(
+    routes: ClientSide, request_id: RequestId, backend: BackendId, epoch: int | None = None
+) -> Effects:
     """:class:`~router.core.effects.Locate` found ``backend``: forward the call there (a
-    link opened ahead elsewhere for it is closed)."""
+    link opened ahead elsewhere for it is closed). A resume or load carries ``epoch``
+    in ``params._meta`` (:data:`router.protocol.acp.EPOCH_META_KEY`), the fencing token
+    its copy keeps there (:mod:`router.core.split_brain`)."""
     call = routes.calls.get(request_id)
     if call is None:  # answered meanwhile (the router is stopping)
         return routes.gone(request_id, "a location")
     routes.calls[request_id] = replace(call, backend=backend)
-    sent = routes.send(backend, call.request.text)
+    text = call.request.text
+    if epoch is not None and call.request.method in acp.ATTACHING:
+        text = put_member(text, EPOCH_PATH, epoch)
+    sent = routes.send(backend, text)
     if call.observed:
         sent = (Forwarded(call.request, backend), *sent)
     closed = routes.links.done(request_id)
     if call.request.method in acp.ATTACHING:
         return (ResumeSent(retry=bool(call.tried)), *sent, *closed)
     return (*sent, *closed)
+
+
+def replaced(
+    routes: ClientSide, request_id: RequestId, unanswered: BackendId, backend: BackendId
+) -> Effects:
+    """A ``session/new`` placed on ``unanswered``, which left it unanswered past its
+    deadline (its probe went unanswered: it is silent), goes to ``backend`` instead;
+    ``unanswered``'s late answer, if it comes, is not the client's
+    (:func:`router.core.backend_side.receive`: the session it made is closed). Nothing,
+    when the call was answered meanwhile or is not that ``session/new`` there."""
+    call = routes.calls.get(request_id)
+    if call is None or call.backend != unanswered or call.request.method != acp.SESSION_NEW:
+        return NOTHING
+    routes.unanswered_on[request_id] = unanswered
+    return located(routes, request_id, backend)
 
 
 def answer(routes: ClientSide, request_id: RequestId, result: Any) -> Effects:

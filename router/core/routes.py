@@ -53,10 +53,32 @@ class ClientRoutes(ClientSide):
         """A :class:`~router.core.effects.Place` is over (:func:`router.core.outcomes.placed`)."""
         return outcomes.placed(self, request_id, backend)
 
-    def located(self, request_id: RequestId, backend: BackendId) -> Effects:
-        """A :class:`~router.core.effects.Locate` found ``backend``
-        (:func:`router.core.outcomes.located`)."""
-        return outcomes.located(self, request_id, backend)
+    def located(
+        self, request_id: RequestId, backend: BackendId, epoch: int | None = None
+    ) -> Effects:
+        """A :class:`~router.core.effects.Locate` found ``backend``; a resume goes there
+        carrying ``epoch`` (:func:`router.core.outcomes.located`)."""
+        return outcomes.located(self, request_id, backend, epoch)
+
+    def replaced(self, request_id: RequestId, unanswered: BackendId, backend: BackendId) -> Effects:
+        """A ``session/new`` that ``unanswered`` left unanswered goes to ``backend``
+        (:func:`router.core.outcomes.replaced`)."""
+        return outcomes.replaced(self, request_id, unanswered, backend)
+
+    def waits_on(self, request_id: RequestId, backend: BackendId) -> bool:
+        """Whether the call ``request_id`` is in flight on ``backend``, unanswered."""
+        call = self.calls.get(request_id)
+        return call is not None and call.backend == backend
+
+    def stale_copies(self, session_id: SessionId, backends: frozenset[BackendId]) -> Effects:
+        """The copies of ``session_id`` on ``backends`` were found stale (another copy is
+        its home): where it is attached to one of them here, it is detached, and its
+        next frames get ``-32010`` (resume it again: the resume finds the home)."""
+        backend = self.sessions.backend(session_id)
+        if backend is None or backend not in backends:
+            return ()
+        detached = self.sessions.detach(session_id)
+        return () if detached is None else (detached,)
 
     def answer(self, request_id: RequestId, result: Any) -> Effects:
         """The router's own answer to a call (:func:`router.core.outcomes.answer`)."""

@@ -3,13 +3,22 @@ more than one backend, which copy is its home and which are stale.
 
 The home, by the first rule that tells the copies apart:
 
+0. **epoch**: where every active copy reports its epoch (``_meta`` of its
+   ``session/status`` answer, :data:`router.protocol.acp.EPOCH_META_KEY`), the copy with
+   the highest; of equal epochs, the best-ranked. The epoch is a fencing token the
+   router writes into every resume it locates (:func:`next_epoch`: above any epoch a
+   copy reported, and at least the wall clock's milliseconds, so a later resume wins),
+   and it lives on the agents: every replica reads the same epochs and keeps the same
+   copy, whatever it saw of the fault. For agents that keep no epoch, the rules below;
 1. **attached**: the copy a client of this router is attached to (a live link proves it
    is where that client's turns run);
 2. **placed**: where this router last placed or found the session (its hint);
 3. **activity**: the copy that did something last, by the backends' own
-   ``_meta.lastActivity`` in their ``session/status`` answers (every replica, a fresh one
-   included, reads the same times, so every replica keeps the same copy);
+   ``_meta.lastActivity`` in their ``session/status`` answers;
 4. **rank**: the best-ranked backend (the rendezvous order, the same on every replica).
+
+Rules 1 and 2 are this replica's own knowledge: two replicas that each have a client on
+another copy keep a copy each, which is why the epoch comes first where agents keep one.
 
 The others are stale: with ``router.split_brain = "close_stale"`` (the default) the
 router closes them (``session/close`` on the backend's control link), and until that is
@@ -25,6 +34,7 @@ import enum
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from router.protocol.acp import MAX_EPOCH, ProbeResult, StatusAnswer
 from router.protocol.ids import BackendId
 
 
@@ -38,12 +48,16 @@ class SplitBrainPolicy(enum.Enum):
 class How(enum.Enum):
     """Which rule chose the home (the ``how`` label of the resolved-split metric)."""
 
+    EPOCH = "epoch"
     ATTACHED = "attached"
     PLACED = "placed"
     ACTIVITY = "activity"
     RANK = "rank"
     #: a backend back after it was given up: its copy is stale where one lives elsewhere
     FENCED = "fenced"
+    #: a session a backend made by its late answer to a ``session/new`` the router had
+    #: placed elsewhere when that backend left it unanswered: nobody's
+    UNANSWERED = "unanswered"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,12 +73,29 @@ def judge(
     attached: Collection[BackendId] = (),
     placed: BackendId | None = None,
     activity: Mapping[BackendId, float] | None = None,
+    epochs: Mapping[BackendId, int] | None = None,
 ) -> Verdict:
     """The home among the backends that said ``active`` (``active``, best-ranked first,
     at least two), by the rules above."""
     assert len(active) > 1
+    epochs = epochs or {}
+    if all(b in epochs for b in active):
+        highest = max(epochs[b] for b in active)
+        home = next(b for b in active if epochs[b] == highest)
+        return Verdict(home, tuple(b for b in active if b != home), How.EPOCH)
     home, how = _home(active, attached, placed, activity or {})
     return Verdict(home, tuple(b for b in active if b != home), how)
+
+
+def next_epoch(highest: int | None, wall_ms: int) -> int:
+    """The epoch a resume carries: above ``highest`` (the highest any copy of the session
+    reported, if any did), and at least ``wall_ms`` (the shell's wall clock, in
+    milliseconds since the Unix epoch), so of two resumes that saw different copies, the
+    later one wins on every replica (replicas' clocks agree to far less than the time
+    between two resumes of one session through a fault). Bounded by
+    :data:`~router.protocol.acp.MAX_EPOCH`."""
+    floor = -1 if highest is None else highest
+    return min(max(floor + 1, wall_ms), MAX_EPOCH)
 
 
 def _home(
@@ -88,8 +119,106 @@ def _home(
     return candidates[0], How.RANK
 
 
-def stale_on_return(*, active_here: bool, lives_elsewhere: bool) -> bool:
-    """The fencing rule: a backend back after it was given up holds a stale copy of a
-    session when it still has it active and the session lives elsewhere now (resumed on
-    another backend since, through this router or seen active there)."""
-    return active_here and lives_elsewhere
+def fence(
+    returning: BackendId,
+    answers: Mapping[BackendId, StatusAnswer],
+    *,
+    order: Sequence[BackendId],
+    attached: Collection[BackendId] = (),
+    hinted: BackendId | None = None,
+) -> tuple[BackendId, ...]:
+    """The fencing rule: which copies of a session are stale when ``returning``, given up
+    and back as the same process, is asked about it (``answers``: what it and the other
+    backends said; ``order``: the session's rendezvous order; ``attached``: the backends
+    it is attached to through this router, on live links; ``hinted``: where this router
+    last placed or found it).
+
+    Nothing, unless the returning copy is active. Where every active copy reports an
+    epoch, the copies below the highest (:func:`judge`): a returning copy that another
+    replica resumed since it was given up here is the home, and this replica's own
+    copies are the stale ones. Otherwise the returning copy is stale when the session
+    lives elsewhere now: active on another backend, or attached or placed elsewhere
+    through this router."""
+    here = answers.get(returning)
+    if here is None or here.result is not ProbeResult.ACTIVE:
+        return ()
+    active = [
+        b
+        for b in order
+        if b == returning
+        or (b in answers and answers[b].result is ProbeResult.ACTIVE)
+        or (b in attached and b not in answers)  # a live link here: active there
+    ]
+    epochs = {b: a.epoch for b, a in answers.items() if a.epoch is not None}
+    if all(b in epochs for b in active):
+        if len(active) == 1:
+            return ()
+        return judge(active, epochs=epochs).stale
+    elsewhere = (
+        len(active) > 1 or any(b != returning for b in attached) or hinted not in (None, returning)
+    )
+    return (returning,) if elsewhere else ()
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """What a check of a session attached through this router found
+    (:func:`check_attached`)."""
+
+    #: copies that are not the home (a split brain judged): closed, and detached here
+    stale: tuple[BackendId, ...] = ()
+    #: the rule that chose the home among them
+    how: How | None = None
+    #: backends it is attached to here whose agent no longer has it in memory (closed or
+    #: taken there, by another replica or client): detached here, nothing to close
+    denied: tuple[BackendId, ...] = ()
+
+
+def check_attached(
+    answers: Mapping[BackendId, StatusAnswer],
+    *,
+    order: Sequence[BackendId],
+    attached: Collection[BackendId],
+    mixed: Collection[BackendId] = (),
+    placed: BackendId | None = None,
+) -> Checked:
+    """The check of a session attached through this router on ``attached``, from what
+    the pool said of it (``answers``; ``order``: its rendezvous order): a replica
+    attached to a copy the fleet has moved away from finds out here, not at its next
+    resume (docs/routing.md, "Split brain found is split brain ended").
+
+    A backend it is attached to that answers ``inactive`` or ``-32002`` no longer has it
+    (unless it is *mixed*: its control link speaks for another process than the link
+    the session is attached on); one that gives no answer counts as active there (its
+    live link proves it). Two active copies or more: the home by :func:`judge`."""
+    denied = tuple(
+        b
+        for b in order
+        if b in attached
+        and b not in mixed
+        and b in answers
+        and answers[b].result in (ProbeResult.INACTIVE, ProbeResult.NOT_FOUND)
+    )
+    active = [
+        b
+        for b in order
+        if b not in denied
+        and (
+            (b in answers and answers[b].result is ProbeResult.ACTIVE)
+            or (b in attached and (b in mixed or b not in answers or _unknown(answers[b])))
+        )
+    ]
+    if len(active) < 2:
+        return Checked(denied=denied)
+    verdict = judge(
+        active,
+        attached=[b for b in active if b in attached],
+        placed=placed,
+        activity={b: a.last_activity for b, a in answers.items() if a.last_activity is not None},
+        epochs={b: a.epoch for b, a in answers.items() if a.epoch is not None and b in active},
+    )
+    return Checked(verdict.stale, verdict.how, denied)
+
+
+def _unknown(answer: StatusAnswer) -> bool:
+    return answer.result is ProbeResult.UNKNOWN

@@ -142,6 +142,7 @@ async def _pool_context(app: web.Application) -> AsyncIterator[None]:
         upstream = Upstream.of(app[SETTINGS], app[METRICS], http, app[TRACER])
         app[UPSTREAM] = upstream
         app[POOL] = pool = upstream.pool
+        pool.on_stale = app[CLIENTS].stale_copies
         discoveries = Discoveries(pool, app[METRICS])
         app[RELOADER] = Reloader(
             app.get(CONFIG_PATH),

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from router.core.frontdoor import DoorPolicy
 from router.core.quotas import ClientPlaces
+from router.protocol.ids import BackendId, SessionId
 from router.server.accepting import ConnectionGuard
 from router.server.auth import TokenSource
 from router.server.client import ClientConnection
@@ -55,6 +56,12 @@ class OpenClients(set[ClientConnection]):
     def _pulse(self) -> None:
         self.changed.set()
         self.changed.clear()
+
+    def stale_copies(self, session_id: SessionId, backends: frozenset[BackendId]) -> None:
+        """Copies of ``session_id`` on ``backends`` were found stale: each connection
+        attached to one of them detaches it (:meth:`ClientConnection.stale_copies`)."""
+        for connection in self:
+            connection.stale_copies(session_id, backends)
 
     def closing(self, close: Coroutine[Any, Any, None]) -> None:
         """Run ``close`` in a task held here until it ends."""

@@ -110,6 +110,7 @@ class BackendLink:
         "_ws",
         "backend",
         "ended",
+        "timed_out",
         "url",
     )
 
@@ -125,6 +126,9 @@ class BackendLink:
         inline: bool = True,
     ) -> None:
         self.backend = backend
+        #: it did not open within ``connect_timeout``: the backend left its handshake
+        #: unanswered (evidence it is frozen: :meth:`router.server.pool.backends.Pool.unanswered`)
+        self.timed_out = False
         #: whether ``on_message`` may run inline, outside a task (:mod:`router.server.inline`)
         self._inline = inline
         self._metrics = metrics
@@ -289,6 +293,7 @@ class BackendLink:
         except TimeoutError:
             if not deadline.expired():
                 raise
+            self.timed_out = True
             ms = round(self._connect_timeout * 1000)
             reason = f"not open within {ms} ms (connect, upgrade, initialize)"
             raise BackendLinkLost(None, {"backend": self.backend, "reason": reason}) from None

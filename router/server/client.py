@@ -26,6 +26,7 @@ from collections.abc import Coroutine
 from typing import Any, assert_never
 
 from router.core.effects import (
+    Abandoned,
     Answered,
     AskPool,
     Attach,
@@ -58,6 +59,8 @@ from router.core.effects import (
 )
 from router.core.frontdoor import Principal
 from router.core.routes import ClientRoutes, Limits
+from router.core.split_brain import How, next_epoch
+from router.protocol import acp
 from router.protocol.errors import (
     BackendRefused,
     InternalError,
@@ -83,7 +86,16 @@ SERVICE_RESTART = 1012
 
 #: what the core learned, for the shell to record
 Noted = (
-    Learned | MovedAway | Released | NotThere | ResumeSent | Resumed | FailedOver | Dropped | Late
+    Learned
+    | MovedAway
+    | Released
+    | NotThere
+    | ResumeSent
+    | Resumed
+    | FailedOver
+    | Abandoned
+    | Dropped
+    | Late
 )
 
 
@@ -248,6 +260,14 @@ class ClientConnection:
                 self.metrics.failovers.labels(result).inc()
                 if result != "ok":
                     logger.warning("failover of session %s: %s", session_id, result)
+            case Abandoned(backend, session_id):
+                logger.info(
+                    "backend %s made session %s for a session/new placed elsewhere since:"
+                    " closing it",
+                    backend,
+                    session_id,
+                )
+                self.upstream.healer.close_stale(session_id, backend, How.UNANSWERED)
             case Dropped(reason):
                 logger.debug("dropped a frame: %s", reason)
             case Late(kind):
@@ -271,6 +291,8 @@ class ClientConnection:
                     await self.carry_out(self.routes.fail(request.id, exc))
                     return
                 await self.carry_out(self.routes.placed(request.id, backend))
+                if request.method == acp.SESSION_NEW and self.pool.can_probe(backend):
+                    self._spawn(self._watch_new(request.id, backend), "new-session-probe")
             case Locate(request, session_id, tried, internal, claimed):
                 if internal:
                     logger.info("failing over session %s", session_id)
@@ -278,7 +300,8 @@ class ClientConnection:
                     likely = self.upstream.where.likely(session_id, claimed)
                     if likely is not None:
                         await self.carry_out(self.routes.open_ahead(request.id, likely))
-                self._spawn(self._locate(request, session_id, tried, claimed), "locate")
+                locating = self._locate(request, session_id, tried, claimed, ask_all=internal)
+                self._spawn(locating, "locate")
             case AskPool(Query.STATUS, request, session_id):
                 assert session_id is not None
                 self._spawn(
@@ -332,9 +355,11 @@ class ClientConnection:
         session_id: SessionId,
         tried: tuple[BackendId, ...] = (),
         claimed: BackendId | None = None,
+        *,
+        ask_all: bool = False,
     ) -> None:
         log_context.session.set(session_id)
-        locating = self.upstream.locator.locate(session_id, tried, claimed)
+        locating = self.upstream.locator.locate(session_id, tried, claimed, ask_all=ask_all)
         try:
             if self.requests is not None:
                 locating = self.requests.locate(request, locating)
@@ -346,7 +371,37 @@ class ClientConnection:
             logger.exception("locating %s failed inside the router", session_id)
             await self.carry_out(self.routes.fail(request.id, InternalError()))
             return
-        await self.carry_out(self.routes.located(request.id, located.backend))
+        epoch = next_epoch(located.highest_epoch, self.pool.wall_ms())
+        await self.carry_out(self.routes.located(request.id, located.backend, epoch))
+
+    async def _watch_new(self, request_id: RequestId, backend: BackendId) -> None:
+        """A probe beside a ``session/new`` placed on ``backend``: a backend that leaves it
+        unanswered within ``probe.timeout_ms`` is silent (a frozen process), and the
+        ``session/new``, still unanswered, is placed once more elsewhere (where there is
+        an elsewhere: otherwise it waits on)."""
+        if await self.pool.alive(backend) or not self.routes.waits_on(request_id, backend):
+            return
+        try:
+            elsewhere = self.upstream.where.place_new()
+        except JsonRpcError:
+            return
+        if elsewhere == backend:
+            return
+        logger.warning(
+            "a session/new placed on backend %s got no answer, nor did a probe beside it:"
+            " placed on %s instead",
+            backend,
+            elsewhere,
+        )
+        self.metrics.new_sessions_replaced.labels(backend).inc()
+        await self.carry_out(self.routes.replaced(request_id, backend, elsewhere))
+
+    def stale_copies(self, session_id: SessionId, backends: frozenset[BackendId]) -> None:
+        """Copies of ``session_id`` on ``backends`` were found stale: where it is attached
+        to one of them here, the core detaches it (:meth:`ClientRoutes.stale_copies`)."""
+        effects = self.routes.stale_copies(session_id, backends)
+        if effects:
+            self._spawn(self.carry_out(effects), "stale-copy")
 
     async def _await_backend(self, backend: BackendId, sessions: tuple[SessionId, ...]) -> None:
         """Wait until ``backend`` is known to be back or gone, up to ``failover.wait_ms``,

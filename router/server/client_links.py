@@ -184,6 +184,8 @@ class ClientLinks:
                 if opened:
                     self.pool.client_link_down(link.backend)
                 self.pool.pin(link.backend, -1)
+                if link.timed_out:
+                    self.pool.unanswered(link.backend, "a client link's handshake")
         await self._lose(link, reason, refused)
 
     def _ended(self, link: BackendLink, reason: str) -> None:

@@ -236,6 +236,24 @@ class Metrics:
         )
         for result in ("clean", "split", "inconclusive", "error"):
             self.audits.labels(result)
+        self.new_sessions_replaced = Counter(
+            "acp_router_new_sessions_replaced_total",
+            "session/new requests placed once more elsewhere because their backend left"
+            " them, and a probe beside them, unanswered (a frozen process), by backend",
+            ["backend"],
+            registry=registry,
+        )
+        self.attached_checks = Counter(
+            "acp_router_attached_checks_total",
+            "Sessions attached through this router checked again across the pool, every"
+            " heartbeat, by result: clean, split (a copy here or elsewhere was stale: closed,"
+            " and detached here), denied (the agent it is attached to no longer has it:"
+            " detached here)",
+            ["result"],
+            registry=registry,
+        )
+        for result in ("clean", "split", "denied"):
+            self.attached_checks.labels(result)
         self.fanouts = Counter(
             "acp_router_probe_fanouts_total",
             "Probe rounds that asked more than the hinted backend (its rate is the fan-out rate)",
@@ -512,6 +530,7 @@ class Metrics:
                 self.backend_frames_dropped.labels(backend, reason)
             self.backend_restarts.labels(backend)
             self.backend_instance_mismatches.labels(backend)
+            self.new_sessions_replaced.labels(backend)
             for admin in AdminState:
                 self.backend_admin_state.labels(backend, admin.value).set(admin is AdminState.READY)
         for attempt in ("first", "retry"):
@@ -540,6 +559,7 @@ class Metrics:
             self.backend_state_changes,
             self.backend_restarts,
             self.backend_instance_mismatches,
+            self.new_sessions_replaced,
             self.backend_frames_dropped,
         )
 

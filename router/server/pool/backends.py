@@ -39,7 +39,6 @@ from router.core.health import (
 from router.core.membership import MembershipChange
 from router.core.placement import Node
 from router.protocol import acp
-from router.protocol.acp import ProbeResult
 from router.protocol.ids import BackendId, SessionId
 from router.server.config import BackendSection, Settings
 from router.server.control import ControlLink
@@ -53,6 +52,14 @@ logger = logging.getLogger(__name__)
 
 def _no_fence(backend: BackendId) -> None:
     logger.warning("backend %s returned after it was given up, and nothing fences it", backend)
+
+
+def _nobody_attached(session_id: SessionId, backends: frozenset[BackendId]) -> None:
+    logger.warning(
+        "the copies of session %s on %s are stale, and no connection is told",
+        session_id,
+        ", ".join(sorted(backends)),
+    )
 
 
 def bounds_of(settings: Settings) -> Bounds:
@@ -90,6 +97,9 @@ class Pool:
         #: called when a backend given up comes back as the same process: it is fenced
         #: (:class:`router.server.pool.healing.Healer`)
         self.on_return: Callable[[BackendId], None] = _no_fence
+        #: called when copies of a session attached through this router are found stale:
+        #: the connections attached to them detach it (the application's open connections)
+        self.on_stale: Callable[[SessionId, frozenset[BackendId]], None] = _nobody_attached
         self._group: asyncio.TaskGroup | None = None
         self._take(settings)
         self._apply(self.roster.members())
@@ -107,6 +117,19 @@ class Pool:
     def now(self) -> float:
         """The pool's clock (monotonic seconds)."""
         return self._clock()
+
+    @staticmethod
+    def wall_ms() -> int:
+        """The wall clock, in milliseconds since the Unix epoch (what a resume's epoch
+        is at least: :func:`router.core.split_brain.next_epoch`)."""
+        return time.time_ns() // 1_000_000
+
+    def detach_stale(self, session_id: SessionId, stale: Iterable[BackendId]) -> None:
+        """Copies of ``session_id`` on ``stale`` are not its home: the connections of this
+        router attached to one of them detach it (their clients resume it again)."""
+        here = self.directory.attached_to(session_id).intersection(stale)
+        if here:
+            self.on_stale(session_id, frozenset(here))
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Pool]:
@@ -242,6 +265,8 @@ class Pool:
             self.metrics.backend_restarts.labels(backend).inc()
         if step.mismatch:
             self._mismatch(backend)
+        if heard.faulted:
+            self.directory.doubt(backend)
         if heard.now_gone and not before.seen:
             logger.info("backend %s has not been reached since the router started", backend)
         if step.lost_memory:
@@ -354,15 +379,11 @@ class Pool:
         self.directory.hear(session_id, answers)
         return answers
 
-    async def probe_many(
-        self, backends: Iterable[BackendId], session_id: SessionId
-    ) -> tuple[dict[BackendId, ProbeResult], dict[BackendId, float]]:
-        """What each backend said, and when those that said ``active`` last saw the
-        session do anything (where they report it)."""
-        answers = await self.probe_answers(backends, session_id)
-        results = {backend: answer.result for backend, answer in answers.items()}
-        activity = {b: a.last_activity for b, a in answers.items() if a.last_activity is not None}
-        return results, activity
+    def unanswered(self, backend: BackendId, what: str) -> None:
+        """``backend`` left ``what`` unanswered past its deadline: silent
+        (:meth:`~router.server.pool.probes.Prober.unanswered`)."""
+        if backend in self.fleet:
+            self.prober.unanswered(backend, what)
 
     async def alive(self, backend: BackendId, *, reports: bool = True) -> bool:
         """Whether ``backend`` answers a probe now (a frozen process does not); unless it

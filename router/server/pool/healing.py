@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
+from router.core import split_brain
 from router.core.health import Fenced
-from router.core.split_brain import How, stale_on_return
+from router.core.split_brain import How, SplitBrainPolicy
 from router.protocol import acp
 from router.protocol.acp import ProbeResult
 from router.protocol.errors import BackendLinkLost
@@ -46,7 +48,7 @@ class Healer:
 
     async def _fence(self, backend: BackendId) -> None:
         """``backend`` came back as the same process after it was given up: close its
-        copies of the sessions that live elsewhere now (:func:`stale_on_return`), then let
+        copies of the sessions that live elsewhere now (:func:`router.core.split_brain.fence`), then let
         it take traffic. Its sessions are asked about :data:`FENCE_AT_ONCE` at a time."""
         pool = self._pool
         sessions = pool.directory.to_fence(backend)
@@ -63,18 +65,45 @@ class Healer:
         pool.hear(backend, Fenced())
 
     async def _fence_one(self, backend: BackendId, session_id: SessionId) -> None:
+        """Ask ``backend`` about ``session_id``, and, where its copy is active, the rest of
+        the pool; close the copies the fencing rule finds stale
+        (:func:`router.core.split_brain.fence`): the returning one, or, where its epoch is
+        the highest (another replica resumed it there since), the others."""
         pool = self._pool
-        here = await pool.prober.round([backend], session_id)
-        active_here = here.answers[backend].result is ProbeResult.ACTIVE
-        elsewhere = pool.directory.lives_elsewhere(session_id, backend)
-        if active_here and not elsewhere:
+        answers = await pool.probe_answers([backend], session_id)
+        here = answers.get(backend)
+        if here is not None and here.result is ProbeResult.ACTIVE:
             others = [b for b in pool.ready() if b != backend]
-            results, _ = await pool.probe_many(others, session_id)
-            elsewhere = ProbeResult.ACTIVE in results.values()
-        if stale_on_return(active_here=active_here, lives_elsewhere=elsewhere):
-            pool.directory.mark_stale(session_id, [backend])
-            if self._can_close(backend, session_id):
-                await self._close(session_id, backend, How.FENCED)
+            answers.update(await pool.probe_answers(others, session_id))
+        directory = pool.directory
+        hint = directory.hint(session_id)
+        stale = split_brain.fence(
+            backend,
+            answers,
+            order=pool.fleet.ranking.rank(session_id),
+            attached=directory.attached_to(session_id),
+            hinted=hint.backend if hint is not None else None,
+        )
+        if not stale:
+            return
+        directory.mark_stale(session_id, stale)
+        for copy in stale:  # closed before the backend takes traffic
+            if self._can_close(copy, session_id):
+                await self._close(session_id, copy, How.FENCED)
+        pool.detach_stale(session_id, stale)
+
+    def stale_found(self, session_id: SessionId, stale: Sequence[BackendId], how: How) -> None:
+        """The copies of ``session_id`` on ``stale`` are not its home (a split brain
+        judged): no resume goes there, and, as ``router.split_brain`` says, they are
+        closed (in the background), and this replica's clients attached to them are told
+        to resume again."""
+        pool = self._pool
+        if pool.settings.router.split_brain_policy is SplitBrainPolicy.REPORT:
+            return
+        pool.directory.mark_stale(session_id, stale)
+        for backend in stale:
+            self.close_stale(session_id, backend, how)
+        pool.detach_stale(session_id, stale)
 
     # -- stale copies --------------------------------------------------------------------------
 

@@ -37,8 +37,8 @@ MAX_CONCURRENT_LOCATES = 256
 MAX_QUEUED = 4096
 
 #: a locate is shared by the resumes of one session that have tried the same backends
-#: (and name the same home, if any)
-_LocateKey = tuple[SessionId, tuple[BackendId, ...], BackendId | None]
+#: (and name the same home, if any, and ask the whole pool or not)
+_LocateKey = tuple[SessionId, tuple[BackendId, ...], BackendId | None, bool]
 
 #: the ``outcome`` label of a locate that ended in each of the router's errors
 _FAILED = {
@@ -62,12 +62,16 @@ class Locator:
         session_id: SessionId,
         tried: tuple[BackendId, ...] = (),
         claimed: BackendId | None = None,
+        *,
+        ask_all: bool = False,
     ) -> Located:
         """Where ``session_id`` should be resumed, skipping the backends in ``tried`` that
         already answered ``-32002`` to this resume; ``claimed``: the home the client's
-        hinted id named (:attr:`router.core.locate.Snapshot.claimed`). Concurrent calls
-        share one locate (those with another claim run their own)."""
-        key = (session_id, tried, claimed)
+        hinted id named (:attr:`router.core.locate.Snapshot.claimed`); ``ask_all``: the
+        whole pool is asked, whatever the hint says (a failover: the fault that orphaned
+        the session may have moved it). Concurrent calls share one locate (those with
+        another claim run their own)."""
+        key = (session_id, tried, claimed, ask_all)
         task = self._inflight.get(key)
         if task is None:
             task = asyncio.create_task(self._locate(*key), name="locate")
@@ -88,7 +92,11 @@ class Locator:
             task.exception()  # retrieved: every waiter may have gone away
 
     async def _locate(
-        self, session_id: SessionId, tried: tuple[BackendId, ...], claimed: BackendId | None
+        self,
+        session_id: SessionId,
+        tried: tuple[BackendId, ...],
+        claimed: BackendId | None,
+        ask_all: bool,
     ) -> Located:
         # one locate serves every connection waiting on it: it is about the session only
         log_context.connection.set(None)
@@ -99,7 +107,7 @@ class Locator:
         try:
             await waits.first_contact(self._pool, "a locate")
             async with self._slots:
-                located = await self._run(session_id, tried, claimed)
+                located = await self._run(session_id, tried, claimed, ask_all)
             outcome = located.outcome.value
             return located
         except (LocateInconclusive, NoBackendAvailable, SessionNotFound) as exc:
@@ -110,9 +118,15 @@ class Locator:
             metrics.locate_duration.labels(outcome).observe(time.perf_counter() - started)
 
     async def _run(
-        self, session_id: SessionId, tried: tuple[BackendId, ...], claimed: BackendId | None
+        self,
+        session_id: SessionId,
+        tried: tuple[BackendId, ...],
+        claimed: BackendId | None,
+        ask_all: bool,
     ) -> Located:
-        located = await run_round(self._where, self._healer, session_id, tried, claimed=claimed)
+        located = await run_round(
+            self._where, self._healer, session_id, tried, claimed=claimed, ask_all=ask_all
+        )
         if located.audit:
             self.audit.request(session_id)
         return located
@@ -126,22 +140,23 @@ async def run_round(
     *,
     audit: bool = False,
     claimed: BackendId | None = None,
+    ask_all: bool = False,
 ) -> Located:
     """One locate round, from the pool's snapshot; its metrics, what it learned
     (absences, the hint), and a split brain it saw. An ``audit`` asks the whole pool
     (the hint left out) and is not a lookup of the hint; ``claimed`` is the home a
-    client's hinted id named."""
+    client's hinted id named; ``ask_all``: the whole pool is asked."""
     pool = where.pool
     settings = pool.settings.cache
-    snapshot = where.snapshot(session_id, tried, ask_all=audit, claimed=claimed)
+    snapshot = where.snapshot(session_id, tried, ask_all=audit or ask_all, claimed=claimed)
     round_ = LocateRound(snapshot, now=pool.now(), verify_after=settings.verify_seconds)
     probes: list[tuple[BackendId, ProbeResult]] = []
     try:
         step = round_.start()
         while isinstance(step, Ask):
-            answers, activity = await pool.probe_many(step.backends, session_id)
-            probes += answers.items()
-            step = round_.hear(answers, activity)
+            answers = await pool.probe_answers(step.backends, session_id)
+            probes += ((backend, answer.result) for backend, answer in answers.items())
+            step = round_.heard(answers)
     finally:
         if not audit:
             pool.metrics.locate_cache.labels(round_.stage.value).inc()
@@ -185,9 +200,7 @@ def split_brain(pool: Pool, healer: Healer, session_id: SessionId, verdict: Verd
         verdict.home,
         verdict.how.value,
     )
-    pool.directory.mark_stale(session_id, verdict.stale)
-    for backend in verdict.stale:
-        healer.close_stale(session_id, backend, verdict.how)
+    healer.stale_found(session_id, verdict.stale, verdict.how)
 
 
 class Audit:

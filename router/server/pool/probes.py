@@ -104,6 +104,17 @@ class Prober:
                 logger.info("backend %s answers again", backend)
             self._on_event(backend, event)
 
+    def unanswered(self, backend: BackendId, what: str) -> None:
+        """``backend`` left ``what`` (a request other than a probe: a client link's
+        handshake) unanswered past its deadline: silent, as after a probe that timed out
+        (:func:`router.core.health.after_unanswered`), until it answers again."""
+        state = self._fleet.states.get(backend)
+        event = health.after_unanswered(state) if state is not None else None
+        if event is not None:
+            logger.warning("backend %s left %s unanswered: silent", backend, what)
+            self._start_watch(backend)
+            self._on_event(backend, event)
+
     async def alive(self, backend: BackendId, *, reports: bool = True) -> bool:
         """Whether ``backend`` answers a probe (of an id nobody has) within the probe
         timeout: a frozen process does not; one that does not ``reports`` its silence

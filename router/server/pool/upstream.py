@@ -17,6 +17,7 @@ from router.server.pool.backends import Pool
 from router.server.pool.healing import Healer
 from router.server.pool.locator import Locator
 from router.server.pool.queries import Queries
+from router.server.pool.sweep import Sweep
 from router.server.pool.whereabouts import Whereabouts
 from router.server.tracing import Tracer
 
@@ -29,6 +30,8 @@ class Upstream:
     locator: Locator
     queries: Queries
     healer: Healer
+    #: the check of attached sessions, every heartbeat
+    sweep: Sweep
     #: where client connections open their backend links
     http: aiohttp.ClientSession
     #: where the spans of the requests it traces come from (router.tracing)
@@ -45,16 +48,20 @@ class Upstream:
         pool = Pool(settings, metrics, http)
         where = Whereabouts(pool)
         healer = Healer(pool)
-        return cls(pool, where, Locator(where, healer), Queries(where), healer, http, tracer)
+        locator, sweep = Locator(where, healer), Sweep(pool, healer)
+        return cls(pool, where, locator, Queries(where), healer, sweep, http, tracer)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Upstream]:
-        """The control links and the audit, for the duration of the context."""
+        """The control links, the audit and the check of attached sessions, for the
+        duration of the context."""
         async with self.pool.running():
             audit = self.pool.spawn(self.locator.audit.run(), "audit")
+            sweep = self.pool.spawn(self.sweep.run(), "sweep")
             try:
                 yield self
             finally:
-                if audit is not None:
-                    audit.cancel()
+                for task in (audit, sweep):
+                    if task is not None:
+                        task.cancel()
                 self.locator.cancel()

@@ -1,0 +1,79 @@
+"""Two replicas agree on one home after a fault only one of them saw (issue 32): real
+reference agents on separate stores, two real routers sharing nothing.
+
+The first replica reaches the agents through relays, the second directly. The session's
+home is partitioned from the first replica only, for longer than the grace: the first
+replica fails the session over to another agent, while a client of the second replica
+stays attached to the home's copy, which the second replica sees alive. The copies'
+epochs (the fencing token every resume carries, kept by the agents) tell both replicas
+which copy is the home: within a heartbeat the second replica finds its client on the
+stale copy, closes that copy and tells the client to resume again, and every resume,
+through either replica, lands on the one live copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from router.core.health import Health
+from tests.e2e.test_heal import NAMES, _active, _fleet, _share
+from tests.fleet import start_router
+from tests.support import WAIT, AcpClient, answered_by, direct_statuses, resume, watching
+
+CONTROL: dict[str, Any] = {
+    "down_grace_ms": 1500,
+    "reconnect_initial_ms": 20,
+    "reconnect_max_ms": 100,
+    "heartbeat_seconds": 0.3,
+}
+
+
+async def test_two_replicas_route_to_one_home_after_a_partition_one_of_them_saw(
+    tmp_path: Path,
+) -> None:
+    async with _fleet(tmp_path) as (agents, relays):
+        direct = {a.agent_id: a.url for a in agents}
+        relayed = [(name, relays[name].url) for name in NAMES]
+        straight = [(name, direct[name]) for name in NAMES]
+        async with (
+            start_router(relayed, control=CONTROL) as first,
+            start_router(straight, control=CONTROL) as second,
+            AcpClient.connect(first.url) as one,
+            AcpClient.connect(second.url) as other,
+        ):
+            await one.initialize()
+            await other.initialize()
+            session_id = await one.new_session()
+            home = await answered_by(one, session_id)
+            _share(tmp_path, session_id, home)
+            assert "result" in await resume(other, session_id)
+            assert await answered_by(other, session_id, "me too") == home
+
+            with watching(f"attached here, has stale copies on {home}") as found:
+                await relays[home].refuse()  # seen by the first replica only
+                moved = await answered_by(one, session_id, "again")  # failed over
+                assert moved != home
+                # the second replica finds its client on the stale copy within a beat
+                async with asyncio.timeout(WAIT):
+                    await found.seen.wait()
+            refused = await other.prompt(session_id, "still there?")
+            assert refused["error"]["code"] == -32010, refused
+            assert "result" in await resume(other, session_id)
+            assert await answered_by(other, session_id, "and now") == moved
+            assert _active(await direct_statuses(direct, session_id)) == [moved]
+
+            # a fresh client of either replica lands there too, partition or not
+            for router in (first, second):
+                async with AcpClient.connect(router.url) as fresh:
+                    await fresh.initialize()
+                    assert "result" in await resume(fresh, session_id)
+                    assert await answered_by(fresh, session_id, "fresh") == moved
+
+            await relays[home].open()  # healed: the home is back as the same process
+            await first.wait_health(home, Health.UP)
+            assert _active(await direct_statuses(direct, session_id)) == [moved]
+            assert await answered_by(one, session_id, "after") == moved
+            assert await answered_by(other, session_id, "after too") == moved
+            assert second.metric("acp_router_split_brain_resolved_total", how="epoch") == 1
