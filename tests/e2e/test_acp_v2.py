@@ -10,6 +10,7 @@ import json
 import sys
 from typing import Any
 
+from router.protocol.acp import EPOCH_META_KEY as EPOCH
 from tests.fleet import start_router
 from tests.hosted import start_host
 from tests.server.test_acp_v2 import CWD, V2_INITIALIZE
@@ -34,17 +35,20 @@ async def test_a_v2_agent_behind_host_reports_its_foreground_state_in_status() -
             assert init["protocolVersion"] == 2
             assert init["capabilities"] == {"session": {"status": {}}}
             session_id = await client.new_session()
-            # no state reported yet: none in the answer (never a made-up idle)
-            assert (await client.status(session_id))["result"] == {"status": "active"}
+            # no state reported yet: none in the answer (never a made-up idle); the
+            # host adds the session's epoch (0: no router resumed it)
+            kept = {"_meta": {EPOCH: 0}}
+            assert (await client.status(session_id))["result"] == {"status": "active", **kept}
             assert (await client.prompt(session_id, "go"))["result"] == {}
             assert await states_until_idle(client) == ["running", "idle"]
             assert (await client.status(session_id))["result"] == {
                 "status": "active",
                 "state": {"state": "idle", "stopReason": "end_turn"},
+                **kept,
             }
             await client.prompt(session_id, "/malformed")
             assert await states_until_idle(client) == ["running", 5]
-            assert (await client.status(session_id))["result"] == {"status": "active"}
+            assert (await client.status(session_id))["result"] == {"status": "active", **kept}
 
         # through a router: located by the host's answer (a v2 capability), and the
         # resume's state_update comes before its answer

@@ -25,6 +25,7 @@ import acp
 from acp.client.connection import ClientSideConnection
 
 from router.host.multiplex import Multiplexer
+from router.protocol.acp import EPOCH_META_KEY as EPOCH
 from tests.acp_schema import AcpSchema
 from tests.e2e.test_interop import CWD, RecordingClient, Wire, answered_by, sdk_connection
 from tests.fleet import start_router, start_scripted
@@ -79,13 +80,15 @@ async def test_the_typescript_sdk_agent_behind_host_speaks_open_and_saved() -> N
             assert said["result"] == {"stopReason": "end_turn"}
             [(_, text)] = text_chunks(client.drain_incoming())
             pid = pid_of(text)
-            # the agent says "open"; the host answers the RFD's "active"
-            assert (await client.status(session_id))["result"] == {"status": "active"}
+            # the agent says "open"; the host answers the RFD's "active", with the
+            # session's epoch (0: no router resumed it)
+            kept = {"_meta": {EPOCH: 0}}
+            assert (await client.status(session_id))["result"] == {"status": "active", **kept}
             assert (await client.request("session/close", {"sessionId": session_id}))[
                 "result"
             ] == {}
             # "saved" -> "inactive"
-            assert (await client.status(session_id))["result"] == {"status": "inactive"}
+            assert (await client.status(session_id))["result"] == {"status": "inactive", **kept}
             # the SDK's -32002 names the session as data.uri; the host's names data.sessionId
             unknown = await client.status("sess_nobody")
             assert unknown["error"]["code"] == -32002

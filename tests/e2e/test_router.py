@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -652,9 +654,16 @@ async def test_frames_cross_the_router_byte_for_byte(tmp_path: Path) -> None:
     ):
         backend.before_resume.append(odd_update)
         await client.initialize()
+        began = time.time_ns() // 1_000_000
         answer = await client.send_raw(odd_resume, expect_id=7)
         assert answer.get("result") == {}
-        assert odd_resume in backend.frames  # client -> backend: the same bytes
+        # client -> backend: the same bytes, but for the epoch the router adds to a
+        # resume it located, first in its _meta (docs/routing.md, "Split brain")
+        (sent,) = [f for f in backend.frames if "unknownField" in f]
+        epoch = re.search(r'"acp-router/epoch":(\d+),', sent)
+        assert epoch is not None, sent
+        assert int(epoch.group(1)) >= began
+        assert sent.replace(epoch.group(0), "", 1) == odd_resume
         assert await client.next_incoming() == json.loads(odd_update)
         assert odd_update in client.raw_frames  # backend -> client: the same bytes
 
