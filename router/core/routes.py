@@ -33,7 +33,7 @@ from typing import Any
 from router.core import backend_side, ending, failover, outcomes
 from router.core.calls import Holders, Limits, PendingCall
 from router.core.client_side import ClientSide
-from router.core.effects import Effects, TurnEnd
+from router.core.effects import Change, Effects, TurnEnd
 from router.core.health import Health
 from router.protocol.errors import ErrorObject, JsonRpcError
 from router.protocol.ids import BackendId, SessionId
@@ -70,7 +70,9 @@ class ClientRoutes(ClientSide):
         call = self.calls.get(request_id)
         return call is not None and call.backend == backend
 
-    def stale_copies(self, session_id: SessionId, backends: frozenset[BackendId]) -> Effects:
+    def stale_copies(
+        self, session_id: SessionId, backends: frozenset[BackendId]
+    ) -> tuple[Change, ...]:
         """The copies of ``session_id`` on ``backends`` were found stale (another copy is
         its home): where it is attached to one of them here, it is detached, and its
         next frames get ``-32010`` (resume it again: the resume finds the home)."""

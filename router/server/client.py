@@ -399,9 +399,9 @@ class ClientConnection:
     def stale_copies(self, session_id: SessionId, backends: frozenset[BackendId]) -> None:
         """Copies of ``session_id`` on ``backends`` were found stale: where it is attached
         to one of them here, the core detaches it (:meth:`ClientRoutes.stale_copies`)."""
-        effects = self.routes.stale_copies(session_id, backends)
-        if effects:
-            self._spawn(self.carry_out(effects), "stale-copy")
+        changes = self.routes.stale_copies(session_id, backends)
+        if changes:
+            self.pool.record(changes)
 
     async def _await_backend(self, backend: BackendId, sessions: tuple[SessionId, ...]) -> None:
         """Wait until ``backend`` is known to be back or gone, up to ``failover.wait_ms``,

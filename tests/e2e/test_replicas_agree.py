@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from router.core.health import Health
+from router.protocol.ids import SessionId
 from tests.e2e.test_heal import NAMES, _active, _fleet, _share
 from tests.fleet import start_router
 from tests.support import WAIT, AcpClient, answered_by, direct_statuses, resume, watching
@@ -77,3 +78,29 @@ async def test_two_replicas_route_to_one_home_after_a_partition_one_of_them_saw(
             assert await answered_by(one, session_id, "after") == moved
             assert await answered_by(other, session_id, "after too") == moved
             assert second.metric("acp_router_split_brain_resolved_total", how="epoch") == 1
+
+
+async def test_a_session_closed_on_its_agent_by_someone_else_is_let_go_within_a_beat(
+    tmp_path: Path,
+) -> None:
+    async with _fleet(tmp_path) as (agents, _):
+        direct = {a.agent_id: a.url for a in agents}
+        async with (
+            start_router(list(direct.items()), control=CONTROL) as router,
+            AcpClient.connect(router.url) as client,
+        ):
+            await client.initialize()
+            session_id = await client.new_session()
+            home = await answered_by(client, session_id)
+            with watching("is no longer in memory there") as let_go:
+                async with AcpClient.connect(direct[home]) as other:  # another replica, say
+                    await other.initialize()
+                    assert "result" in await resume(other, session_id)
+                    closed = await other.request("session/close", {"sessionId": session_id})
+                    assert closed.get("result") == {}, closed
+                async with asyncio.timeout(WAIT):
+                    await let_go.seen.wait()
+            assert router.metric("acp_router_attached_checks_total", result="denied") == 1
+            assert router.pool.directory.attached_to(SessionId(session_id)) == set()
+            refused = await client.prompt(session_id, "still mine?")
+            assert refused["error"]["code"] == -32010, refused

@@ -79,10 +79,13 @@ class Sweep:
         targets = [*pool.ready(), *(b for b in attached if b not in pool.ready())]
         answers = await pool.probe_answers(targets, session_id)
         hint = directory.hint(session_id)
+        # judged only where it was attached before the probes went out (and still is): a
+        # resume answered meanwhile may have come after its probe there
+        attached &= directory.attached_to(session_id)
         checked = split_brain.check_attached(
             answers,
             order=pool.fleet.ranking.rank(session_id),
-            attached=directory.attached_to(session_id),
+            attached=attached,
             mixed={b for b in attached if pool.fleet.mixed(b)},
             placed=hint.backend if hint is not None else None,
         )
