@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from cachetools import TTLCache
 
 from router.core.effects import Attach, Change
+from router.core.fleet import Heard
 from router.core.hints import Absences, Hint, LocationCache
+from router.core.locate import Candidate, Snapshot, UnknownPolicy, hint_after_answer, lasting
 from router.core.placement import Node, Spread
-from router.protocol.acp import StatusAnswer
+from router.protocol.acp import ProbeResult, StatusAnswer
 from router.protocol.ids import BackendId, SessionId
 
 
@@ -155,6 +157,51 @@ class Directory:
             seen = self.heard.get(session_id) or {}
             self.heard[session_id] = {**seen, **{b: (a, now) for b, a in answers.items()}}
 
+    # -- what a locate starts from, and what answers teach -------------------------------------------
+
+    def snapshot(
+        self,
+        session_id: SessionId,
+        candidates: tuple[Candidate, ...],
+        *,
+        policy: UnknownPolicy,
+        tried: tuple[BackendId, ...] = (),
+        ask_all: bool = False,
+        claimed: BackendId | None = None,
+    ) -> Snapshot:
+        """What a locate of ``session_id`` starts from (:class:`router.core.locate.Snapshot`),
+        over ``candidates`` (the pool as the fleet sees it): the backends that answered a
+        resume of it ``-32002`` lately count as tried; those a probe found without it are
+        absent; its stale copies; the whole pool is asked for an audit (``ask_all``) and
+        for a suspect (seen split, or on a backend that just stopped answering); a client's
+        claim (``claimed``, the home its hinted id named) counts only if it names one of
+        the candidates."""
+        refused = self.absences.resumed(session_id)
+        members = {c.id for c in candidates}
+        return Snapshot(
+            session_id,
+            candidates,
+            self.hint(session_id),
+            policy,
+            (*tried, *(b for b in sorted(refused) if b not in tried)),
+            self.absences.probed(session_id),
+            self.stale.get(session_id, frozenset()),
+            ask_all or session_id in self.suspects,
+            claimed if claimed in members else None,
+        )
+
+    def learned(
+        self, session_id: SessionId, backend: BackendId, *, created: bool, has_status: bool
+    ) -> None:
+        """A backend's answer shows ``session_id`` living on ``backend`` (a member of the
+        pool): nothing is absent any more, the hint points there
+        (:func:`router.core.locate.hint_after_answer`), and the admin page shows it
+        ``active`` there until a probe says more."""
+        self.absences.forget(session_id)
+        checked = hint_after_answer(self.hint(session_id), backend, created, self._clock())
+        self.remember(session_id, backend, checked, lasting=lasting(has_status=has_status))
+        self.hear(session_id, {backend: StatusAnswer(ProbeResult.ACTIVE)})
+
     # -- hints ---------------------------------------------------------------------------------------
 
     def hint(self, session_id: SessionId) -> Hint | None:
@@ -164,6 +211,17 @@ class Directory:
         self, session_id: SessionId, backend: BackendId, checked: float | None, *, lasting: bool
     ) -> None:
         self.hints.put(session_id, backend, checked=checked, lasting=lasting)
+
+    def health_heard(self, backend: BackendId, heard: Heard) -> None:
+        """What a health event of ``backend`` (:class:`router.core.fleet.Heard`) means for
+        what this replica knows of its sessions: in doubt when it stopped answering; kept
+        for a fence when it was given up; its hints forgotten when it lost its memory."""
+        if heard.faulted:
+            self.doubt(backend)
+        if heard.gave_up:
+            self.give_up(backend)
+        if heard.step.lost_memory:
+            self.forget_backend(backend, member=True)
 
     def doubt(self, backend: BackendId) -> None:
         """``backend`` stopped answering (:attr:`router.core.fleet.Heard.faulted`): the

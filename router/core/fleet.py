@@ -53,6 +53,14 @@ class Heard:
         return was and (after.health is not Health.UP or after.silent)
 
     @property
+    def gave_up(self) -> bool:
+        """Whether it was given up just now: it lost its memory past the grace (or came
+        back as the same process after that, to be fenced), so what this replica knew on
+        it is kept for a fence (:meth:`router.core.directory.Directory.give_up`)."""
+        step = self.step
+        return step.lost_memory and (step.state.health is Health.GONE or step.fence)
+
+    @property
     def now_gone(self) -> bool:
         """Whether it was declared gone just now (it held nothing in memory any more)."""
         return self.step.state.health is Health.GONE and self.before.health is not Health.GONE
@@ -112,6 +120,11 @@ class Fleet:
         step = transition(before, event, now=now, grace=self.grace)
         self.states[backend] = step.state
         return Heard(before, step)
+
+    def leaves_now(self, backend: BackendId, heard: Heard) -> bool:
+        """Whether ``backend``, gone from DNS and still in the pool while it might hold
+        sessions, leaves it now: ``heard`` made it gone."""
+        return backend in self.leaving and heard.step.state.health is Health.GONE
 
     def health(self, backend: BackendId, now: float) -> Health:
         """Up, unknown (not probed, but may still run sessions) or gone, as of ``now``."""

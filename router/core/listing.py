@@ -67,6 +67,11 @@ class ListPage:
         pending = _decode_cursor(cursor)
         return cls(cwd, {BackendId(b): c for b, c in pending.items() if b in ready})
 
+    def asked(self, listable: Collection[BackendId]) -> list[BackendId]:
+        """The backends this page asks: those it covers that can be asked now
+        (``listable``: up, and advertising ``sessionCapabilities.list``), in pool order."""
+        return [b for b in self.pending if b in listable]
+
     def backend_params(self, backend: BackendId) -> dict[str, Any]:
         """The ``session/list`` params to send ``backend`` for this page."""
         params: dict[str, Any] = {}

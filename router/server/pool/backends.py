@@ -265,19 +265,15 @@ class Pool:
             self.metrics.backend_restarts.labels(backend).inc()
         if step.mismatch:
             self._mismatch(backend)
-        if heard.faulted:
-            self.directory.doubt(backend)
         if heard.now_gone and not before.seen:
             logger.info("backend %s has not been reached since the router started", backend)
-        if step.lost_memory:
-            if step.state.health is Health.GONE or step.fence:
-                logger.warning("backend %s is gone: its sessions are no longer in memory", backend)
-                self.metrics.backend_state_changes.labels(backend, "gone").inc()
-                self.directory.give_up(backend)  # what a fence asks, should it return
-            self.directory.forget_backend(backend, member=True)
+        if heard.gave_up:
+            logger.warning("backend %s is gone: its sessions are no longer in memory", backend)
+            self.metrics.backend_state_changes.labels(backend, "gone").inc()
+        self.directory.health_heard(backend, heard)
         if step.fence:
             self.on_return(backend)
-        if backend in self.fleet.leaving and step.state.health is Health.GONE:
+        if self.fleet.leaves_now(backend, heard):
             logger.info("backend %s left DNS and is gone: out of the pool", backend)
             self._drop_leaving(backend)
         self._pulse(self.ready_changed)

@@ -43,8 +43,10 @@ class Queries:
         """
         pool = self._pool
         await waits.first_contact(pool, "a session/list page")
-        page = listing.ListPage.from_params(params, pool.ready())
-        targets = [b for b in page.pending if pool.can_list(b)]
+        ready = pool.ready()
+        listable = {b for b in ready if pool.can_list(b)}
+        page = listing.ListPage.from_params(params, ready)
+        targets = page.asked(listable)
         answers = await asyncio.gather(
             *(self._list_one(b, page.backend_params(b)) for b in targets), return_exceptions=True
         )
@@ -57,7 +59,6 @@ class Queries:
                 raise answer
             else:
                 results[backend] = answer
-        listable = {b for b in pool.ready() if pool.can_list(b)}
         return listing.listed(page, results, silent, list(pool.links), listable)
 
     async def _list_one(self, backend: BackendId, params: dict[str, Any]) -> Any:

@@ -6,9 +6,7 @@ will most likely go, where a new session goes, and what backends' answers teach 
 
 from __future__ import annotations
 
-from router.core.locate import Snapshot, first_guess, hint_after_answer, lasting
-from router.protocol import acp
-from router.protocol.acp import ProbeResult
+from router.core.locate import Snapshot, first_guess, lasting
 from router.protocol.errors import NoBackendAvailable
 from router.protocol.ids import BackendId, SessionId
 from router.server.pool.backends import Pool
@@ -28,25 +26,20 @@ class Whereabouts:
         ask_all: bool = False,
         claimed: BackendId | None = None,
     ) -> Snapshot:
-        """What a locate of ``session_id`` starts from (:class:`router.core.locate.Snapshot`);
-        ``ask_all``: the whole pool is asked (an audit), as it is for a session seen split
-        lately; ``claimed``: the home the client's hinted id named (a member, or nothing)."""
+        """What a locate of ``session_id`` starts from (:meth:`Directory.snapshot`), the
+        pool as it is now."""
         pool = self.pool
         directory = pool.directory
         candidates = pool.fleet.candidates(
             session_id, directory.attached_to(session_id), pool.roster.retired, pool.now()
         )
-        refused = directory.absences.resumed(session_id)
-        return Snapshot(
+        return directory.snapshot(
             session_id,
             candidates,
-            directory.hint(session_id),
-            pool.settings.router.policy,
-            (*tried, *(b for b in sorted(refused) if b not in tried)),
-            directory.absences.probed(session_id),
-            directory.stale.get(session_id, frozenset()),
-            ask_all or session_id in directory.suspects,
-            self._member(claimed),
+            policy=pool.settings.router.policy,
+            tried=tried,
+            ask_all=ask_all,
+            claimed=claimed,
         )
 
     def likely(self, session_id: SessionId, claimed: BackendId | None = None) -> BackendId | None:
@@ -70,14 +63,12 @@ class Whereabouts:
         return backend
 
     def learn(self, session_id: SessionId, backend: BackendId, *, created: bool) -> None:
-        """A backend's answer shows ``session_id`` living there: remember it
-        (:func:`router.core.locate.hint_after_answer`)."""
-        directory = self.pool.directory
-        directory.absences.forget(session_id)
-        checked = hint_after_answer(directory.hint(session_id), backend, created, self.pool.now())
-        self.remember(session_id, backend, checked)
-        # what the admin page shows until a probe says more
-        directory.hear(session_id, {backend: acp.StatusAnswer(ProbeResult.ACTIVE)})
+        """A backend's answer shows ``session_id`` living there (:meth:`Directory.learned`),
+        unless it left the pool while the answer was on its way."""
+        pool = self.pool
+        if backend in pool.fleet:
+            has_status = pool.can_probe(backend)
+            pool.directory.learned(session_id, backend, created=created, has_status=has_status)
 
     def remember(self, session_id: SessionId, backend: BackendId, checked: float | None) -> None:
         """Keep a hint that ``session_id`` lives on ``backend`` (a member of the pool)."""
