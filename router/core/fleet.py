@@ -31,6 +31,18 @@ class FirstContact:
 
 
 @dataclass(frozen=True, slots=True)
+class Leaving:
+    """What a DNS source's new answer did (:meth:`Fleet.left_dns`)."""
+
+    #: missing from it, not gone: still members, leaving
+    kept: frozenset[BackendId]
+    #: of those, the ones that started leaving just now
+    newly: tuple[BackendId, ...]
+    #: leaving before, gone now: out of the pool
+    gone: tuple[BackendId, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Heard:
     """What one health event did to a backend."""
 
@@ -106,10 +118,26 @@ class Fleet:
         """The members and their weights, in configuration order."""
         self.ranking = Ranking(nodes)
 
-    def still_leaving(self, missing: Iterable[BackendId], now: float) -> set[BackendId]:
-        """Which of the backends DNS no longer lists stay in the pool, leaving: those not
-        yet gone (they may still hold sessions in memory)."""
-        return {b for b in missing if self.health(b, now) is not Health.GONE}
+    def left_dns(
+        self, present: Collection[BackendId], missing: Iterable[BackendId], now: float
+    ) -> Leaving:
+        """A DNS source lists ``present`` now, and no longer lists ``missing``: those not
+        yet gone stay in the pool, *leaving* (no new placements; they may still hold
+        sessions in memory, and leave once gone); the others leave now. A backend listed
+        again is not leaving."""
+        missing = list(missing)
+        kept = frozenset(b for b in missing if self.health(b, now) is not Health.GONE)
+        gone = tuple(b for b in missing if b not in kept and b in self.leaving)
+        newly = tuple(sorted(kept - self.leaving))
+        self.leaving = (self.leaving - set(present)) | kept
+        return Leaving(kept, newly, gone)
+
+    def set_admin(self, backend: BackendId, state: AdminState) -> None:
+        """What an operator set ``backend`` to (ready, drain, maint)."""
+        if state is AdminState.READY:
+            self.admin.pop(backend, None)
+        else:
+            self.admin[backend] = state
 
     # -- health ------------------------------------------------------------------------------------
 

@@ -197,10 +197,7 @@ def set_admin_state(pool: Pool, backend: BackendId, state: AdminState) -> None:
     """
     if backend not in pool.links:
         raise KeyError(backend)
-    if state is AdminState.READY:
-        pool.fleet.admin.pop(backend, None)
-    else:
-        pool.fleet.admin[backend] = state
+    pool.fleet.set_admin(backend, state)
     logger.warning("backend %s set to %s by an operator", backend, state.value)
     for each in AdminState:
         pool.metrics.backend_admin_state.labels(backend, each.value).set(each is state)

@@ -52,17 +52,15 @@ class Roster:
         new placements, until it is gone (:mod:`router.core.health`)."""
         present = {BackendId(spec.id) for spec in found}
         missing = [s for s in self._discovered.get(source, ()) if BackendId(s.id) not in present]
-        leaving = fleet.still_leaving((BackendId(s.id) for s in missing), now)
-        kept = [s for s in missing if BackendId(s.id) in leaving]
-        for spec in missing:
-            if spec not in kept and BackendId(spec.id) in fleet.leaving:
-                logger.info("backend %s left DNS and is gone: out of the pool", spec.id)
-        for backend in sorted(leaving - fleet.leaving):
+        leaving = fleet.left_dns(present, (BackendId(s.id) for s in missing), now)
+        for backend in leaving.gone:
+            logger.info("backend %s left DNS and is gone: out of the pool", backend)
+        for backend in leaving.newly:
             logger.info(
                 "backend %s left DNS: no new sessions; it stays in the pool until it is gone",
                 backend,
             )
-        fleet.leaving = (fleet.leaving - present) | leaving
+        kept = [s for s in missing if BackendId(s.id) in leaving.kept]
         self._discovered[source] = (*found, *kept)
         return self.members()
 
