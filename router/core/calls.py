@@ -93,5 +93,5 @@ def free() -> None:
 
 
 #: how many client connections of this router have a session attached on a backend
-#: (:meth:`router.core.directory.Directory.holders`), this one included
-Holders = Callable[[SessionId, BackendId], int]
+#: (:meth:`router.core.directory.Directory.attached_count`), this one included
+AttachedCount = Callable[[SessionId, BackendId], int]

@@ -114,9 +114,9 @@ class Directory:
         (each through a link that is alive: a link that ends detaches its sessions)."""
         return set(self.attachments.get(session_id, ()))
 
-    def holders(self, session_id: SessionId, backend: BackendId) -> int:
+    def attached_count(self, session_id: SessionId, backend: BackendId) -> int:
         """How many client connections of this router have ``session_id`` attached on
-        ``backend`` (:data:`router.core.calls.Holders`)."""
+        ``backend`` (:data:`router.core.calls.AttachedCount`)."""
         return self.attachments.get(session_id, {}).get(backend, 0)
 
     def released(self, session_id: SessionId) -> None:

@@ -8,7 +8,7 @@ in flight gets its one answer first (:func:`abandon`).
 
 from __future__ import annotations
 
-from router.core.calls import Holders
+from router.core.calls import AttachedCount
 from router.core.client_side import ClientSide
 from router.core.effects import Answered, CancelTurn, Effect, Effects, TurnEnd, cancel_turn, refusal
 from router.protocol import acp
@@ -16,11 +16,11 @@ from router.protocol.errors import JsonRpcError
 from router.protocol.ids import BackendId, SessionId
 
 
-def client_gone(side: ClientSide, holders: Holders) -> Effects:
+def client_gone(side: ClientSide, attached_count: AttachedCount) -> Effects:
     """The client connection is gone: the prompt turns it leaves running are cancelled
     (the shell lets the cancels leave on its links before they close), and every session
     is detached."""
-    cancels = abandoned_turns(side, "client_gone", holders)
+    cancels = abandoned_turns(side, "client_gone", attached_count)
     gone = tuple(
         Answered(call.request, call.session_id, call.backend, gone=True)
         for call in side.calls.values()
@@ -29,7 +29,9 @@ def client_gone(side: ClientSide, holders: Holders) -> Effects:
     return (*cancels, *side.sessions.detach_all(), *gone)
 
 
-def abandon(side: ClientSide, error: JsonRpcError, holders: Holders, why: TurnEnd) -> Effects:
+def abandon(
+    side: ClientSide, error: JsonRpcError, attached_count: AttachedCount, why: TurnEnd
+) -> Effects:
     """The connection is about to close (the router is stopping, or closes it): cancel
     the prompt turns it leaves running, answer every request still in flight with
     ``error``, held ones included, withdraw every agent request the client was still
@@ -39,7 +41,7 @@ def abandon(side: ClientSide, error: JsonRpcError, holders: Holders, why: TurnEn
     the turn running (``why`` ``"stopping"``); one closed alone (``"client_gone"``: its
     token revoked, say) leaves a turn another connection holds to that one."""
     side.stopping = True
-    counted = _alone if why == "stopping" else holders
+    counted = _alone if why == "stopping" else attached_count
     effects: list[Effect] = list(abandoned_turns(side, why, counted))
     side.held_notifications = 0
     side.sessions.drop_waiting()
@@ -63,10 +65,12 @@ def _alone(session_id: SessionId, backend: BackendId) -> int:
     return 0
 
 
-def abandoned_turns(side: ClientSide, why: TurnEnd, holders: Holders) -> tuple[CancelTurn, ...]:
+def abandoned_turns(
+    side: ClientSide, why: TurnEnd, attached_count: AttachedCount
+) -> tuple[CancelTurn, ...]:
     """A ``session/cancel`` for each turn the client leaves running: a ``session/prompt``
     forwarded to a backend and not answered, whose session no other client connection
-    of this router has attached on that backend (``holders`` counts this one too, where
+    of this router has attached on that backend (``attached_count`` counts this one too, where
     it has the session attached). One per session and backend; none with
     ``Limits.cancel_abandoned_turns`` off."""
     if not side.limits.cancel_abandoned_turns:
@@ -77,6 +81,6 @@ def abandoned_turns(side: ClientSide, why: TurnEnd, holders: Holders) -> tuple[C
         if call.request.method != acp.SESSION_PROMPT or session_id is None or backend is None:
             continue
         here = 1 if side.sessions.backend(session_id) == backend else 0
-        if (session_id, backend) not in turns and holders(session_id, backend) <= here:
+        if (session_id, backend) not in turns and attached_count(session_id, backend) <= here:
             turns[session_id, backend] = cancel_turn(session_id, backend, why)
     return tuple(turns.values())

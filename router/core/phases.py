@@ -3,7 +3,7 @@
 Rule 1: every change of a session's phase on a connection is made here, by one of the
 moves of :data:`TRANSITIONS`, and nowhere else. Rule 2: what a session needs in a phase
 is the data of that phase (:class:`Attached`, :class:`Closing`, :class:`Attaching`,
-:class:`Locating`, :class:`Orphaned`), so a field cannot outlive the phase it means
+:class:`ClosingElsewhere`, :class:`Orphaned`), so a field cannot outlive the phase it means
 something in. A session in no phase is *detached* and is not in the table.
 
 Frames for a session in a *holding* phase (attaching, locating, orphaned) wait, in
@@ -35,7 +35,7 @@ class Phase(enum.Enum):
     ATTACHED = "attached"  # routed to its backend
     CLOSING = "closing"  # attached, and a close (archive, delete) of it is in flight
     ATTACHING = "attaching"  # a resume or load of it is in flight: later frames wait
-    LOCATING = "locating"  # a close of it, not attached here, is being located: frames wait
+    CLOSING_ELSEWHERE = "closing_elsewhere"  # a close of it, not attached here, is out: frames wait
     ORPHANED = "orphaned"  # its link was lost; a failover will resume it: frames wait
 
 
@@ -55,7 +55,7 @@ _D, _A, _C, _R, _L, _O = (
     Phase.ATTACHED,
     Phase.CLOSING,
     Phase.ATTACHING,
-    Phase.LOCATING,
+    Phase.CLOSING_ELSEWHERE,
     Phase.ORPHANED,
 )
 
@@ -116,8 +116,8 @@ class Attaching:
 
 
 @dataclass(slots=True)
-class Locating:
-    phase: ClassVar[Phase] = Phase.LOCATING
+class ClosingElsewhere:
+    phase: ClassVar[Phase] = Phase.CLOSING_ELSEWHERE
     holder: RequestId
     waiting: deque[Frame] | None = None
 
@@ -130,8 +130,8 @@ class Orphaned:
     waiting: deque[Frame] | None = None
 
 
-State = Attached | Closing | Attaching | Locating | Orphaned
-Holding = Attaching | Locating | Orphaned
+State = Attached | Closing | Attaching | ClosingElsewhere | Orphaned
+Holding = Attaching | ClosingElsewhere | Orphaned
 
 
 class SessionTable:
@@ -182,7 +182,7 @@ class SessionTable:
 
     def attached_by(self, session_id: SessionId) -> Request | None:
         state = self._table.get(session_id)
-        return None if isinstance(state, Locating) or state is None else state.by
+        return None if isinstance(state, ClosingElsewhere) or state is None else state.by
 
     def holding(self, session_id: SessionId) -> bool:
         """Whether a frame for ``session_id`` must wait behind a holder."""
@@ -227,7 +227,7 @@ class SessionTable:
         if isinstance(state, Attached):
             self._move(session_id, Move.CLOSE, Closing(state.backend, state.by))
         elif state is None:
-            self._move(session_id, Move.CLOSE, Locating(holder))
+            self._move(session_id, Move.CLOSE, ClosingElsewhere(holder))
 
     def keep(self, session_id: SessionId) -> None:
         """The close of an attached session failed: it stays attached."""

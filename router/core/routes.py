@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from router.core import backend_side, ending, failover, outcomes
-from router.core.calls import Holders, Limits, PendingCall
+from router.core.calls import AttachedCount, Limits, PendingCall
 from router.core.client_side import ClientSide
 from router.core.effects import Change, Effects, TurnEnd
 from router.core.health import Health
@@ -116,11 +116,13 @@ class ClientRoutes(ClientSide):
         what it is (:func:`router.core.failover.known`)."""
         return failover.known(self, backend, sessions, health)
 
-    def client_gone(self, holders: Holders) -> Effects:
+    def client_gone(self, attached_count: AttachedCount) -> Effects:
         """The client connection is gone (:func:`router.core.ending.client_gone`)."""
-        return ending.client_gone(self, holders)
+        return ending.client_gone(self, attached_count)
 
-    def abandon(self, error: JsonRpcError, holders: Holders, why: TurnEnd = "stopping") -> Effects:
+    def abandon(
+        self, error: JsonRpcError, attached_count: AttachedCount, why: TurnEnd = "stopping"
+    ) -> Effects:
         """The connection is about to close: every call in flight is answered with
         ``error`` (:func:`router.core.ending.abandon`)."""
-        return ending.abandon(self, error, holders, why)
+        return ending.abandon(self, error, attached_count, why)

@@ -33,7 +33,7 @@ module keeps:
    stream past the bound is a 429), answers awaited (past the bound an answer goes on
    the connection stream).
 
-A stream is held by one ``GET`` at a time, named by a number (its ``holder``); a
+A stream is held by one ``GET`` at a time, named by a number (its ``reader``); a
 second ``GET`` for the same stream displaces the first. Nothing here writes, waits or
 reads a clock: the shell (:mod:`router.server.streamable_http`) does, and asks here
 first.
@@ -72,10 +72,10 @@ ANSWERED_ON_CONNECTION: Final = acp.CREATING | acp.ATTACHING
 
 @dataclass(frozen=True, slots=True)
 class Write:
-    """Write the frame on stream ``key`` now: the ``GET`` ``holder`` has it open."""
+    """Write the frame on stream ``key`` now: the ``GET`` ``reader`` has it open."""
 
     key: StreamKey
-    holder: int
+    reader: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,9 +107,9 @@ class Rejected:
 
 @dataclass(frozen=True, slots=True)
 class Opened:
-    """A ``GET`` now holds the stream as ``holder``; the ``GET`` it ``displaced`` ends."""
+    """A ``GET`` now holds the stream as ``reader``; the ``GET`` it ``displaced`` ends."""
 
-    holder: int
+    reader: int
     displaced: int | None
 
 
@@ -117,7 +117,7 @@ class Opened:
 class _Stream:
     held: deque[str] = field(default_factory=deque)
     #: the GET holding it, and whether that GET has written every held frame yet
-    holder: int | None = None
+    reader: int | None = None
     flowing: bool = False
     #: frames wait for it while it is closed (rule 3); False: they take the connection stream
     waited_for: bool = True
@@ -148,7 +148,7 @@ class EventStreams:
         self._sessions: OrderedDict[SessionId, _Stream] = OrderedDict()
         #: requests whose answers go on a session's stream (rule 1), by the client's id
         self._awaited: dict[RequestId, SessionId] = {}
-        self._holders = itertools.count(1)
+        self._readers = itertools.count(1)
         #: streams a GET holds now
         self.open_streams = 0
 
@@ -177,7 +177,7 @@ class EventStreams:
 
     def _attaching(self, session: SessionId) -> None:
         stream = self._known(session)
-        if stream is not None and stream.holder is None:
+        if stream is not None and stream.reader is None:
             stream.waited_for = False  # rule 3's exception
 
     def _await_answer(self, request: Request, session: SessionId | None) -> None:
@@ -197,8 +197,8 @@ class EventStreams:
         key = self._key(message, answers)
         stream = self._connection if key is None else self._sessions[key]
         if stream.flowing:
-            assert stream.holder is not None
-            return Write(key, stream.holder)
+            assert stream.reader is not None
+            return Write(key, stream.reader)
         if len(stream.held) >= self.max_held or self.held_chars + len(text) > self.max_held_chars:
             return Overflow(key)
         if self.budget is not None and not self.budget.take(len(text)):
@@ -220,7 +220,7 @@ class EventStreams:
         if session is None:
             return None
         stream = self._sessions.get(session)
-        if stream is None or (stream.holder is None and not stream.waited_for):
+        if stream is None or (stream.reader is None and not stream.waited_for):
             return None
         self._sessions.move_to_end(session)
         return session
@@ -234,18 +234,18 @@ class EventStreams:
         stream = self._connection if key is None else self._known(key)
         if stream is None:
             return Rejected(429, "too many session streams on this connection")
-        displaced = stream.holder
+        displaced = stream.reader
         if displaced is None:
             self.open_streams += 1
-        stream.holder = next(self._holders)
+        stream.reader = next(self._readers)
         stream.flowing = False
         stream.waited_for = True
-        return Opened(stream.holder, displaced)
+        return Opened(stream.reader, displaced)
 
-    def take(self, key: StreamKey, holder: int) -> str | None:
-        """The next held frame for ``holder`` to write; None when none is left (frames
+    def take(self, key: StreamKey, reader: int) -> str | None:
+        """The next held frame for ``reader`` to write; None when none is left (frames
         then flow to it as they come) or it no longer holds the stream."""
-        stream = self._stream(key, holder)
+        stream = self._stream(key, reader)
         if stream is None:
             return None
         if stream.held:
@@ -255,13 +255,13 @@ class EventStreams:
         stream.flowing = True
         return None
 
-    def release(self, key: StreamKey, holder: int) -> bool:
-        """The ``GET`` ``holder`` has ended; frames for its stream are held again. False
+    def release(self, key: StreamKey, reader: int) -> bool:
+        """The ``GET`` ``reader`` has ended; frames for its stream are held again. False
         when it no longer held the stream (displaced, or released already)."""
-        stream = self._stream(key, holder)
+        stream = self._stream(key, reader)
         if stream is None:
             return False
-        stream.holder = None
+        stream.reader = None
         stream.flowing = False
         self.open_streams -= 1
         return True
@@ -277,9 +277,9 @@ class EventStreams:
         if self.budget is not None:
             self.budget.give(chars)
 
-    def _stream(self, key: StreamKey, holder: int) -> _Stream | None:
+    def _stream(self, key: StreamKey, reader: int) -> _Stream | None:
         stream = self._connection if key is None else self._sessions.get(key)
-        return stream if stream is not None and stream.holder == holder else None
+        return stream if stream is not None and stream.reader == reader else None
 
     def _known(self, session: SessionId) -> _Stream | None:
         """The session's stream, made known (rule 3); None when the table is full of
@@ -295,7 +295,7 @@ class EventStreams:
 
     def _evict(self) -> bool:
         for session, stream in self._sessions.items():
-            if stream.holder is None and not stream.held:
+            if stream.reader is None and not stream.held:
                 del self._sessions[session]
                 return True
         return False

@@ -177,7 +177,7 @@ class SessionNotAttached(RoutingError):
 
 class SessionMoved(SessionNotAttached):
     """An agent instance lost a session it held: another instance sharing the store
-    resumed it (the reference agent's fence). Resume it again to reach its holder.
+    resumed it (the reference agent's fence). Resume it again to reach the instance that has it now.
 
     ``turn_started``: it was lost during a turn that had begun (``data.turnStarted``), so
     the prompt ran in part; otherwise the request did not run at all."""

@@ -149,8 +149,8 @@ class ClientConnection:
         The turns it leaves running are cancelled, and the cancels leave its links
         before the close."""
         why: TurnEnd = "stopping" if code == SERVICE_RESTART else "client_gone"
-        holders = self.pool.directory.holders
-        await self.carry_out(self.routes.abandon(RouterStopping(), holders, why))
+        attached_count = self.pool.directory.attached_count
+        await self.carry_out(self.routes.abandon(RouterStopping(), attached_count, why))
         await self.links.sent()
         await self.channel.close(code, reason)
 
@@ -160,7 +160,7 @@ class ClientConnection:
         among them), and detach its sessions."""
         # carrying these out never waits (a cancel is queued, a detach recorded): no
         # task routes anything between the core seeing the client go and its cancellation
-        await self.carry_out(self.routes.client_gone(self.pool.directory.holders))
+        await self.carry_out(self.routes.client_gone(self.pool.directory.attached_count))
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)

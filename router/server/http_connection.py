@@ -63,7 +63,7 @@ class HttpConnection:
             max_awaited=settings.max_in_flight_per_connection,
             budget=budget,
         )
-        #: the open GETs, by holder number
+        #: the open GETs, by reader number
         self.writers: dict[int, EventStream] = {}
         self.client: ClientConnection | None = None
         #: the log context's number for it
@@ -144,10 +144,10 @@ class HttpConnection:
                 answer.set_result(text)
                 return
         match self.streams.deliver(text, message, answers):
-            case Write(key, holder):
-                stream = self.writers[holder]
+            case Write(key, reader):
+                stream = self.writers[reader]
                 if not await stream.write(event(text)):
-                    self.closed(key, holder)
+                    self.closed(key, reader)
             case Held():
                 pass
             case Overflow(key, shared):
@@ -171,7 +171,7 @@ class HttpConnection:
     # -- GETs ---------------------------------------------------------------------------------
 
     def opened(self, attached: Opened, stream: EventStream) -> None:
-        self.writers[attached.holder] = stream
+        self.writers[attached.reader] = stream
         if attached.displaced is None:
             self.metrics.http_streams.inc()
         else:
@@ -180,11 +180,11 @@ class HttpConnection:
                 displaced.ended.set()
         self.touch()
 
-    def closed(self, key: StreamKey, holder: int) -> None:
-        """The GET ``holder`` has ended (or its last write failed)."""
-        writer = self.writers.pop(holder, None)
+    def closed(self, key: StreamKey, reader: int) -> None:
+        """The GET ``reader`` has ended (or its last write failed)."""
+        writer = self.writers.pop(reader, None)
         if writer is not None:
             writer.ended.set()
-        if self.streams.release(key, holder):
+        if self.streams.release(key, reader):
             self.metrics.http_streams.dec()
             self.touch()

@@ -145,12 +145,12 @@ class HttpFront:
         with connection.in_use():
             try:
                 await response.prepare(request)
-                await self._flush(connection, key, attached.holder, stream)
+                await self._flush(connection, key, attached.reader, stream)
                 await stream.keep_alive(self.settings.http_keepalive_seconds)
             except ConnectionError:
                 pass  # the client went while the stream opened
             finally:
-                connection.closed(key, attached.holder)
+                connection.closed(key, attached.reader)
         return response
 
     async def delete(self, request: web.Request) -> web.Response:
@@ -293,10 +293,10 @@ class HttpFront:
         return connection, key, attached
 
     async def _flush(
-        self, connection: HttpConnection, key: StreamKey, holder: int, stream: EventStream
+        self, connection: HttpConnection, key: StreamKey, reader: int, stream: EventStream
     ) -> None:
         """Write the frames held for the stream; new ones flow to it once none is left."""
-        while (text := connection.streams.take(key, holder)) is not None:
+        while (text := connection.streams.take(key, reader)) is not None:
             if not await stream.write(event(text)):
                 return
 

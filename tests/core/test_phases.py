@@ -24,7 +24,7 @@ from router.protocol.jsonrpc import Notification, Request, RequestId
 from router.protocol.reading import parse
 from tests.routes_driver import new_params, notification, prompt, request
 
-HOLDING = (Phase.ATTACHING, Phase.LOCATING, Phase.ORPHANED)
+HOLDING = (Phase.ATTACHING, Phase.CLOSING_ELSEWHERE, Phase.ORPHANED)
 
 
 def by(request_id: RequestId) -> Request:
@@ -162,7 +162,7 @@ def test_a_close_of_an_attached_session_is_closing_and_holds_nothing() -> None:
 def test_a_close_of_a_detached_session_is_located_and_holds_it() -> None:
     table = SessionTable()
     table.close(SessionId("s1"), 1)
-    assert table.phase(SessionId("s1")) is Phase.LOCATING
+    assert table.phase(SessionId("s1")) is Phase.CLOSING_ELSEWHERE
     assert table.holding(SessionId("s1"))
     assert table.backend(SessionId("s1")) is None
     assert table.attached_by(SessionId("s1")) is None
@@ -399,7 +399,7 @@ class Sessions(RuleBasedStateMachine):
     def _resume(self, s: SessionId) -> None:
         m = self.model[s]
         holder = self._next()
-        if m.phase in (Phase.ATTACHING, Phase.LOCATING):
+        if m.phase in (Phase.ATTACHING, Phase.CLOSING_ELSEWHERE):
             with pytest.raises(InvalidMove):
                 self.table.resume(s, holder)
             return
@@ -422,7 +422,7 @@ class Sessions(RuleBasedStateMachine):
         if m.phase is Phase.ATTACHED:
             self.model[s] = Expected(Phase.CLOSING, m.backend, by=m.by)
         elif m.phase is Phase.DETACHED:
-            self.model[s] = Expected(Phase.LOCATING, holder=holder)
+            self.model[s] = Expected(Phase.CLOSING_ELSEWHERE, holder=holder)
 
     @rule(s=st.sampled_from(SESSIONS))
     def keep(self, s: SessionId) -> None:
@@ -533,7 +533,7 @@ class Sessions(RuleBasedStateMachine):
             assert self.table.holding(s) == (m.phase in HOLDING)
             if m.holder is not None:
                 assert self.table.held_by(s, m.holder)
-            expected_by = None if m.phase in (Phase.DETACHED, Phase.LOCATING) else m.by
+            expected_by = None if m.phase in (Phase.DETACHED, Phase.CLOSING_ELSEWHERE) else m.by
             assert self.table.attached_by(s) == expected_by
         assert set(self.table) == {
             s for s, m in self.model.items() if m.phase is not Phase.DETACHED

@@ -93,11 +93,11 @@ class Connection:
         assert any(isinstance(e, Send) for e in sent), sent
 
     def gone(self) -> Effects:
-        return self.carry(self.routes.client_gone(self.replica.directory.holders))
+        return self.carry(self.routes.client_gone(self.replica.directory.attached_count))
 
     def abandoned(self) -> Effects:
-        holders = self.replica.directory.holders
-        return self.carry(self.routes.abandon(RouterStopping(), holders))
+        attached_count = self.replica.directory.attached_count
+        return self.carry(self.routes.abandon(RouterStopping(), attached_count))
 
 
 def turn_running(replica: Replica, limits: Limits | None = None) -> Connection:
@@ -170,7 +170,7 @@ def test_no_cancel_for_a_session_another_connection_holds_on_that_backend() -> N
     first = turn_running(replica)
     replica.connect().resume(1, "a", "s1")
     assert cancels(first.gone()) == []
-    assert replica.directory.holders(SessionId("s1"), BackendId("a")) == 1  # the second's
+    assert replica.directory.attached_count(SessionId("s1"), BackendId("a")) == 1  # the second's
 
 
 def test_a_session_held_elsewhere_on_another_backend_is_still_cancelled() -> None:
@@ -215,15 +215,15 @@ def test_a_connection_closed_alone_leaves_a_turn_another_connection_holds() -> N
     replica = Replica()
     first = turn_running(replica)
     replica.connect().resume(1, "a", "s1")
-    holders = replica.directory.holders
-    revoked = first.carry(first.routes.abandon(RouterStopping(), holders, "client_gone"))
+    attached_count = replica.directory.attached_count
+    revoked = first.carry(first.routes.abandon(RouterStopping(), attached_count, "client_gone"))
     assert cancels(revoked) == []
 
 
 def test_a_connection_the_router_closes_says_so() -> None:
     connection = turn_running(Replica())
-    holders = connection.replica.directory.holders
-    revoked = connection.routes.abandon(RouterStopping(), holders, "client_gone")
+    attached_count = connection.replica.directory.attached_count
+    revoked = connection.routes.abandon(RouterStopping(), attached_count, "client_gone")
     assert cancels(revoked) == [("s1", "a", "client_gone")]
 
 

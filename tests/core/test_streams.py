@@ -55,13 +55,13 @@ def send(table: EventStreams, frame: Message) -> Delivery:
 
 
 def open_stream(table: EventStreams, key: StreamKey) -> tuple[int, list[str]]:
-    """A GET on ``key``: its holder number and the held frames it writes first."""
+    """A GET on ``key``: its reader number and the held frames it writes first."""
     attached = table.attach(key)
     assert isinstance(attached, Opened)
     taken = []
-    while (text := table.take(key, attached.holder)) is not None:
+    while (text := table.take(key, attached.reader)) is not None:
         taken.append(text)
-    return attached.holder, taken
+    return attached.reader, taken
 
 
 def created(table: EventStreams, session: str) -> Delivery:
@@ -101,16 +101,16 @@ def test_a_new_sessions_frames_wait_for_its_stream_in_order() -> None:
     assert send(table, second) == Held(S1)
     assert table.post(request(2, "session/prompt", S1), S1) is None
     assert send(table, answer(2)) == Held(S1)
-    holder, taken = open_stream(table, S1)
+    reader, taken = open_stream(table, S1)
     assert taken == [second.text, answer(2).text]
-    assert send(table, update(S1)) == Write(S1, holder)
+    assert send(table, update(S1)) == Write(S1, reader)
     # its GET ends: frames wait for the next one
-    assert table.release(S1, holder)
-    assert not table.release(S1, holder)
+    assert table.release(S1, reader)
+    assert not table.release(S1, reader)
     assert send(table, update(S1)) == Held(S1)
     again, taken = open_stream(table, S1)
     assert taken == [update(S1).text]
-    assert again != holder
+    assert again != reader
 
 
 def test_a_session_attached_before_its_stream_opens_uses_the_connection_stream() -> None:
@@ -182,7 +182,7 @@ def test_the_characters_held_over_a_connection_are_bounded_too() -> None:
     assert send(table, frame) == Overflow(None)  # a third would pass the characters' bound
     attached = table.attach(None)
     assert isinstance(attached, Opened)
-    assert table.take(None, attached.holder) == frame.text  # taking one makes room for one
+    assert table.take(None, attached.reader) == frame.text  # taking one makes room for one
     assert table.held_chars == len(frame.text)
     assert send(table, frame) == Held(None)
 
@@ -216,12 +216,12 @@ def test_a_second_get_displaces_the_first() -> None:
     assert attached.displaced == first
     assert send(table, update("x")) == Held(None)  # the new GET has not taken the held ones yet
     assert table.take(None, first) is None  # the displaced GET gets nothing more
-    assert table.take(None, attached.holder) == update("x").text
-    assert table.take(None, attached.holder) is None
-    assert send(table, update("x")) == Write(None, attached.holder)
+    assert table.take(None, attached.reader) == update("x").text
+    assert table.take(None, attached.reader) is None
+    assert send(table, update("x")) == Write(None, attached.reader)
     assert not table.release(None, first)
     assert table.open_streams == 1
-    assert table.release(None, attached.holder)
+    assert table.release(None, attached.reader)
     assert table.open_streams == 0
 
 
@@ -237,9 +237,9 @@ def test_known_sessions_are_bounded() -> None:
     assert send(table, update("s3")) == Held(None)  # not known: the connection stream
     # S2's frames are taken: it can make room now, and S1 (open) still cannot
     open_stream(table, S2)
-    holder = table.attach(S2)
-    assert isinstance(holder, Opened)
-    assert table.release(S2, holder.holder)
+    reader = table.attach(S2)
+    assert isinstance(reader, Opened)
+    assert table.release(S2, reader.reader)
     assert isinstance(table.attach(SessionId("s3")), Opened)
     assert table.post(request(1, "session/prompt", S2), S2) == Rejected(
         404, "no such session on this connection"
@@ -265,22 +265,22 @@ def test_a_streams_frames_arrive_once_and_in_order(steps: list[str]) -> None:
     table = streams(max_held=1000, max_held_chars=10**9)
     sent: list[str] = []
     received: list[str] = []
-    holder: int | None = None
+    reader: int | None = None
     for n, step in enumerate(steps):
         if step == "frame":
             frame = update(f"unknown-{n}")
             sent.append(frame.text)
             delivery = send(table, frame)
             if isinstance(delivery, Write):
-                assert delivery.holder == holder
+                assert delivery.reader == reader
                 received.append(frame.text)
             else:
                 assert delivery == Held(None)
         elif step == "open":
-            holder, taken = open_stream(table, None)
+            reader, taken = open_stream(table, None)
             received.extend(taken)
-        elif holder is not None:
-            assert table.release(None, holder)
-            holder = None
+        elif reader is not None:
+            assert table.release(None, reader)
+            reader = None
     _, taken = open_stream(table, None)
     assert received + taken == sent
