@@ -420,7 +420,7 @@ def _run(args: argparse.Namespace) -> int:
         import asyncio
         import socket
 
-        from router.host.server import HostSettings, serve as serve_host
+        from router.host.shell import HostSettings, serve as serve_host
 
         hosted = HostSettings(
             command=tuple(args.agent_command),
@@ -431,7 +431,7 @@ def _run(args: argparse.Namespace) -> int:
         asyncio.run(serve_host(hosted, args.listen))
         return 0
     if args.command == "agent":
-        from router.agent.server import run_agent
+        from router.agent.listener import run_agent
 
         if (args.tls_cert is None) != (args.tls_key is None):
             raise ConfigError("--tls-cert and --tls-key go together")

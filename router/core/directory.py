@@ -20,7 +20,7 @@ from router.core.effects import Attach, Change
 from router.core.fleet import Heard
 from router.core.hints import Absences, Hint, LocationCache
 from router.core.locate import Candidate, Snapshot, UnknownPolicy, hint_after_answer, lasting
-from router.core.placement import Node, Spread
+from router.core.placement import Asked, Node, Spread
 from router.protocol.acp import ProbeResult, StatusAnswer
 from router.protocol.ids import BackendId, SessionId
 
@@ -276,9 +276,10 @@ class Directory:
 
     # -- placement -----------------------------------------------------------------------------------
 
-    def place(self, candidates: list[Node]) -> BackendId | None:
-        """A backend for a new session, by the distinct sessions each carries."""
-        return self.spread.place(candidates, self.attached, self._clock())
+    def place(self, candidates: list[Node], asked: Asked | None = None) -> BackendId | None:
+        """A backend for a new session (``asked``: what its request says), by the distinct
+        sessions each carries (:meth:`router.core.placement.Spread.place`)."""
+        return self.spread.place(candidates, self.attached, self._clock(), asked)
 
     def created(self, backend: BackendId) -> None:
         """A placement on ``backend`` created its session (now attached, and counted so)."""

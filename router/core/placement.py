@@ -20,6 +20,25 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from router.protocol.ids import BackendId, SessionId
+from router.protocol.jsonrpc import Request
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """What a placement rule may look at of the request it places: its method
+    (``session/new``, or a first ``authenticate``, which goes where a new session would)
+    and the new session's ``cwd``. The rule of :meth:`Spread.place` looks at the pool's
+    load only; a rule that places by the request (a backend per project, say) changes
+    that one method."""
+
+    method: str
+    cwd: str | None = None
+
+    @classmethod
+    def of(cls, request: Request) -> Asked:
+        cwd = request.param("cwd")
+        return cls(request.method, cwd if isinstance(cwd, str) else None)
+
 
 _M64 = (1 << 64) - 1
 #: the largest float below 1: (x + 0.5) / 2**64 rounds up to 1.0 for the top ~1000 hashes
@@ -146,10 +165,15 @@ class Spread:
         self._fading[backend] = (total, now)
 
     def place(
-        self, candidates: Sequence[Node], attached: Mapping[BackendId, int], now: float
+        self,
+        candidates: Sequence[Node],
+        attached: Mapping[BackendId, int],
+        now: float,
+        asked: Asked | None = None,
     ) -> BackendId | None:
-        """Choose a backend for one new session and count it as placed there; None when
-        there is no candidate."""
+        """Choose a backend for one new session (``asked``: what its request says, which
+        this rule does not look at) and count it as placed there; None when there is no
+        candidate."""
         if not candidates:
             return None
         load = {

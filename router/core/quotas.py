@@ -39,7 +39,7 @@ class Client:
 
 
 @dataclass(eq=False, slots=True)
-class Place:
+class Seat:
     """One client connection's place among :class:`ClientPlaces` (compared by identity)."""
 
     client: Client
@@ -61,15 +61,15 @@ class Full:
 class Taken:
     """A place, and the idle connections that gave theirs up for it (end them)."""
 
-    place: Place
-    reclaimed: tuple[Place, ...] = ()
+    place: Seat
+    reclaimed: tuple[Seat, ...] = ()
 
 
 @dataclass(slots=True)
 class _Holder:
     count: int = 0
     #: its idle places, the longest idle first
-    idle: OrderedDict[Place, None] = field(default_factory=OrderedDict)
+    idle: OrderedDict[Seat, None] = field(default_factory=OrderedDict)
 
 
 class ClientPlaces:
@@ -93,7 +93,7 @@ class ClientPlaces:
         holder = self._holders.get(client)
         if holder is not None and holder.count >= self._limits[client.scope]:
             return Full(client.scope)
-        reclaimed: tuple[Place, ...] = ()
+        reclaimed: tuple[Seat, ...] = ()
         if self.open >= self.most:
             victim = self._idlest()
             if victim is None:
@@ -103,9 +103,9 @@ class ClientPlaces:
         holder = self._holders.setdefault(client, _Holder())
         holder.count += 1
         self.open += 1
-        return Taken(Place(client), reclaimed)
+        return Taken(Seat(client), reclaimed)
 
-    def give_back(self, place: Place) -> None:
+    def give_back(self, place: Seat) -> None:
         """The connection has ended (or was reclaimed): its place is free."""
         if not place.held:
             return
@@ -117,13 +117,13 @@ class ClientPlaces:
         if not holder.count:
             del self._holders[place.client]
 
-    def rest(self, place: Place) -> None:
+    def rest(self, place: Seat) -> None:
         """The connection is open but not in use: its place may be reclaimed."""
         if place.held and not place.idle:
             place.idle = True
             self._holders[place.client].idle[place] = None
 
-    def use(self, place: Place) -> None:
+    def use(self, place: Seat) -> None:
         """The connection is in use again."""
         if place.held and place.idle:
             place.idle = False
@@ -133,7 +133,7 @@ class ClientPlaces:
         holder = self._holders.get(client)
         return 0 if holder is None else holder.count
 
-    def _idlest(self) -> Place | None:
+    def _idlest(self) -> Seat | None:
         """The longest idle place of the client holding the most places, if any is idle."""
         holders = [h for h in self._holders.values() if h.idle]
         if not holders:

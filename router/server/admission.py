@@ -25,7 +25,7 @@ import aiohttp
 from aiohttp import hdrs, web
 
 from router.core.frontdoor import Admitted, Credentials
-from router.core.quotas import Client, Place, Taken
+from router.core.quotas import Client, Seat, Taken
 from router.server.accepting import take_place
 from router.server.app_keys import (
     CLIENTS,
@@ -45,7 +45,7 @@ from router.server.http_connection import Entry
 logger = logging.getLogger(__name__)
 
 
-def place_client(app: web.Application, admission: Admitted, address: str) -> Place | web.Response:
+def place_client(app: web.Application, admission: Admitted, address: str) -> Seat | web.Response:
     """A place for a new client connection (given back with ``PLACES.give_back``), idle
     Streamable HTTP connections ending to make room; or the refusal: too many for that
     token or address (429), or in all (503)."""

@@ -58,6 +58,7 @@ from router.core.effects import (
     refusal,
 )
 from router.core.frontdoor import Principal
+from router.core.placement import Asked
 from router.core.routes import ClientRoutes, Limits
 from router.core.split_brain import How, next_epoch
 from router.protocol import acp
@@ -286,13 +287,13 @@ class ClientConnection:
                     self._spawn(self._initialize(request), "initialize")
             case Place(request):
                 try:
-                    backend = self.upstream.where.place_new()
+                    backend = self.upstream.where.place_new(Asked.of(request))
                 except JsonRpcError as exc:
                     await self.carry_out(self.routes.fail(request.id, exc))
                     return
                 await self.carry_out(self.routes.placed(request.id, backend))
                 if request.method == acp.SESSION_NEW and self.pool.can_probe(backend):
-                    self._spawn(self._watch_new(request.id, backend), "new-session-probe")
+                    self._spawn(self._watch_new(request, backend), "new-session-probe")
             case Locate(request, session_id, tried, internal, claimed):
                 if internal:
                     logger.info("failing over session %s", session_id)
@@ -374,15 +375,16 @@ class ClientConnection:
         epoch = next_epoch(located.highest_epoch, self.pool.wall_ms())
         await self.carry_out(self.routes.located(request.id, located.backend, epoch))
 
-    async def _watch_new(self, request_id: RequestId, backend: BackendId) -> None:
+    async def _watch_new(self, request: Request, backend: BackendId) -> None:
         """A probe beside a ``session/new`` placed on ``backend``: a backend that leaves it
         unanswered within ``probe.timeout_ms`` is silent (a frozen process), and the
         ``session/new``, still unanswered, is placed once more elsewhere (where there is
         an elsewhere: otherwise it waits on)."""
+        request_id = request.id
         if await self.pool.alive(backend) or not self.routes.waits_on(request_id, backend):
             return
         try:
-            elsewhere = self.upstream.where.place_new()
+            elsewhere = self.upstream.where.place_new(Asked.of(request))
         except JsonRpcError:
             return
         if elsewhere == backend:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from router.core.frontdoor import Admitted
-from router.core.quotas import ByteBudget, ClientPlaces, Place
+from router.core.quotas import ByteBudget, ClientPlaces, Seat
 from router.core.streams import EventStreams, Held, Opened, Overflow, StreamKey, Write
 from router.protocol.ids import ConnectionId, new_connection_id
 from router.protocol.jsonrpc import Message, Request, RequestId
@@ -33,7 +33,7 @@ class Entry:
 
     admission: Admitted
     address: str
-    place: Place
+    place: Seat
     places: ClientPlaces
 
 

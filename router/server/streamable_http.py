@@ -33,7 +33,7 @@ from typing import Protocol
 from aiohttp import hdrs, web
 
 from router.core.frontdoor import Admitted
-from router.core.quotas import ByteBudget, Place
+from router.core.quotas import ByteBudget, Seat
 from router.core.streams import Opened, Rejected, StreamKey
 from router.protocol import acp
 from router.protocol.errors import InvalidRequest, ParseError
@@ -316,7 +316,7 @@ class HttpFront:
         await connection.done.wait()
         return web.Response(status=202)
 
-    def reclaim(self, places: Iterable[Place]) -> None:
+    def reclaim(self, places: Iterable[Seat]) -> None:
         """End the idle connections whose places went to newcomers."""
         reclaimed = set(places)
         if not reclaimed:

@@ -20,7 +20,7 @@ from websockets.protocol import Protocol
 from websockets.server import ServerProtocol
 
 from router.core.frontdoor import Admitted
-from router.core.quotas import Place
+from router.core.quotas import Seat
 from router.protocol import acp
 from router.protocol.ids import new_connection_id
 from router.server import log_context
@@ -108,7 +108,7 @@ class Upgraded(NamedTuple):
     admission: Admitted
     address: str
     #: the client connection's place (given back when the connection ends)
-    place: Place
+    place: Seat
 
 
 def _upgrade(
@@ -193,7 +193,7 @@ def _serve_client(
     return ws
 
 
-def _client_gone(app: web.Application, channel: WebSocketChannel, place: Place) -> None:
+def _client_gone(app: web.Application, channel: WebSocketChannel, place: Seat) -> None:
     """A client's WebSocket is gone: end its connection (in a task the clients' set
     owns: the connection stops its own tasks and links first), and free its place."""
     connection = channel.connection

@@ -7,6 +7,7 @@ will most likely go, where a new session goes, and what backends' answers teach 
 from __future__ import annotations
 
 from router.core.locate import Snapshot, first_guess, lasting
+from router.core.placement import Asked
 from router.protocol.errors import NoBackendAvailable
 from router.protocol.ids import BackendId, SessionId
 from router.server.pool.backends import Pool
@@ -54,10 +55,11 @@ class Whereabouts:
         """A client's claim, when it names a member of the pool."""
         return claimed if claimed in self.pool.links else None
 
-    def place_new(self) -> BackendId:
-        """A backend for a new session (:meth:`router.core.placement.Spread.place`)."""
+    def place_new(self, asked: Asked | None = None) -> BackendId:
+        """A backend for a new session (:meth:`router.core.placement.Spread.place`), with
+        what its request says (``asked``)."""
         pool = self.pool
-        backend = pool.directory.place(pool.fleet.for_new_sessions(pool.now()))
+        backend = pool.directory.place(pool.fleet.for_new_sessions(pool.now()), asked)
         if backend is None:
             raise NoBackendAvailable()
         return backend
