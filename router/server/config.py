@@ -1,9 +1,9 @@
 """The router's configuration: TOML validated by pydantic.
 
 A bad file fails at start with one :class:`~router.protocol.errors.ConfigError` line in
-the operator's words, naming the table and the key, tables of an array counted from 1:
-``router.toml: backends (the 2nd [[backends]] table): unknown key 'wieght' (did you mean
-'weight'?)``. Unknown keys are errors too, so a typo never silently falls back to a
+the operator's words that names every problem found, each by its table and key, tables of
+an array counted from 1: ``router.toml: backends (the 2nd [[backends]] table): unknown key
+'wieght' (did you mean 'weight'?)``. Unknown keys are errors too, so a typo never silently falls back to a
 default, and values are not coerced: TOML has types, so ``timeout_ms = "500"`` or
 ``weight = true`` is a mistake, not a number. The custom checks below word their own
 messages, naming their keys; :func:`explain` words pydantic's.
@@ -18,7 +18,7 @@ import tomllib
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Literal, Self
+from typing import Annotated, Final, Literal, Self
 from urllib.parse import SplitResult, urlsplit
 
 from pydantic import (
@@ -346,30 +346,62 @@ class ProbeSection(_Section):
         return {**acp.DEFAULT_STATUS_ALIASES, **extra}
 
 
+#: the default ``control.reconnect_max_ms``; a grace set alone that is shorter than three
+#: times it lowers it to a third of the grace (:class:`ControlSection`)
+RECONNECT_MAX_MS: Final = 5000
+
+
 class ControlSection(_Section):
-    """The persistent, initialized connection the router keeps to each backend."""
+    """The persistent, initialized connection the router keeps to each backend.
+
+    The grace alone is enough: without ``reconnect_max_ms`` the backoff's cap follows it
+    (:data:`RECONNECT_MAX_MS`, or a third of the grace when that is less), so a file that
+    sets only ``down_grace_ms`` is never refused over a default it did not choose. A file
+    that sets both so that the grace is shorter than three caps is refused, naming both.
+    """
 
     reconnect_initial_ms: Annotated[int, Field(gt=0)] = 100
     #: the backoff's cap; a link that is down also never waits longer than
-    #: down_grace_ms / 10 (:mod:`router.core.reconnect`)
-    reconnect_max_ms: Annotated[int, Field(gt=0)] = 5000
+    #: down_grace_ms / 10 (:mod:`router.core.reconnect`). Not set: RECONNECT_MAX_MS, or
+    #: down_grace_ms / 3 when that is less
+    reconnect_max_ms: Annotated[int, Field(gt=0)] = RECONNECT_MAX_MS
     heartbeat_seconds: Annotated[float, Field(gt=0)] = 10.0
     #: how long a backend no link of any kind has reached still counts as maybe holding
     #: its sessions ("unknown": resumes that need it fail closed) before it counts as
     #: gone; a new process ends it at once. At least 3 x reconnect_max_ms.
     down_grace_ms: Annotated[int, Field(ge=0)] = 30_000
 
+    @model_validator(mode="before")
+    @classmethod
+    def _cap_follows_the_grace(cls, data: object) -> object:
+        if not isinstance(data, dict) or "reconnect_max_ms" in data:
+            return data
+        grace = data.get("down_grace_ms")
+        if type(grace) is not int or grace < GRACE_IN_RECONNECTS:
+            return data  # absent (the defaults agree), or the checks below say what is wrong
+        return {**data, "reconnect_max_ms": min(RECONNECT_MAX_MS, grace // GRACE_IN_RECONNECTS)}
+
     @model_validator(mode="after")
     def _grace_spans_reconnects(self) -> Self:
         least = GRACE_IN_RECONNECTS * self.reconnect_max_ms
-        if self.down_grace_ms < least:
+        if self.down_grace_ms >= least:
+            return self
+        why = (
+            "a backend is given up only once its link has tried it throughout the grace,"
+            " and a shorter one gives up a backend that is merely restarting"
+        )
+        if "reconnect_max_ms" not in self.model_fields_set:  # a grace too short for any cap
             raise ValueError(
                 f"'down_grace_ms' ({self.down_grace_ms}) must be at least"
-                f" {GRACE_IN_RECONNECTS} x 'reconnect_max_ms' ({self.reconnect_max_ms}),"
-                f" {least}: a backend is given up only once its link has tried it throughout"
-                " the grace, and a shorter one gives up a backend that is merely restarting"
+                f" {GRACE_IN_RECONNECTS}: {why}"
             )
-        return self
+        given = "down_grace_ms" in self.model_fields_set
+        raise ValueError(
+            f"'down_grace_ms' ({self.down_grace_ms}{'' if given else ', its default'}) must be"
+            f" at least {GRACE_IN_RECONNECTS} x 'reconnect_max_ms' ({self.reconnect_max_ms}),"
+            f" {least}: {why}"
+            + (" (without 'reconnect_max_ms', the cap follows the grace)" if given else "")
+        )
 
 
 class PlacementSection(_Section):
@@ -479,7 +511,8 @@ class Settings(_Section):
     def _unique_ids(
         cls, backends: list[BackendSection], info: ValidationInfo
     ) -> list[BackendSection]:
-        if not backends and not info.data.get("discovery"):
+        # no "discovery" in info.data: its tables were refused, and the error says why
+        if not backends and info.data.get("discovery", [None]) == []:
             raise ValueError("give at least one [[backends]] table (or a [[discovery]] table)")
         ids = [backend.id for backend in backends]
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
@@ -502,11 +535,16 @@ def load_settings(path: str | Path) -> Settings:
 
 
 def settings_from(data: dict[str, object], *, source: str = "config") -> Settings:
-    """Validate parsed TOML; raises ConfigError, one line in plain words, the first problem."""
+    """Validate parsed TOML; raises ConfigError, one line in plain words naming every
+    problem found (``source: 3 problems: ...; ...; ...`` when there are several)."""
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(f"{source}: {explain(exc.errors()[0])}") from None
+        problems = explain_all(exc.errors(), data)
+    said = "; ".join(problems)
+    if len(problems) > 1:
+        said = f"{len(problems)} problems: {said}"
+    raise ConfigError(f"{source}: {said}")
 
 
 # -- errors in the operator's words --------------------------------------------------------------
@@ -558,7 +596,7 @@ def _what(error: ErrorDetails, table: Location, key: str | None, index: int | No
     secret = field is not None and field.repr is False
     seen = "" if secret else f", not {shown(value)}"
     if kind == "extra_forbidden":
-        return _unknown(key or "", value, table, section)
+        return _unknown(key or "", value, table)
     if kind == "missing":
         return f"missing key {subject}"
     if kind == "value_error":  # our own checks word their messages, naming their keys
@@ -585,16 +623,83 @@ def _what(error: ErrorDetails, table: Location, key: str | None, index: int | No
     return f"{subject}: {error['msg']}"
 
 
-def _unknown(key: str, value: object, table: Location, section: type[BaseModel] | None) -> str:
-    if not table and isinstance(value, dict):
-        close = difflib.get_close_matches(key, list(Settings.model_fields), n=1)
-        return f"unknown table [{key}]" + (f" (did you mean [{close[0]}]?)" if close else "")
+def explain_all(errors: Sequence[ErrorDetails], data: Mapping[str, object]) -> list[str]:
+    """Every validation error as one line (:func:`explain`), in the file's order, each said
+    once. An unknown key that is a near miss of a key the table lacks (``ulr`` for
+    ``url``, ``[[backend]]`` for ``[[backends]]``) explains what is said about the lacking
+    key ("missing key 'url'"), so that is left out: its "did you mean" says it."""
+    near_misses = {
+        (tuple(error["loc"][:-1]), meant)
+        for error in errors
+        if error["type"] == "extra_forbidden"
+        and (meant := _near_miss(error["loc"], error["input"])) is not None
+    }
+    kept = [
+        error
+        for error in errors
+        if not (
+            (tuple(error["loc"][:-1]), error["loc"][-1] if error["loc"] else None) in near_misses
+            and not _given(data, error["loc"])
+        )
+    ]
+    return list(dict.fromkeys(explain(error) for error in kept))
+
+
+def _given(data: Mapping[str, object], loc: Location) -> bool:
+    """Whether the file has a value at ``loc`` (keys, and indices into arrays)."""
+    found: object = data
+    for part in loc:
+        in_array = isinstance(part, int) and isinstance(found, list) and part < len(found)
+        in_table = isinstance(part, str) and isinstance(found, Mapping) and part in found
+        if not (in_array or in_table):
+            return False
+        found = found[part]  # type: ignore[index]
+    return True
+
+
+def _near_miss(loc: Location, value: object) -> str | None:
+    """The known key an unknown one at ``loc`` is most likely a misspelling of."""
+    if not loc:
+        return None
+    table, key = loc[:-1], str(loc[-1])
+    if not table:  # the top level: only a table there can be a misspelled table
+        if not _is_table(value):
+            return None
+        names = list(Settings.model_fields)
+    else:
+        section = _table_at(table)
+        names = list(section.model_fields) if section is not None else []
+    close = difflib.get_close_matches(key, names, n=1)
+    return close[0] if close else None
+
+
+def _is_table(value: object) -> bool:
+    """A TOML table, or an array of tables (``[[name]]``)."""
+    return isinstance(value, dict) or (
+        isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+    )
+
+
+def _table_name(name: str, value: object = None) -> str:
+    """``[name]``, or ``[[name]]`` for an array of tables (a field of the settings that
+    holds one, or a value that is one)."""
+    field = Settings.model_fields.get(name)
+    found = None if field is None else _section_in(field.annotation)
+    arrays = isinstance(value, list) if found is None else found[1]
+    return f"[[{name}]]" if arrays else f"[{name}]"
+
+
+def _unknown(key: str, value: object, table: Location) -> str:
+    meant = _near_miss((*table, key), value)
+    if not table and _is_table(value):
+        return f"unknown table {_table_name(key, value)}" + (
+            f" (did you mean {_table_name(meant)}?)" if meant else ""
+        )
     said = f"unknown key '{key}'"
     if not table:  # a key above every table: say which tables have it
-        homes = [f"[{name}]" for name, home in _sections() if key in home.model_fields]
+        homes = [_table_name(name) for name, home in _sections() if key in home.model_fields]
         return f"{said} at the top level" + (f" (it goes in {' or '.join(homes)})" if homes else "")
-    close = difflib.get_close_matches(key, list(section.model_fields) if section else [], n=1)
-    return said + (f" (did you mean '{close[0]}'?)" if close else "")
+    return said + (f" (did you mean '{meant}'?)" if meant else "")
 
 
 def _sections() -> list[tuple[str, type[BaseModel]]]:

@@ -119,6 +119,49 @@ def test_the_grace_spans_three_reconnect_intervals(grace: int, most: int, accept
         assert "'reconnect_max_ms'" in message, message
 
 
+@pytest.mark.parametrize(
+    ("grace", "most"), [(3000, 1000), (600, 200), (30_000, 5000), (90_000, 5000)]
+)
+def test_a_grace_alone_is_enough_the_cap_follows_it(grace: int, most: int) -> None:
+    # a grace shorter than three default caps (15 s) was refused for a key nobody set
+    control = settings_from(_with(control={"down_grace_ms": grace})).control
+    assert (control.down_grace_ms, control.reconnect_max_ms) == (grace, most)
+    assert settings_from(MINIMAL).control.reconnect_max_ms == 5000
+
+
+def test_a_grace_alone_starts_and_a_contradiction_names_both_keys(tmp_path: Path) -> None:
+    path = tmp_path / "router.toml"
+    backend = '[[backends]]\nid = "a"\nurl = "ws://a:1/acp"\n\n'
+    path.write_text(f"{backend}[control]\ndown_grace_ms = 3000\n", encoding="utf-8")
+    assert load_settings(path).control.down_grace_ms == 3000
+    path.write_text(
+        f"{backend}[control]\ndown_grace_ms = 4000\nreconnect_max_ms = 5000\n", encoding="utf-8"
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path)
+    message = str(caught.value)
+    assert message.startswith(f"{path}: control: 'down_grace_ms' (4000) must be at least"), message
+    assert "'reconnect_max_ms' (5000)" in message, message
+
+
+def test_every_problem_is_named_in_one_line() -> None:
+    data = {
+        "backends": [
+            {"id": "a", "ulr": "ws://h/acp"},
+            {"id": "b", "url": "ws://h/acp", "weight": 0},
+        ],
+        "probe": {"timeout_ms": "500"},
+        "routr": {"listen": "0.0.0.0:1"},
+    }
+    assert _error(data) == (
+        "config: 4 problems:"
+        f" {B1}: unknown key 'ulr' (did you mean 'url'?);"
+        f" {B2}: 'weight' must be greater than 0, not 0;"
+        " probe: 'timeout_ms' must be an integer, not the string \"500\";"
+        " unknown table [routr] (did you mean [router]?)"
+    )
+
+
 def test_settings_are_frozen() -> None:
     settings = settings_from(MINIMAL)
     with pytest.raises(ValueError, match="frozen"):
@@ -273,11 +316,35 @@ JARGON = ("Input should", "Extra inputs", "Field required", "Value error", "inst
         ),
         ({}, "give at least one [[backends]] table (or a [[discovery]] table)"),
         (
-            _with(control={"down_grace_ms": 10_000}),
-            "control: 'down_grace_ms' (10000) must be at least 3 x 'reconnect_max_ms' (5000),"
+            _with(control={"down_grace_ms": 4000, "reconnect_max_ms": 5000}),
+            "control: 'down_grace_ms' (4000) must be at least 3 x 'reconnect_max_ms' (5000),"
             " 15000: a backend is given up only once its link has tried it throughout the"
-            " grace, and a shorter one gives up a backend that is merely restarting",
+            " grace, and a shorter one gives up a backend that is merely restarting"
+            " (without 'reconnect_max_ms', the cap follows the grace)",
         ),
+        (
+            _with(control={"reconnect_max_ms": 20_000}),
+            "control: 'down_grace_ms' (30000, its default) must be at least 3 x"
+            " 'reconnect_max_ms' (20000), 60000: a backend is given up only once its link has"
+            " tried it throughout the grace, and a shorter one gives up a backend that is"
+            " merely restarting",
+        ),
+        (
+            _with(control={"down_grace_ms": 2}),
+            "control: 'down_grace_ms' (2) must be at least 3: a backend is given up only once"
+            " its link has tried it throughout the grace, and a shorter one gives up a backend"
+            " that is merely restarting",
+        ),
+        # a misspelled key or table: the near miss is named, not the key it lacks
+        (
+            {"backends": [{"id": "a", "ulr": "ws://h/acp"}]},
+            f"{B1}: unknown key 'ulr' (did you mean 'url'?)",
+        ),
+        (
+            {"backend": [{"id": "a", "url": "ws://h/acp"}]},
+            "unknown table [[backend]] (did you mean [[backends]]?)",
+        ),
+        (_with(backend={"id": "a"}), "unknown table [backend] (did you mean [[backends]]?)"),
         (
             {"backends": [{"id": "a", "url": "ws://h:1/acp"}, {"id": "a", "url": "ws://h:2/acp"}]},
             "each [[backends]] table needs a unique 'id'; repeated: \"a\"",

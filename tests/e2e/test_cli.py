@@ -102,6 +102,14 @@ async def refuses_connections(url: str) -> bool:
             id="bad-backend-url",
         ),
         pytest.param('[router]\nlisten = "127.0.0.1:0"\n', "backends", id="no-backends"),
+        pytest.param(
+            '[router]\nlisen = "127.0.0.1:0"\n[[backend]]\nid = "agent-1"\n'
+            '[probe]\ntimeout_ms = "500"\n',
+            "3 problems: router: unknown key 'lisen' (did you mean 'listen'?); probe:"
+            " 'timeout_ms' must be an integer, not the string \"500\"; unknown table"
+            " [[backend]] (did you mean [[backends]]?)",
+            id="three-mistakes",
+        ),
         pytest.param(f'[router\nlisten = "127.0.0.1:0"\n{BACKEND}', "TOML", id="invalid-toml"),
     ],
 )
