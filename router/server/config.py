@@ -12,7 +12,6 @@ messages, naming their keys; :func:`explain` words pydantic's.
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import json
 import tomllib
 import typing
@@ -39,6 +38,7 @@ from router.protocol import acp
 from router.protocol.acp import ProbeResult
 from router.protocol.errors import ConfigError
 from router.protocol.jsonrpc import DEFAULT_MAX_MESSAGE_BYTES
+from router.server.loops import EventLoop, default_event_loop, uvloop_installed
 
 
 class _Section(BaseModel):
@@ -118,9 +118,10 @@ class RouterSection(_Section):
     #: with bench/memory.py); off by default, since ACP frames are small JSON and editors
     #: usually sit near the router (links to backends are never compressed)
     compression: bool = False
-    #: the event loop: "asyncio" (the standard library's) or "uvloop" (needs the extra:
-    #: pip install 'acp-router[uvloop]'); BENCHMARKS.md says what each costs
-    event_loop: Literal["asyncio", "uvloop"] = "asyncio"
+    #: the event loop: "uvloop" (the default where it is installed, as it is with the
+    #: package on Linux and macOS) or "asyncio" (the standard library's; the default
+    #: elsewhere); BENCHMARKS.md says what each costs
+    event_loop: EventLoop = Field(default_factory=default_event_loop)
     #: how long opening any link to a backend (connect, upgrade, initialize) may take
     connect_timeout_ms: Annotated[int, Field(gt=0)] = 5000
     #: a TCP connection must send its whole HTTP request (GET /acp's line and headers)
@@ -223,7 +224,7 @@ class RouterSection(_Section):
     @field_validator("event_loop")
     @classmethod
     def _event_loop(cls, event_loop: str) -> str:
-        if event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
+        if event_loop == "uvloop" and not uvloop_installed():
             raise ValueError(
                 """'event_loop' is "uvloop", but uvloop is not installed"""
                 """ (pip install 'acp-router[uvloop]', or set it to "asyncio")"""

@@ -155,6 +155,13 @@ class Metrics:
             registry=registry,
         )
         self.build_info.labels(__version__, platform.python_version()).set(1)
+        self.event_loop = Gauge(
+            "acp_router_event_loop_info",
+            "The event loop the router runs on (router.event_loop: uvloop or asyncio;"
+            " always 1)",
+            ["loop"],
+            registry=registry,
+        )
         self.connections = Counter(
             "acp_router_connections_total",
             "Client connections (WebSocket, or Streamable HTTP at initialize), by result:"

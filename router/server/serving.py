@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import platform
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -33,6 +34,7 @@ from router.server.app_keys import (
     OpenClients,
 )
 from router.server.config import Settings
+from router.server.loops import running_loop
 from router.server.metrics import WorkersExposition
 from router.server.operator_endpoints import serve_metrics
 from router.server.shutdown import StopSignals, close_spread, reloading_on_hangup, wait_unless
@@ -96,8 +98,9 @@ async def serve(
                     "no [auth] section: any client that reaches %s may use the agents", host
                 )
             await stack.enter_async_context(reloading_on_hangup(app[RELOADER].reload))
-            loop = type(asyncio.get_running_loop())
-            logger.info("event loop: %s (%s)", loop.__module__.partition(".")[0], loop.__name__)
+            loop = running_loop()
+            app[METRICS].event_loop.labels(loop).set(1)
+            logger.info("event loop: %s, Python %s", loop, platform.python_version())
             scheme = "ws" if tls is None else "wss"
             on_listening(f"{scheme}://{host}:{runner.addresses[0][1]}/acp")
             await signals.stop.wait()

@@ -522,8 +522,8 @@ def test_a_file_that_is_not_utf8(tmp_path: Path) -> None:
 
 
 def test_the_event_loop_is_asyncio_or_uvloop() -> None:
-    assert settings_from(_with()).router.event_loop == "asyncio"
-    assert settings_from(_with(router={"event_loop": "uvloop"})).router.event_loop == "uvloop"
+    assert settings_from(_with()).router.event_loop == "uvloop"  # installed with the package
+    assert settings_from(_with(router={"event_loop": "asyncio"})).router.event_loop == "asyncio"
     assert _error(_with(router={"event_loop": "trio"})) == (
         'config: router: \'event_loop\' must be "asyncio" or "uvloop", not the string "trio"'
     )
@@ -536,6 +536,7 @@ def test_uvloop_not_installed_is_a_config_error_naming_the_key(
     message = _error(_with(router={"event_loop": "uvloop"}))
     assert message.startswith("config: router: 'event_loop' is \"uvloop\", but uvloop is not")
     assert "pip install 'acp-router[uvloop]'" in message
+    assert settings_from(_with(router={})).router.event_loop == "asyncio"  # the default without it
 
 
 def test_tracing_and_the_request_log() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import platform
 import re
 import signal
 import textwrap
@@ -187,14 +188,21 @@ async def test_serve_routes_and_status_answers(tmp_path: Path) -> None:
         assert "Traceback" not in serve.stderr.text, serve.stderr.text
 
 
-async def test_serve_on_uvloop_routes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("setting", ["", 'event_loop = "uvloop"', 'event_loop = "asyncio"'])
+async def test_serve_routes_on_the_loop_it_names(tmp_path: Path, setting: str) -> None:
+    """uvloop by default (it is installed with the package); the start line names the
+    loop and the Python."""
+    loop = "asyncio" if "asyncio" in setting else "uvloop"
     async with start_fleet(tmp_path / "store", 1) as agents:
-        router = 'listen = "127.0.0.1:0"\nevent_loop = "uvloop"'
+        router = f'listen = "127.0.0.1:0"\n{setting}'
         config = write_config(tmp_path / "router.toml", router, agents)
         async with run_cli("serve", "--config", str(config)) as serve:
             match = re.fullmatch(r"acp-router listening on (ws://\S+/acp)", serve.first_line)
             assert match is not None, serve.first_line
-            await serve.wait_for_log("event loop: uvloop")
+            await serve.wait_for_log(f"event loop: {loop}, Python {platform.python_version()}")
+            metrics_url = match.group(1).replace("ws://", "http://").replace("/acp", "/metrics")
+            metrics = (await fetch(metrics_url))[1]
+            assert f'acp_router_event_loop_info{{loop="{loop}"}} 1.0' in metrics.splitlines()
             await wait_backends_up(serve, agents)
             async with AcpClient.connect(match.group(1)) as client:
                 await client.initialize()
