@@ -157,8 +157,7 @@ class Metrics:
         self.build_info.labels(__version__, platform.python_version()).set(1)
         self.event_loop = Gauge(
             "acp_router_event_loop_info",
-            "The event loop the router runs on (router.event_loop: uvloop or asyncio;"
-            " always 1)",
+            "The event loop the router runs on (router.event_loop: uvloop or asyncio; always 1)",
             ["loop"],
             registry=registry,
         )
