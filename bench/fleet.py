@@ -69,6 +69,8 @@ class Fleet:
     agents: list[Child]
     #: when set, routers run under pyinstrument and save their profile here on exit
     profile: Path | None = None
+    #: the routers' and agents' ``--log-level`` (their logs are in the run's folder)
+    log_level: str = "WARNING"
 
     def router(
         self,
@@ -87,11 +89,12 @@ class Fleet:
         return _router(self, name, backends, sections, uvloop, source)
 
     def agent(
-        self, name: str, store: Path, port: int = 0
+        self, name: str, store: Path, port: int = 0, *, source: Path | None = None
     ) -> contextlib.AbstractAsyncContextManager[Child]:
         """A reference agent on loopback ``port`` (0: a free one) with its own ``store``:
-        started again on the same port and store, it is the same agent restarted."""
-        return _agent(self.folder, store, name, port)
+        started again on the same port and store, it is the same agent restarted;
+        ``source``: a folder holding another ``router`` package to run it from."""
+        return _agent(self.folder, store, name, port, source, self.log_level)
 
     def scripted(self, count: int) -> contextlib.AbstractAsyncContextManager[Scripted]:
         return _scripted(self, count)
@@ -105,7 +108,9 @@ class Fleet:
 
 
 @contextlib.asynccontextmanager
-async def start_fleet(agents: int, profile: Path | None = None) -> AsyncIterator[Fleet]:
+async def start_fleet(
+    agents: int, profile: Path | None = None, *, log_level: str = "WARNING"
+) -> AsyncIterator[Fleet]:
     with tempfile.TemporaryDirectory(prefix="acp-bench-") as folder:
         root = Path(folder)
         store = root / "store"
@@ -115,22 +120,30 @@ async def start_fleet(agents: int, profile: Path | None = None) -> AsyncIterator
             http = await stack.enter_async_context(aiohttp.ClientSession(connector=connector))
             started = await asyncio.gather(
                 *(
-                    stack.enter_async_context(_agent(root, store, f"agent-{n}"))
+                    stack.enter_async_context(
+                        _agent(root, store, f"agent-{n}", log_level=log_level)
+                    )
                     for n in range(1, agents + 1)
                 )
             )
-            yield Fleet(root, http, list(started), profile)
+            yield Fleet(root, http, list(started), profile, log_level)
 
 
 def _agent(
-    root: Path, store: Path, name: str, port: int = 0
+    root: Path,
+    store: Path,
+    name: str,
+    port: int = 0,
+    source: Path | None = None,
+    log_level: str = "WARNING",
 ) -> contextlib.AbstractAsyncContextManager[Child]:
     args = ["agent", "--listen", f"127.0.0.1:{port}", "--store", str(store), "--id", name]
-    return _child(root, name, _router_args(args), f"agent {name} listening on ")
+    ready = f"agent {name} listening on "
+    return _child(root, name, _router_args(args, log_level), ready, source)
 
 
-def _router_args(args: list[str]) -> list[str]:
-    return ["-m", "router", "--log-level", "WARNING", *args]
+def _router_args(args: list[str], log_level: str = "WARNING") -> list[str]:
+    return ["-m", "router", "--log-level", log_level, *args]
 
 
 def uvloop_missing() -> str | None:
@@ -153,7 +166,7 @@ async def _router(
     if uvloop:
         sections = {**sections, "router": {**sections.get("router", {}), "event_loop": "uvloop"}}
     config.write_text(_config(backends, sections))
-    args = _router_args(["serve", "--config", str(config)])
+    args = _router_args(["serve", "--config", str(config)], fleet.log_level)
     if fleet.profile is not None:
         session = fleet.profile / f"{name}.pyisession"
         args = ["-m", "pyinstrument", "--interval", "0.0005", "-o", str(session), *args]

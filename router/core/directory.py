@@ -21,6 +21,7 @@ from router.core.fleet import Heard
 from router.core.hints import Absences, Hint, LocationCache
 from router.core.locate import Candidate, Snapshot, UnknownPolicy, hint_after_answer, lasting
 from router.core.placement import Asked, Node, Spread
+from router.core.split_brain import StaleMarks
 from router.protocol.acp import ProbeResult, StatusAnswer
 from router.protocol.ids import BackendId, SessionId
 
@@ -55,7 +56,7 @@ class Directory:
         self._given_up_count = 0
         #: sessions whose copies on these backends are known to be stale (a split brain
         #: judged, or a fenced backend's): no resume goes there while the entry lives
-        self.stale: TTLCache[SessionId, frozenset[BackendId]] = TTLCache(
+        self.stale: TTLCache[SessionId, StaleMarks] = TTLCache(
             bounds.max_entries, bounds.ttl, timer=clock
         )
         self.spread = Spread(bounds.decay, salt=salt, max_sessions=bounds.max_entries)
@@ -185,7 +186,7 @@ class Directory:
             policy,
             (*tried, *(b for b in sorted(refused) if b not in tried)),
             self.absences.probed(session_id),
-            self.stale.get(session_id, frozenset()),
+            self.stale.get(session_id, {}),
             ask_all or session_id in self.suspects,
             claimed if claimed in members else None,
         )
@@ -254,7 +255,10 @@ class Directory:
                 self._given_up_count += 1
 
     def to_fence(self, backend: BackendId) -> list[SessionId]:
-        """The sessions a fence of ``backend`` asks about (handed out once)."""
+        """The sessions a fence of ``backend`` asks about (handed out once). Those hinted or
+        attached there are suspects again (:meth:`doubt`): while it was given up another
+        replica may have resumed them elsewhere, so their next locate asks everyone."""
+        self.doubt(backend)
         sessions = self.given_up.pop(backend, set())
         self._given_up_count -= len(sessions)
         return sorted(sessions)
@@ -267,9 +271,10 @@ class Directory:
         hint = self.hints.hint(session_id)
         return hint is not None and hint.backend != backend
 
-    def mark_stale(self, session_id: SessionId, backends: Iterable[BackendId]) -> None:
-        """The copies of ``session_id`` on ``backends`` are stale (another is its home)."""
-        self.stale[session_id] = self.stale.get(session_id, frozenset()) | frozenset(backends)
+    def mark_stale(self, session_id: SessionId, marks: StaleMarks) -> None:
+        """The copies of ``session_id`` in ``marks`` are stale (another is its home), up to
+        the epoch each had (:func:`router.core.split_brain.still_stale`)."""
+        self.stale[session_id] = {**self.stale.get(session_id, {}), **marks}
 
     def forget(self, session_id: SessionId) -> None:
         self.hints.invalidate(session_id)

@@ -49,11 +49,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from router.core.health import Health
 from router.core.hints import Hint
-from router.core.split_brain import How, Verdict, judge
+from router.core.split_brain import How, StaleMarks, Verdict, judge, still_stale
 from router.protocol.acp import ProbeResult, StatusAnswer
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
 from router.protocol.ids import BackendId, SessionId
@@ -141,9 +141,10 @@ class Snapshot:
     #: backends that answered a probe ``-32002`` lately (:class:`~router.core.hints.Absences`):
     #: not asked again, they count as not knowing the session
     absent: frozenset[BackendId] = frozenset()
-    #: backends whose copy of the session is known to be stale (:mod:`router.core.split_brain`):
-    #: their ``active`` is not believed, and no resume goes there
-    stale: frozenset[BackendId] = frozenset()
+    #: backends whose copy of the session is known to be stale (:mod:`router.core.split_brain`),
+    #: each with the epoch it had then: their ``active`` is not believed, and no resume
+    #: goes there, unless the copy reports a higher epoch now (resumed there since)
+    stale: StaleMarks = field(default_factory=dict)
     #: ask the whole pool, whatever the hint says (an audit; a session seen split lately)
     ask_all: bool = False
     #: the home the client's hinted id named, for this locate only (a claim, above)
@@ -177,8 +178,12 @@ class Located:
     #: fills it in, for the span of the request that waited on it)
     probes: tuple[tuple[BackendId, ProbeResult], ...] = ()
     #: the highest epoch a copy of the session reported in the round (None: none did);
-    #: the resume carries one above it (:func:`router.core.split_brain.next_epoch`)
+    #: the resume carries one above it (:func:`router.core.split_brain.next_epoch`), or,
+    #: heard from the hinted backend ``alone``, that copy's own
     highest_epoch: int | None = None
+    #: found on the hinted backend's word alone (a hit, or an audit to follow): the rest
+    #: of the pool was not heard, so the resume may not outrank copies there
+    alone: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,10 +282,16 @@ class LocateRound:
             self.stage = Stage.STALE
         elif hint.confirmed(self._now, self._verify_after):
             self.stage, self.checked = Stage.HIT, hint.checked
-            return Located(hint.backend, Outcome.ACTIVE, highest_epoch=self._highest())
+            return Located(hint.backend, Outcome.ACTIVE, highest_epoch=self._highest(), alone=True)
         elif not any(c.attached and c.id != hint.backend for c in self.snapshot.candidates):
             self.stage = Stage.AUDIT
-            return Located(hint.backend, Outcome.ACTIVE, audit=True, highest_epoch=self._highest())
+            return Located(
+                hint.backend,
+                Outcome.ACTIVE,
+                audit=True,
+                highest_epoch=self._highest(),
+                alone=True,
+            )
         else:
             self.stage = Stage.VERIFY
         return self._ask_the_rest()
@@ -330,7 +341,8 @@ def decide(
     epochs = epochs or {}
     pool = [c for c in snapshot.candidates if c.health is not Health.GONE]
     seen = {c.id: evidence(c, answers.get(c.id)) for c in pool}
-    active = [c for c in pool if seen[c.id] is ProbeResult.ACTIVE and c.id not in snapshot.stale]
+    stale = still_stale(snapshot.stale, epochs)
+    active = [c for c in pool if seen[c.id] is ProbeResult.ACTIVE and c.id not in stale]
     superseded = _superseded(active, epochs)
     if superseded:
         located = _not_active(snapshot, pool, seen, epochs)

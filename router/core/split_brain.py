@@ -87,6 +87,37 @@ def judge(
     return Verdict(home, tuple(b for b in active if b != home), how)
 
 
+#: the copies of one session known to be stale: backend -> the epoch its copy reported
+#: when it was found stale (None: it reports none)
+StaleMarks = Mapping[BackendId, int | None]
+
+
+def mark(stale: Collection[BackendId], answers: Mapping[BackendId, StatusAnswer]) -> StaleMarks:
+    """The marks of ``stale`` copies, each with the epoch it reported in ``answers``."""
+    return {b: answers[b].epoch if b in answers else None for b in stale}
+
+
+def still_stale(marks: StaleMarks, epochs: Mapping[BackendId, int]) -> frozenset[BackendId]:
+    """The marked copies that are stale still, given the ``epochs`` they report now: a
+    copy resumed since it was marked (an epoch above its mark: another replica made it
+    the home) is stale no more, for a mark is evidence only about the copy it judged. A
+    copy that reported no epoch stays marked whatever it says."""
+    return frozenset(
+        b for b, marked in marks.items() if marked is None or b not in epochs or epochs[b] <= marked
+    )
+
+
+def resume_epoch(highest: int | None, wall_ms: int, *, alone: bool) -> int:
+    """The epoch a located resume carries: :func:`next_epoch`, unless the session was
+    found on the hinted backend's word ``alone`` with the epoch ``highest`` there. That
+    resume goes on with the copy it found at that copy's own epoch: it heard no other
+    copy, so it may not outrank one (a copy another replica resumed elsewhere since
+    stays the home, and the audit, or any replica's next fan-out, closes this one)."""
+    if alone and highest is not None:
+        return highest
+    return next_epoch(highest, wall_ms)
+
+
 def next_epoch(highest: int | None, wall_ms: int) -> int:
     """The epoch a resume carries: above ``highest`` (the highest any copy of the session
     reported, if any did), and at least ``wall_ms`` (the shell's wall clock, in

@@ -60,7 +60,7 @@ from router.core.effects import (
 from router.core.frontdoor import Principal
 from router.core.placement import Asked
 from router.core.routes import ClientRoutes, Limits
-from router.core.split_brain import How, next_epoch
+from router.core.split_brain import How, resume_epoch
 from router.protocol import acp
 from router.protocol.errors import (
     BackendRefused,
@@ -372,7 +372,7 @@ class ClientConnection:
             logger.exception("locating %s failed inside the router", session_id)
             await self.carry_out(self.routes.fail(request.id, InternalError()))
             return
-        epoch = next_epoch(located.highest_epoch, self.pool.wall_ms())
+        epoch = resume_epoch(located.highest_epoch, self.pool.wall_ms(), alone=located.alone)
         await self.carry_out(self.routes.located(request.id, located.backend, epoch))
 
     async def _watch_new(self, request: Request, backend: BackendId) -> None:

@@ -56,6 +56,23 @@ def dockerfile() -> list[Instruction]:
     return instructions
 
 
+def bases() -> list[str]:
+    """Each FROM's image, its build arguments given their defaults (``ARG NAME=value``):
+    what a user who can pull images builds on."""
+    found = []
+    defaults: dict[str, str] = {}
+    for instruction in dockerfile():
+        if instruction.keyword == "ARG" and "=" in instruction.arguments:
+            name, _, value = instruction.arguments.partition("=")
+            defaults[name.strip()] = value.strip()
+        elif instruction.keyword == "FROM":
+            image = instruction.arguments.split()[0]
+            for name, value in defaults.items():
+                image = image.replace(f"${{{name}}}", value)
+            found.append(image)
+    return found
+
+
 def exec_form(instruction: str) -> list[str]:
     """ENTRYPOINT, CMD or HEALTHCHECK in exec form (a JSON array): no shell in between."""
     found = [i.arguments for i in dockerfile() if i.keyword == instruction]
@@ -104,8 +121,7 @@ def test_dockerfile_copies_only_files_of_the_checkout() -> None:
 
 def test_image_is_slim_unprivileged_and_runs_acp_router() -> None:
     instructions = dockerfile()
-    bases = [i.arguments.split()[0] for i in instructions if i.keyword == "FROM"]
-    assert bases == ["python:3.11-slim", "python:3.11-slim"]  # build, then run
+    assert bases() == ["python:3.11-slim", "python:3.11-slim"]  # build, then run
     users = [i.arguments for i in instructions if i.keyword == "USER"]
     assert users, "a USER instruction"
     assert users[-1].split(":")[0] not in ("root", "0")
@@ -257,8 +273,7 @@ def test_the_docs_say_which_compose_and_which_images() -> None:
     section = docs[docs.index("### The compose demo") : docs.index("### Kubernetes")]
     services = compose()["services"]
     stages = {i.arguments.split()[-1] for i in dockerfile() if " AS " in i.arguments.upper()}
-    bases = {i.arguments.split()[0] for i in dockerfile() if i.keyword == "FROM"} - stages
-    images = {service["image"] for service in services.values()} | bases
+    images = {service["image"] for service in services.values()} | (set(bases()) - stages)
     assert len(images) == 4  # the image built here, its base, Prometheus and Grafana
     for image in images:
         assert f"`{image}`" in section, (

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from router.core.health import Health
-from router.core.locate import Candidate, Located, LocateRound, Outcome, Snapshot
+from router.core.hints import Hint
+from router.core.locate import Ask, Candidate, Located, LocateRound, Outcome, Snapshot
 from router.core.split_brain import (
     Checked,
     How,
@@ -18,6 +19,8 @@ from router.core.split_brain import (
     fence,
     judge,
     next_epoch,
+    resume_epoch,
+    still_stale,
 )
 from router.protocol.acp import (
     EPOCH_META_KEY,
@@ -70,6 +73,43 @@ def test_a_resume_carries_an_epoch_above_every_copy_and_at_least_the_wall_clock(
     assert next_epoch(5, 1_000) == 1_000
     assert next_epoch(2_000, 1_000) == 2_001  # a clock behind the copies still goes above
     assert next_epoch(MAX_EPOCH, 1_000) == MAX_EPOCH  # bounded: never past what JSON holds
+
+
+def test_a_resume_found_on_the_hint_alone_does_not_outrank_copies_it_did_not_hear() -> None:
+    """The soak's split (two replicas): a replica whose hint named a copy left active
+    behind a partition trusted that copy's ``active`` alone and resumed it with the wall
+    clock's epoch, above the home another replica had failed over to, so that copy
+    became the home for every replica. Found alone, a resume keeps its copy's epoch."""
+    snapshot = Snapshot(
+        SessionId("s"),
+        (Candidate(A, Health.UP), Candidate(B, Health.UP)),
+        Hint(A, checked=99.0),
+    )
+    round_ = LocateRound(snapshot, now=100.0, verify_after=5.0)
+    assert round_.start() == Ask((A,))  # the hinted backend alone
+    located = round_.heard({A: _active(4)})
+    assert isinstance(located, Located)
+    assert (located.backend, located.alone, located.highest_epoch) == (A, True, 4)
+    assert resume_epoch(located.highest_epoch, 1_000, alone=located.alone) == 4
+    # the home another replica resumed meanwhile (epoch 900) stays the home for everyone
+    assert judge([A, B], attached=[A], placed=A, epochs={A: 4, B: 900}).home == B
+    # heard from the whole pool, a resume goes above everything, at least the wall clock
+    assert resume_epoch(4, 1_000, alone=False) == 1_000
+    # a copy that reports no epoch: the wall clock, as ever
+    assert resume_epoch(None, 1_000, alone=True) == 1_000
+
+
+def test_a_stale_mark_holds_only_for_the_epoch_it_judged() -> None:
+    """The soak's other split: a replica that once judged the copy on A stale kept it
+    out of every resume for the mark's lifetime, also after another replica resumed the
+    session there (a higher epoch: the home now), and moved the session elsewhere."""
+    marks = {A: 4, C: None}
+    assert still_stale(marks, {A: 4, B: 2, C: 9}) == {A, C}
+    assert still_stale(marks, {A: 900, B: 2}) == {C}  # resumed on A since: the home
+    snapshot = Snapshot(SessionId("s"), (Candidate(A, Health.UP), Candidate(B, Health.UP)))
+    marked = Snapshot(snapshot.session_id, snapshot.candidates, stale={A: 4})
+    assert _locate(marked, {A: _active(900), B: _inactive(2)}).backend == A
+    assert _locate(marked, {A: _active(4), B: _inactive(2)}).backend == B
 
 
 # -- reading an epoch -------------------------------------------------------------------------------

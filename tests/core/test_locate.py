@@ -295,7 +295,7 @@ def test_a_confirmed_hint_that_says_active_is_trusted_alone() -> None:
     hint = Hint(BackendId("b"), checked=97.0)
     round_ = _round(_snapshot(_up("a"), _up("b"), _up("c"), hint=hint))
     assert round_.start() == Ask((BackendId("b"),))
-    assert round_.hear({BackendId("b"): ACTIVE}) == Located("b", Outcome.ACTIVE)
+    assert round_.hear({BackendId("b"): ACTIVE}) == Located("b", Outcome.ACTIVE, alone=True)
     assert (round_.stage, round_.probes, round_.checked) == (Stage.HIT, 1, 97.0)
 
 
@@ -306,11 +306,13 @@ def test_an_old_confirmation_is_trusted_with_an_audit_to_follow() -> None:
     round_ = _round(_snapshot(_up("a"), _up("b"), _up("c"), hint=hint))
     round_.start()
     located = round_.hear({BackendId("b"): ACTIVE})
-    assert located == Located("b", Outcome.ACTIVE, audit=True)
+    assert located == Located("b", Outcome.ACTIVE, audit=True, alone=True)
     assert (round_.stage, round_.probes, round_.checked) == (Stage.AUDIT, 1, None)
     never = _round(_snapshot(_up("a"), _up("b"), hint=Hint(BackendId("b"))))
     never.start()
-    assert never.hear({BackendId("b"): ACTIVE}) == Located("b", Outcome.ACTIVE, audit=True)
+    assert never.hear({BackendId("b"): ACTIVE}) == Located(
+        "b", Outcome.ACTIVE, audit=True, alone=True
+    )
 
 
 def test_a_hint_seen_elsewhere_here_asks_the_rest_now_and_sees_a_split() -> None:
@@ -359,7 +361,9 @@ def _claimed(*candidates: Candidate, claimed: str, hint: Hint | None = None) -> 
 def test_a_claim_is_asked_first_and_trusted_only_with_an_audit() -> None:
     round_ = _round(_claimed(_up("a"), _up("b"), _up("c"), claimed="c"))
     assert round_.start() == Ask((BackendId("c"),))
-    assert round_.hear({BackendId("c"): ACTIVE}) == Located("c", Outcome.ACTIVE, audit=True)
+    assert round_.hear({BackendId("c"): ACTIVE}) == Located(
+        "c", Outcome.ACTIVE, audit=True, alone=True
+    )
     # it said active: a probe confirmed it, so the locate leaves a hint there
     assert hint_after(round_, Located("c", Outcome.ACTIVE, audit=True)) is None
 
@@ -736,7 +740,7 @@ def test_a_fresh_replica_keeps_the_copy_that_did_something_last() -> None:
 
 def test_a_copy_known_stale_is_not_a_home_and_its_hint_is_not_trusted() -> None:
     hint = Hint(BackendId("a"), checked=99.0)  # confirmed lately: trusted, were it not stale
-    snapshot = replace(_snapshot(_up("a"), _up("b"), hint=hint), stale=frozenset({BackendId("a")}))
+    snapshot = replace(_snapshot(_up("a"), _up("b"), hint=hint), stale={BackendId("a"): None})
     round_ = _round(snapshot)
     assert round_.start() == Ask((BackendId("a"), BackendId("b")))  # no hint trusted
     located = round_.hear({BackendId("a"): ACTIVE, BackendId("b"): ACTIVE})

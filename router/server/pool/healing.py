@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from router.core import split_brain
 from router.core.health import Fenced
-from router.core.split_brain import How, SplitBrainPolicy
+from router.core.split_brain import How, SplitBrainPolicy, StaleMarks
 from router.protocol import acp
 from router.protocol.acp import ProbeResult
 from router.protocol.errors import BackendLinkLost
@@ -86,21 +86,24 @@ class Healer:
         )
         if not stale:
             return
-        directory.mark_stale(session_id, stale)
+        directory.mark_stale(session_id, split_brain.mark(stale, answers))
         for copy in stale:  # closed before the backend takes traffic
             if self._can_close(copy, session_id):
                 await self._close(session_id, copy, How.FENCED)
         pool.detach_stale(session_id, stale)
 
-    def stale_found(self, session_id: SessionId, stale: Sequence[BackendId], how: How) -> None:
+    def stale_found(
+        self, session_id: SessionId, stale: Sequence[BackendId], how: How, marks: StaleMarks
+    ) -> None:
         """The copies of ``session_id`` on ``stale`` are not its home (a split brain
-        judged): no resume goes there, and, as ``router.split_brain`` says, they are
+        judged; ``marks``: the epoch each reported): no resume goes there while it stays
+        at that epoch, and, as ``router.split_brain`` says, they are
         closed (in the background), and this replica's clients attached to them are told
         to resume again."""
         pool = self._pool
         if pool.settings.router.split_brain_policy is SplitBrainPolicy.REPORT:
             return
-        pool.directory.mark_stale(session_id, stale)
+        pool.directory.mark_stale(session_id, marks)
         for backend in stale:
             self.close_stale(session_id, backend, how)
         pool.detach_stale(session_id, stale)

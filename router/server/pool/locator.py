@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import replace
 
 from router.core.locate import Ask, Located, LocateRound, hint_after, moved_from
@@ -168,7 +169,7 @@ async def run_round(
         known_before = round_.snapshot.absent  # remembered, not heard again
         pool.directory.absences.add(session_id, probed=[b for b in absent if b not in known_before])
     if step.verdict is not None:
-        split_brain(pool, healer, session_id, step.verdict)
+        split_brain(pool, healer, session_id, step.verdict, round_.epochs)
     moved = moved_from(snapshot, step)
     if moved is not None:
         pool.directory.moved_away(moved, [session_id])
@@ -178,7 +179,13 @@ async def run_round(
     return replace(step, probes=tuple(probes)) if probes else step
 
 
-def split_brain(pool: Pool, healer: Healer, session_id: SessionId, verdict: Verdict) -> None:
+def split_brain(
+    pool: Pool,
+    healer: Healer,
+    session_id: SessionId,
+    verdict: Verdict,
+    epochs: Mapping[BackendId, int],
+) -> None:
     """A locate saw ``session_id`` active on more than one backend: count it, and end it
     as ``router.split_brain`` says (:mod:`router.core.split_brain`)."""
     pool.metrics.split_brain.inc()
@@ -200,7 +207,8 @@ def split_brain(pool: Pool, healer: Healer, session_id: SessionId, verdict: Verd
         verdict.home,
         verdict.how.value,
     )
-    healer.stale_found(session_id, verdict.stale, verdict.how)
+    marks = {b: epochs.get(b) for b in verdict.stale}
+    healer.stale_found(session_id, verdict.stale, verdict.how, marks)
 
 
 class Audit:

@@ -101,7 +101,8 @@ class Sweep:
                 ", ".join(checked.stale),
                 checked.how.value,
             )
-            self._healer.stale_found(session_id, checked.stale, checked.how)
+            marks = split_brain.mark(checked.stale, answers)
+            self._healer.stale_found(session_id, checked.stale, checked.how, marks)
         if checked.denied:
             outcome = "split" if checked.stale else "denied"
             logger.info(
