@@ -168,12 +168,7 @@ async def _stand_in_tarball() -> Path:
             " installed (Debian: apt-get install mmdebstrap)"
         )
     CACHE.mkdir(parents=True, exist_ok=True)
-    hooks = ['ln -sf /usr/bin/python3 "$1/usr/local/bin/python"']
-    if any(LOCAL_CERTIFICATES.glob("*.crt")):
-        hooks += [
-            f"copy-in {LOCAL_CERTIFICATES} {LOCAL_CERTIFICATES.parent}",
-            'chroot "$1" update-ca-certificates',
-        ]
+    hooks = _stand_in_hooks()
     partial = tarball.with_suffix(".partial.tar")
     checked(
         await run_to_exit(
@@ -185,6 +180,17 @@ async def _stand_in_tarball() -> Path:
     )  # fmt: skip
     partial.rename(tarball)
     return tarball
+
+
+def _stand_in_hooks() -> list[str]:
+    """mmdebstrap's hooks: ``python`` on PATH, and this machine's own certificates."""
+    hooks = ['ln -sf /usr/bin/python3 "$1/usr/local/bin/python"']
+    if any(LOCAL_CERTIFICATES.glob("*.crt")):
+        hooks += [
+            f"copy-in {LOCAL_CERTIFICATES} {LOCAL_CERTIFICATES.parent}",
+            'chroot "$1" update-ca-certificates',
+        ]
+    return hooks
 
 
 async def composes() -> dict[str, Sequence[str]]:

@@ -6,8 +6,10 @@ The router and the three agents run in containers built from deploy/Dockerfile (
 An editor initializes, opens a session and prompts it, disconnects, and resumes it from a
 new connection on the same agent; /healthz, /readyz and /metrics answer; then the agent
 container holding the session crashes (its process killed, as an out-of-memory kill would),
-the editor's next prompt and its resume from a new connection are served (failover, the
-shared store), and ``restart: unless-stopped`` brings the container back into the pool.
+the editor's next prompt and its resume from a new connection are served (failover), and
+``restart: unless-stopped`` brings the container back into the pool; then that agent is
+stopped by hand (which the restart policy respects), and the session is served by another
+agent from the shared store, until the agent is started again and rejoins the pool.
 It prints what it drove. Everything it started goes at the end, the store volume included.
 
 It runs only when asked (``ACP_ROUTER_COMPOSE_TEST`` set, as ``make compose-test`` does):
@@ -158,7 +160,9 @@ async def compose_up(compose: Sequence[str], base: str, workdir: Path) -> AsyncI
     try:
         await project.run("build", timeout=600)
         await project.run("up", "--detach", "--no-build", "router")
-        follower = asyncio.create_task(_follow(await project.container("router"), project.router_log))
+        follower = asyncio.create_task(
+            _follow(await project.container("router"), project.router_log)
+        )
         for agent in agent_services():
             await project.router_log.wait_for(f"backend {agent} is up", STEP)
         for service in services:
@@ -280,6 +284,23 @@ async def _drive(project: Project) -> None:
             _, metrics = await _get(http, f"{project.base}/metrics")
             assert _backend_up(metrics, home), metrics
             say(f"{home} restarted (restart: unless-stopped) and is back in the pool (/metrics)")
+            await _stop_by_hand(project, editor, session_id, again)
+
+
+async def _stop_by_hand(project: Project, editor: AcpClient, session_id: str, home: str) -> None:
+    """An agent stopped by hand stays stopped: its sessions fail over to another agent,
+    which reads them from the shared store; started again, it rejoins the pool."""
+    await project.run("stop", home)
+    say(f"stopped {home} by hand (compose stop: restart: unless-stopped leaves it stopped)")
+    elsewhere = await prompt_answered(editor, session_id, FAILOVER)
+    assert elsewhere != home, f"{home} is stopped, yet it answered"
+    say(f"the same connection's next prompt answered by {elsewhere} (failover, the shared store)")
+    assert await _resume_and_prompt(project.url, session_id) == elsewhere
+    say(f"a new connection's session/resume and prompt answered by {elsewhere}")
+    mark = len(project.router_log.lines)
+    await project.run("start", home)
+    await project.router_log.wait_for(f"backend {home} is up", FAILOVER, start=mark)
+    say(f"{home} started again and back in the pool")
 
 
 async def _check_the_store(project: Project, agent: str) -> None:
