@@ -42,6 +42,14 @@ from tests.engine import (
     docker_engine,
     run_to_exit,
 )
+from tests.monitoring import is_backend_down, prometheus_config
+from tests.prometheus_server import (
+    PROMETHEUS,
+    AlertReceiver,
+    Prometheus,
+    receive_alerts,
+    run_prometheus,
+)
 from tests.support import CWD, AcpClient, JsonObject, LogLines, chunk_texts, resume, speaker
 from tests.topology import COMPOSE_FILE, agent_services
 
@@ -242,16 +250,50 @@ async def test_the_compose_demo_runs_on_a_docker_engine(tmp_path: Path) -> None:
             for name in ("Compose 1.29 (docker-compose)", "Compose v2 (docker compose)"):
                 if name not in found:
                     say(f"{name} is not installed: not run with it")
-            for compose in found.values():
-                async with compose_up(compose, base, tmp_path) as project:
-                    await _drive(project)
+            if PROMETHEUS is None:
+                say("no prometheus (Debian's package): the router is not scraped")
+            for number, compose in enumerate(found.values()):
+                workdir = tmp_path / str(number)
+                workdir.mkdir()
+                async with (
+                    compose_up(compose, base, workdir) as project,
+                    _scraped(project, workdir) as scraped,
+                ):
+                    await _drive(project, scraped)
     except NoEngine as why:
         if MODE == "require":
             raise AssertionError(f"ACP_ROUTER_COMPOSE_TEST=require, and {why}") from None
         pytest.skip(str(why))
 
 
-async def _drive(project: Project) -> None:
+@dataclass(frozen=True, slots=True)
+class Scraped:
+    """A Prometheus stand-in (Debian's ``prometheus``) scraping the router in its container
+    through the published port, with deploy/prometheus/alerts.yml (``for`` holds removed)."""
+
+    prometheus: Prometheus
+    alerts: AlertReceiver
+
+    async def backend_down(self, backend: str) -> None:
+        """Wait for AcpRouterBackendDown to fire for ``backend``."""
+        await self.alerts.wait_for(
+            lambda alert: is_backend_down(alert) and alert["labels"]["backend"] == backend,
+            timeout=STEP,
+        )
+
+
+@contextlib.asynccontextmanager
+async def _scraped(project: Project, workdir: Path) -> AsyncIterator[Scraped | None]:
+    if PROMETHEUS is None:
+        yield None
+        return
+    async with receive_alerts() as alerts:
+        config = prometheus_config(f"127.0.0.1:{project.port}", alerts.url, workdir)
+        async with run_prometheus(config, workdir) as prometheus:
+            yield Scraped(prometheus, alerts)
+
+
+async def _drive(project: Project, scraped: Scraped | None) -> None:
     async with AcpClient.connect(project.url) as first:
         await first.initialize()
         session_id = await first.new_session(CWD)
@@ -284,14 +326,22 @@ async def _drive(project: Project) -> None:
             _, metrics = await _get(http, f"{project.base}/metrics")
             assert _backend_up(metrics, home), metrics
             say(f"{home} restarted (restart: unless-stopped) and is back in the pool (/metrics)")
-            await _stop_by_hand(project, editor, session_id, again)
+            await _stop_by_hand(project, editor, session_id, again, scraped)
 
 
-async def _stop_by_hand(project: Project, editor: AcpClient, session_id: str, home: str) -> None:
+async def _stop_by_hand(
+    project: Project, editor: AcpClient, session_id: str, home: str, scraped: Scraped | None
+) -> None:
     """An agent stopped by hand stays stopped: its sessions fail over to another agent,
-    which reads them from the shared store; started again, it rejoins the pool."""
+    which reads them from the shared store; started again, it rejoins the pool. Where
+    Prometheus scrapes the router, the agent's AcpRouterBackendDown fires."""
     await project.run("stop", home)
     say(f"stopped {home} by hand (compose stop: restart: unless-stopped leaves it stopped)")
+    if scraped is not None:
+        await scraped.backend_down(home)
+        [up] = (await scraped.prometheus.api("query", query='up{job="acp-router"}'))["result"]
+        assert up["value"][1] == "1", up
+        say(f"Prometheus scrapes the router (up 1) and fired AcpRouterBackendDown for {home}")
     elsewhere = await prompt_answered(editor, session_id, FAILOVER)
     assert elsewhere != home, f"{home} is stopped, yet it answered"
     say(f"the same connection's next prompt answered by {elsewhere} (failover, the shared store)")
