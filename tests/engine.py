@@ -20,11 +20,11 @@ import asyncio
 import os
 import shutil
 import signal
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from tests.support import CompletedRun, LogLines
+from tests.support import CompletedRun, LogLines, run_to_exit
 
 DOCKER = shutil.which("docker")
 #: what the engine tests keep between runs: the stand-in's tarball, dockerd's pid file
@@ -42,28 +42,6 @@ LOCAL_CERTIFICATES = Path("/usr/local/share/ca-certificates")
 
 class NoEngine(Exception):
     """No Docker engine answers here and none can be started: the message says why."""
-
-
-async def run_to_exit(
-    *argv: str, timeout: float, env: Mapping[str, str] | None = None
-) -> CompletedRun:
-    """Run a program to completion, its output captured (stdin /dev/null)."""
-    process = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=None if env is None else {**os.environ, **env},
-    )
-    try:
-        async with asyncio.timeout(timeout):
-            stdout, stderr = await process.communicate()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode is not None
-    return CompletedRun(process.returncode, stdout.decode(), stderr.decode())
 
 
 async def docker(*args: str, timeout: float = 60) -> CompletedRun:

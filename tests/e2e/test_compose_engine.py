@@ -40,7 +40,6 @@ from tests.engine import (
     composes,
     docker,
     docker_engine,
-    run_to_exit,
 )
 from tests.monitoring import is_backend_down, prometheus_config
 from tests.prometheus_server import (
@@ -50,7 +49,16 @@ from tests.prometheus_server import (
     receive_alerts,
     run_prometheus,
 )
-from tests.support import CWD, AcpClient, JsonObject, LogLines, chunk_texts, resume, speaker
+from tests.support import (
+    CWD,
+    AcpClient,
+    JsonObject,
+    LogLines,
+    chunk_texts,
+    resume,
+    run_to_exit,
+    speaker,
+)
 from tests.topology import COMPOSE_FILE, agent_services
 
 MODE = os.environ.get("ACP_ROUTER_COMPOSE_TEST", "")
@@ -109,7 +117,7 @@ class Project:
         argv = [*self.compose, "--project-name", self.name]
         for file in self.files:
             argv += ["--file", str(file)]
-        done = await run_to_exit(*argv, *args, timeout=timeout, env=self.env)
+        done = await run_to_exit(*argv, *args, timeout=timeout, env={**os.environ, **self.env})
         return checked(done, f"{' '.join(argv[:2])} {' '.join(args)}")
 
     async def container(self, service: str) -> str:
