@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from tests.prometheus_server import INTERVAL, Alert, Prometheus
-from tests.topology import REPO, Topology
+from tests.topology import REPO
 
 PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
 DASHBOARD = REPO / "deploy" / "grafana" / "acp-router.json"
@@ -35,8 +35,8 @@ def panel_expressions() -> Iterator[tuple[str, str]]:
             yield panel["title"], target["expr"]
 
 
-def prometheus_config(topology: Topology, alertmanager: str, workdir: Path) -> dict[str, Any]:
-    """deploy/prometheus/prometheus.yml for the local topology: the router's address, a
+def prometheus_config(target: str, alertmanager: str, workdir: Path) -> dict[str, Any]:
+    """deploy/prometheus/prometheus.yml for a local router at ``target`` (HOST:PORT), a
     1 s interval, the rules from alerts.yml with their ``for`` holds removed (promtool's
     unit tests cover those; here the question is whether the expressions work on the
     series a real router exports), and the alerts pushed to ``alertmanager``."""
@@ -50,7 +50,7 @@ def prometheus_config(topology: Topology, alertmanager: str, workdir: Path) -> d
     rule_file.write_text(yaml.safe_dump(alerts))
     config["rule_files"] = [str(rule_file)]
     [job] = config["scrape_configs"]
-    job["static_configs"] = [{"targets": [topology.address]}]
+    job["static_configs"] = [{"targets": [target]}]
     config["alerting"] = {
         "alertmanagers": [{"api_version": "v2", "static_configs": [{"targets": [alertmanager]}]}]
     }

@@ -200,16 +200,30 @@ class CompletedRun:
 
 
 async def run_cli_to_exit(
-    *args: str, timeout: float = WAIT, stdin: bytes | None = None
+    *args: str,
+    timeout: float = WAIT,
+    stdin: bytes | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> CompletedRun:
     """Run the CLI to completion (a command expected to exit by itself), feeding it
-    ``stdin`` when given (else /dev/null)."""
+    ``stdin`` when given (else /dev/null); ``env``: variables set for it beside ours."""
+    return await run_to_exit(*cli_command(*args), timeout=timeout, stdin=stdin, env=_child_env(env))
+
+
+async def run_to_exit(
+    *argv: str,
+    timeout: float = WAIT,
+    stdin: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+) -> CompletedRun:
+    """Run a program to completion, its output captured, fed ``stdin`` when given (else
+    /dev/null); ``env``: its whole environment (None: ours)."""
     process = await asyncio.create_subprocess_exec(
-        *cli_command(*args),
+        *argv,
         stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env=_child_env(),
+        env=env,
     )
     try:
         async with asyncio.timeout(timeout):

@@ -15,6 +15,11 @@ def auth_headers(environ: Mapping[str, str] | None = None) -> dict[str, str] | N
     return {"Authorization": f"Bearer {token}"} if token else None
 
 
-def refusal_hint(status: int) -> str:
-    """What to add to the report of an HTTP refusal: a 401 is about the token."""
-    return f": set {TOKEN_ENV} to a token the router accepts" if status == 401 else ""
+def refusal_hint(status: int, environ: Mapping[str, str] | None = None) -> str:
+    """What to add to the report of an HTTP refusal: a 401 is about the token, which was
+    either not sent (the variable unset) or not accepted."""
+    if status != 401:
+        return ""
+    if auth_headers(environ) is None:
+        return f": set {TOKEN_ENV} to a token the router accepts"
+    return f": the router does not accept the token in {TOKEN_ENV}; set it to one it accepts"

@@ -308,6 +308,8 @@ def _read_error(exc: ValueError, text: str) -> ProtocolError:
         return _invalid(f"{exc}: not read", _readable_id(text), NestingTooDeep)
     if isinstance(exc, jsontext.NotReadable):
         return _invalid(str(exc), _readable_id(text))
+    if not text.strip():  # msgspec's own words ("Input data was truncated") mislead here
+        return ParseError("Parse error: an empty message (one JSON-RPC message per frame or line)")
     return ParseError(f"Parse error: {exc}")
 
 

@@ -26,6 +26,7 @@ from aiohttp import hdrs, web
 
 from router.core.frontdoor import Admitted, Credentials
 from router.core.quotas import Client, Seat, Taken
+from router.protocol import acp
 from router.server.accepting import take_place
 from router.server.app_keys import (
     CLIENTS,
@@ -71,11 +72,14 @@ def admit_client(
     address: str,
     *,
     opening: bool = True,
+    refusal_opens: bool | None = None,
 ) -> Admitted | web.Response:
     """The door's decision on a request with these ``Origin`` and ``Authorization``
     headers from ``address`` (``opening``: a new connection), counted; a refusal is the
     response to send. A request of an open HTTP connection counts only its refusals,
-    under ``acp_router_auth_total``."""
+    under ``acp_router_auth_total``; ``refusal_opens`` (by default ``opening``): whether
+    a refusal counts among the connections refused, as a Streamable HTTP ``initialize``
+    does (its connection starts only once it is admitted and read)."""
     admission = app[DOOR].admit(origin, authorization, app[TOKENS].credentials)
     metrics = app[METRICS]
     if isinstance(admission, Admitted):
@@ -84,7 +88,7 @@ def admit_client(
         return admission
     if admission.auth is not None:
         metrics.auth.labels(admission.auth.value).inc()
-    if opening:
+    if opening if refusal_opens is None else refusal_opens:
         metrics.connections.labels(admission.reason).inc()
     logger.debug("refused a client from %s: %s", address, admission.reason)
     headers = {hdrs.WWW_AUTHENTICATE: "Bearer"} if admission.status == 401 else None
@@ -126,9 +130,14 @@ class HttpDoor:
             request.headers.get(hdrs.ORIGIN),
             request.headers.get(hdrs.AUTHORIZATION),
         )
-        return admit_client(
-            self.app, origin, authorization, request.remote or "unknown", opening=False
+        # a POST without a connection id can only be an initialize: a connection refused
+        initialize = (
+            request.method == hdrs.METH_POST and acp.CONNECTION_ID_HEADER not in request.headers
         )
+        return admit_client(
+            self.app, origin, authorization, request.remote or "unknown",
+            opening=False, refusal_opens=initialize,
+        )  # fmt: skip
 
     def enter(self, request: web.Request, admission: Admitted) -> Entry | web.Response:
         app = self.app

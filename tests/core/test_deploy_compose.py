@@ -10,6 +10,7 @@ schema Compose v2 validates a file against.
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,23 +57,6 @@ def dockerfile() -> list[Instruction]:
     return instructions
 
 
-def bases() -> list[str]:
-    """Each FROM's image, its build arguments given their defaults (``ARG NAME=value``):
-    what a user who can pull images builds on."""
-    found = []
-    defaults: dict[str, str] = {}
-    for instruction in dockerfile():
-        if instruction.keyword == "ARG" and "=" in instruction.arguments:
-            name, _, value = instruction.arguments.partition("=")
-            defaults[name.strip()] = value.strip()
-        elif instruction.keyword == "FROM":
-            image = instruction.arguments.split()[0]
-            for name, value in defaults.items():
-                image = image.replace(f"${{{name}}}", value)
-            found.append(image)
-    return found
-
-
 def exec_form(instruction: str) -> list[str]:
     """ENTRYPOINT, CMD or HEALTHCHECK in exec form (a JSON array): no shell in between."""
     found = [i.arguments for i in dockerfile() if i.keyword == instruction]
@@ -82,6 +66,20 @@ def exec_form(instruction: str) -> list[str]:
         text = text[text.index("CMD ") + len("CMD ") :]
     argv: list[str] = json.loads(text)
     return argv
+
+
+def base_images() -> set[str]:
+    """The images the Dockerfile builds on: each FROM that names no stage of its own, its
+    ``${ARG}`` read as that ARG's default (``docker build`` without ``--build-arg``)."""
+    instructions = dockerfile()
+    defaults = dict(
+        i.arguments.partition("=")[::2]
+        for i in instructions
+        if i.keyword == "ARG" and "=" in i.arguments
+    )
+    stages = {i.arguments.split()[-1] for i in instructions if " AS " in i.arguments.upper()}
+    named = {i.arguments.split()[0] for i in instructions if i.keyword == "FROM"} - stages
+    return {re.sub(r"\$\{(\w+)\}", lambda m: defaults[m[1]], name) for name in named}
 
 
 def parses(argv: list[str]) -> bool:
@@ -121,7 +119,9 @@ def test_dockerfile_copies_only_files_of_the_checkout() -> None:
 
 def test_image_is_slim_unprivileged_and_runs_acp_router() -> None:
     instructions = dockerfile()
-    assert bases() == ["python:3.11-slim", "python:3.11-slim"]  # build, then run
+    bases = [i.arguments.split()[0] for i in instructions if i.keyword == "FROM"]
+    assert bases == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"]  # build, then run: one base
+    assert base_images() == {"python:3.11-slim"}
     users = [i.arguments for i in instructions if i.keyword == "USER"]
     assert users, "a USER instruction"
     assert users[-1].split(":")[0] not in ("root", "0")
@@ -155,7 +155,9 @@ def test_compose_runs_the_image_with_valid_commands() -> None:
     entrypoint = exec_form("ENTRYPOINT")
     for name in IMAGE_SERVICES:
         service = services[name]
-        assert service["build"] == {"context": ".", "dockerfile": "deploy/Dockerfile"}
+        # the base is the Dockerfile's default unless PYTHON_IMAGE names another
+        args = {"PYTHON_IMAGE": "${PYTHON_IMAGE:-python:3.11-slim}"}
+        assert service["build"] == {"context": ".", "dockerfile": "deploy/Dockerfile", "args": args}
         assert (REPO / service["build"]["context"] / service["build"]["dockerfile"]).is_file()
         assert "entrypoint" not in service
         command = command_of(service)
@@ -205,7 +207,8 @@ def test_compose_router_config_loads_and_names_the_agent_services() -> None:
     settings = load_settings(router_config_file())
     host, port = settings.router.address
     assert host == "0.0.0.0"  # reachable through the published port
-    assert f"127.0.0.1:8765:{port}" in services["router"]["ports"]  # ws://localhost:8765/acp
+    # ws://localhost:8765/acp (ACP_ROUTER_PORT: another port of the host)
+    assert f"127.0.0.1:${{ACP_ROUTER_PORT:-8765}}:{port}" in services["router"]["ports"]
     agents = agent_services()
     assert len(agents) == len(settings.backends) == 3
     for backend in settings.backends:
@@ -272,8 +275,7 @@ def test_the_docs_say_which_compose_and_which_images() -> None:
     docs = (REPO / "docs" / "operations.md").read_text()
     section = docs[docs.index("### The compose demo") : docs.index("### Kubernetes")]
     services = compose()["services"]
-    stages = {i.arguments.split()[-1] for i in dockerfile() if " AS " in i.arguments.upper()}
-    images = {service["image"] for service in services.values()} | (set(bases()) - stages)
+    images = {service["image"] for service in services.values()} | base_images()
     assert len(images) == 4  # the image built here, its base, Prometheus and Grafana
     for image in images:
         assert f"`{image}`" in section, (

@@ -847,3 +847,12 @@ def test_with_param_reads_as_the_spliced_text_would(
     assert spliced.member("params", "cwd") == again.member("params", "cwd")
     assert spliced.params == again.params
     assert message.param("sessionId") == old  # the original is as it was
+
+
+@pytest.mark.parametrize("frame", ["", " ", "\n", b"\r\n"])
+def test_an_empty_frame_is_a_parse_error_that_says_it_is_empty(frame: str | bytes) -> None:
+    with pytest.raises(ParseError) as caught:
+        parse(frame)
+    assert caught.value.code == -32700
+    assert "an empty message" in caught.value.message
+    assert "truncated" not in caught.value.message  # msgspec's words, misleading here

@@ -483,6 +483,15 @@ async def test_a_401_names_the_token_variable() -> None:
             assert "set ACP_ROUTER_TOKEN to a token the router accepts" in line, line
 
 
+async def test_a_401_for_a_token_sent_says_it_was_not_accepted() -> None:
+    async with fake_router(FakeRouter(refuse_with=HTTPStatus.UNAUTHORIZED)) as router:
+        for command in (("connect", router.url), ("status", router.url, "sess_1")):
+            run = await run_cli_to_exit(*command, env={"ACP_ROUTER_TOKEN": "wrong"})
+            assert run.returncode == 2, run
+            (line,) = run.stderr.splitlines()
+            assert "the router does not accept the token in ACP_ROUTER_TOKEN" in line, line
+
+
 async def test_a_401_on_reconnect_is_not_retried() -> None:
     async with fake_router(FakeRouter()) as router, bridge(router.url) as editor:
         await editor.call(0, "initialize", INIT)

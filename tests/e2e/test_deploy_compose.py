@@ -23,8 +23,9 @@ import pytest
 import yaml
 
 from router.server.config import load_settings
-from tests.core.test_deploy_compose import dockerfile, exec_form, healthcheck_url
-from tests.support import WAIT, CompletedRun, run_cli_to_exit
+from tests.core.test_deploy_compose import base_images, exec_form, healthcheck_url
+from tests.engine import PULLED_BASE, STAND_IN, has_image
+from tests.support import WAIT, run_cli_to_exit, run_to_exit
 from tests.topology import (
     COMPOSE_FILE,
     DOCKERFILE,
@@ -40,34 +41,15 @@ DOCKER = shutil.which("docker")
 DOCKER_COMPOSE = shutil.which("docker-compose")
 
 
-async def _run(*argv: str, timeout: float = WAIT) -> CompletedRun:
-    """Run a program to completion, its output captured."""
-    process = await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        async with asyncio.timeout(timeout):
-            stdout, stderr = await process.communicate()
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-    assert process.returncode is not None
-    return CompletedRun(process.returncode, stdout.decode(), stderr.decode())
-
-
 @pytest.mark.skipif(
     DOCKER_COMPOSE is None,
     reason="docker-compose not installed (Compose 1.29, Debian's docker-compose; .ci/run installs it)",
 )
 async def test_compose_1_29_accepts_the_file() -> None:
     assert DOCKER_COMPOSE is not None
-    version = await _run(DOCKER_COMPOSE, "version", "--short")
+    version = await run_to_exit(DOCKER_COMPOSE, "version", "--short")
     assert version.returncode == 0, version.stderr
-    run = await _run(DOCKER_COMPOSE, "--file", str(COMPOSE_FILE), "config")
+    run = await run_to_exit(DOCKER_COMPOSE, "--file", str(COMPOSE_FILE), "config")
     assert run.returncode == 0, f"docker-compose {version.stdout.strip()}: {run.stderr}"
     resolved = yaml.safe_load(run.stdout)
     assert resolved["services"].keys() == compose()["services"].keys()
@@ -75,12 +57,12 @@ async def test_compose_1_29_accepts_the_file() -> None:
 
 
 async def test_compose_v2_accepts_the_file() -> None:
-    if DOCKER is None or (await _run(DOCKER, "compose", "version")).returncode != 0:
+    if DOCKER is None or (await run_to_exit(DOCKER, "compose", "version")).returncode != 0:
         pytest.skip(
             "Compose v2 (the docker compose plugin) not installed: the file is checked against"
             " the Compose Specification's schema instead"
         )
-    run = await _run(DOCKER, "compose", "--file", str(COMPOSE_FILE), "config", "--quiet")
+    run = await run_to_exit(DOCKER, "compose", "--file", str(COMPOSE_FILE), "config", "--quiet")
     assert run.returncode == 0, run.stderr
 
 
@@ -119,19 +101,22 @@ async def test_compose_topology_serves_acp_router_connect(tmp_path: Path) -> Non
 # -- the image, where a Docker engine runs ------------------------------------------------------
 
 
-async def _why_no_image() -> str | None:
-    """Why the image cannot be built and started here, or None when it can."""
+async def _base_or_why_not() -> tuple[str | None, str]:
+    """The base image to build on (the Dockerfile's, or the stand-in ``make compose-test``
+    made: tests/engine.py), or None and why the image cannot be built and started here."""
     if DOCKER is None:
-        return "no docker command: no Docker engine to build the image with"
-    info = await _run(DOCKER, "info", "--format", "{{.ServerVersion}}")
+        return None, "no docker command: no Docker engine to build the image with"
+    info = await run_to_exit(DOCKER, "info", "--format", "{{.ServerVersion}}")
     if info.returncode != 0:
         said = (info.stderr.strip().splitlines() or ["no output"])[0]
-        return f"no Docker engine answers `docker info`: {said}"
-    stages = {i.arguments.split()[-1] for i in dockerfile() if " AS " in i.arguments.upper()}
-    for base in sorted({i.arguments.split()[0] for i in dockerfile() if i.keyword == "FROM"}):
-        if base not in stages and (await _run(DOCKER, "image", "inspect", base)).returncode:
-            return f"the base image {base} is not in the Docker engine (docker pull {base})"
-    return None
+        return None, f"no Docker engine answers `docker info`: {said}"
+    for base in (*sorted(base_images()), STAND_IN):
+        if await has_image(base):
+            return base, ""
+    return None, (
+        f"neither the base image {PULLED_BASE} (docker pull {PULLED_BASE}) nor its stand-in"
+        f" {STAND_IN} (make compose-test makes it) is in the Docker engine"
+    )
 
 
 async def _wait_for_line(container: str, text: str) -> None:
@@ -152,30 +137,30 @@ async def _wait_for_line(container: str, text: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _built_image() -> AsyncIterator[str]:
+async def _built_image(base: str) -> AsyncIterator[str]:
     assert DOCKER is not None
     tag = f"acp-router:test-{secrets.token_hex(4)}"
-    build = await _run(
-        DOCKER, "build", "--force-rm", "--file", str(DOCKERFILE), "--tag", tag, str(REPO),
-        timeout=600,
+    build = await run_to_exit(
+        DOCKER, "build", "--force-rm", "--file", str(DOCKERFILE), "--tag", tag,
+        "--build-arg", f"PYTHON_IMAGE={base}", str(REPO), timeout=600,
     )  # fmt: skip
     assert build.returncode == 0, (build.stdout + build.stderr)[-4000:]
     try:
         yield tag
     finally:
-        await _run(DOCKER, "image", "rm", "--force", tag)
+        await run_to_exit(DOCKER, "image", "rm", "--force", tag)
 
 
 @pytest.mark.timeout(900)
 async def test_the_image_builds_and_answers_healthz() -> None:
-    reason = await _why_no_image()
-    if reason is not None:
+    base, reason = await _base_or_why_not()
+    if base is None:
         pytest.skip(reason)
     assert DOCKER is not None
     config = router_config_file()
     port = load_settings(config).router.address[1]
-    async with _built_image() as tag:
-        started = await _run(
+    async with _built_image(base) as tag:
+        started = await run_to_exit(
             DOCKER, "run", "--detach", "--publish", f"127.0.0.1::{port}",
             "--volume", f"{config}:/etc/acp-router/router.toml:ro", tag,
         )  # fmt: skip
@@ -183,13 +168,13 @@ async def test_the_image_builds_and_answers_healthz() -> None:
         container = started.stdout.strip()
         try:
             await _wait_for_line(container, "acp-router listening on")
-            published = await _run(DOCKER, "port", container, f"{port}/tcp")
+            published = await run_to_exit(DOCKER, "port", container, f"{port}/tcp")
             address = re.findall(r"127\.0\.0\.1:\d+", published.stdout)[0]
             async with aiohttp.ClientSession() as http, asyncio.timeout(WAIT):
                 async with http.get(f"http://{address}/healthz") as response:
                     assert response.status == 200
             # the image's own HEALTHCHECK command, run inside it, passes too
-            check = await _run(DOCKER, "exec", container, *exec_form("HEALTHCHECK"))
+            check = await run_to_exit(DOCKER, "exec", container, *exec_form("HEALTHCHECK"))
             assert check.returncode == 0, check.stderr
         finally:
-            await _run(DOCKER, "rm", "--force", container)
+            await run_to_exit(DOCKER, "rm", "--force", container)

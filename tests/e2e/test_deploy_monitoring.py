@@ -111,7 +111,7 @@ async def test_every_metric_of_the_rules_and_dashboard_is_exported(tmp_path: Pat
 @pytest.mark.timeout(120)  # four processes and Prometheus on a shared 2-core machine
 async def test_prometheus_scrapes_the_router_and_fires_an_alert(tmp_path: Path) -> None:
     async with run_compose_topology(tmp_path) as topology, receive_alerts() as alertmanager:
-        config = prometheus_config(topology, alertmanager.url, tmp_path)
+        config = prometheus_config(topology.address, alertmanager.url, tmp_path)
         async with run_prometheus(config, tmp_path) as prometheus:
             stopped = topology.agents[-1]
             assert await stopped.stop() == 0  # a real fault: one agent goes away

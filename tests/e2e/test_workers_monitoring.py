@@ -61,7 +61,7 @@ async def test_dashboard_and_alerts_work_on_a_router_with_workers(tmp_path: Path
         compose_topology_with_workers(tmp_path) as topology,
         receive_alerts() as alertmanager,
     ):
-        config = prometheus_config(topology, alertmanager.url, tmp_path)
+        config = prometheus_config(topology.address, alertmanager.url, tmp_path)
         async with run_prometheus(config, tmp_path) as prometheus:
             stopped = topology.agents[-1]
             assert await stopped.stop() == 0

@@ -76,6 +76,34 @@ async def test_no_token_and_a_wrong_token_get_401_and_the_right_one_gets_in(
     assert not [line for line in router_side if TOKEN in line or OTHER in line]
 
 
+async def test_refused_initializes_count_as_unauthorized_connections_on_both_transports() -> None:
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {"protocolVersion": 1},
+    }
+    async with (
+        start_scripted("a", any_status) as backend,
+        start_router([("a", backend.url)], auth={"tokens": [TOKEN]}) as router,
+        aiohttp.ClientSession() as http,
+    ):
+        endpoint = router.url.replace("ws", "http", 1)
+        assert await upgrade_status(router.url) == 401  # WebSocket: no token
+        assert await upgrade_status(router.url, bearer(OTHER)) == 401  # WebSocket: wrong
+        for headers in ({}, bearer(OTHER)):  # Streamable HTTP: initialize, no token or wrong
+            async with http.post(endpoint, json=initialize, headers=headers) as response:
+                assert response.status == 401
+        # a request of a connection (it names one) is not a connection refused
+        named = {"Acp-Connection-Id": "conn_x", **bearer(OTHER)}
+        async with http.post(endpoint, json=initialize, headers=named) as response:
+            assert response.status == 401
+        async with http.post(endpoint, json=initialize, headers=bearer(TOKEN)) as response:
+            assert response.status == 200
+        assert router.metric("acp_router_connections_total", result="unauthorized") == 4
+        assert router.metric("acp_router_connections_total", result="accepted") == 1
+
+
 async def test_tokens_from_a_file_are_read_again_on_reload(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text(f"# client tokens\n{TOKEN}\n\n", encoding="utf-8")
