@@ -2,7 +2,7 @@
 and websockets clients, no SDK): ``Acp-Connection-Id`` on the WebSocket's 101 and on
 ``initialize``'s 200, binary WebSocket frames ignored, and Streamable HTTP end to end
 (POST, event streams, DELETE, keepalives, the statuses, the door, the deadlines);
-tests/core/test_streamable_http.py: the pieces."""
+tests/server/test_streamable_http.py: the pieces."""
 
 from __future__ import annotations
 
