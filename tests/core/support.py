@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
+from router.core import hinted_ids
 from router.core.hinted_ids import _check
 
 #: any text: every code point, lone surrogates too (JSON's \ud800 escapes make them)
@@ -28,3 +29,8 @@ SEALED_SHAPE = st.builds(
     st.text(st.characters(exclude_categories=()), min_size=22, max_size=22),
 )
 IDS = ANY_TEXT | LONG_TEXT | HINTED_SHAPE | SEALED_SHAPE
+
+
+def forged(session_id: str, home: str) -> str:
+    """A hinted id whose home is any text, with the check it needs (no secret is)."""
+    return f"{session_id}@{home}.{hinted_ids._check(session_id, home)}"

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from router.server.config import load_settings
-from tests.server.test_deploy_compose import dockerfile, exec_form, healthcheck_url
+from tests.server.support import dockerfile, exec_form, healthcheck_url
 from tests.support import WAIT, CompletedRun, run_cli_to_exit
 from tests.topology import (
     COMPOSE_FILE,

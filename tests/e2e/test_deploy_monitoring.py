@@ -22,7 +22,7 @@ from tests.monitoring import (
     rules,
 )
 from tests.prometheus_server import PROMETHEUS, PROMTOOL, receive_alerts, run_prometheus
-from tests.server.test_deploy_monitoring import used_metrics
+from tests.server.support import used_metrics
 from tests.support import WAIT
 from tests.topology import Topology, router_config_file, run_compose_topology
 

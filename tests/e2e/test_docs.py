@@ -15,8 +15,8 @@ from typing import Protocol
 
 import aiohttp
 
-from tests.server.test_docs import REPO
 from tests.support import WAIT, CliProcess, JsonObject, run_cli
+from tests.topology import REPO
 
 CURL = shutil.which("curl")
 DOCUMENTED_FRONT = "127.0.0.1:8765"

@@ -36,9 +36,8 @@ from acp.ws import create_websocket_stream
 from router.protocol.ids import SessionId
 from tests.fleet import RouterUnderTest, start_router
 from tests.hosted import pid_of
-from tests.support import WAIT, CliProcess
+from tests.support import CWD, WAIT, CliProcess
 
-CWD = "/work/project"
 #: how long a served agent may take to start (it imports the SDK and uvicorn)
 START = 30.0
 

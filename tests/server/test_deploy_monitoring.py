@@ -5,53 +5,14 @@ variable, a unit test for every alert both ways, and every alert in the docs
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 
 import yaml
 
-from tests.monitoring import PROMETHEUS_DIR, dashboard, panel_expressions, rules
+from tests.monitoring import PROMETHEUS_DIR, rules
+from tests.server.support import metric_names
 from tests.topology import REPO
 
 # -- reading the expressions --------------------------------------------------------------------
-
-_PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and",
-                 "or", "unless", "offset", "inf", "nan"}  # fmt: skip
-
-
-def metric_names(expression: str) -> set[str]:
-    """The metric names a PromQL expression selects (Grafana variables allowed)."""
-    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expression)  # label values may look like names
-    text = re.sub(r"\$\w+", "", text)
-    text = re.sub(r"\{[^}]*\}|\[[^\]]*\]", "", text)  # matchers and ranges
-    text = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
-    names = set()
-    for match in re.finditer(r"(?<![\w.])[A-Za-z_:][\w:]*", text):  # not the m of 1m
-        is_function = text[match.end() :].lstrip().startswith("(")
-        if not is_function and match.group().lower() not in _PROMQL_WORDS:
-            names.add(match.group())
-    return names
-
-
-def variable_expressions() -> Iterator[tuple[str, str]]:
-    """(variable name, the selector of its ``label_values(selector, label)`` query)."""
-    for variable in dashboard()["templating"]["list"]:
-        match = re.fullmatch(r"label_values\((.*),\s*\w+\)", variable["query"]["query"])
-        assert match, variable["name"]
-        yield variable["name"], match.group(1)
-
-
-def used_metrics() -> dict[str, set[str]]:
-    """Metric name -> where it is used."""
-    uses: dict[str, set[str]] = {}
-    sources = [(f"rule {r['alert']}", r["expr"]) for r in rules()]
-    sources += [(f"panel {t}", e) for t, e in panel_expressions()]
-    sources += [(f"variable {n}", e) for n, e in variable_expressions()]
-    for where, expression in sources:
-        names = metric_names(expression)
-        assert names, f"{where}: no metric in {expression!r}"
-        for name in names:
-            uses.setdefault(name, set()).add(where)
-    return uses
 
 
 def test_metric_names_are_read_from_promql() -> None:

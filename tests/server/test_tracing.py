@@ -27,8 +27,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from router.server.otel import OtelTracer
 from router.server.request_log import REQUESTS_LOGGER
-from tests.fleet import RouterUnderTest, ScriptedBackend, start_router, start_scripted
-from tests.server.test_request_log import (
+from tests.fleet import RouterUnderTest, ScriptedBackend, active, start_router, start_scripted
+from tests.server.support import (
     BAGGAGE,
     CLIENT_SPAN,
     CLIENT_TRACE,
@@ -40,10 +40,6 @@ from tests.server.test_request_log import (
     prompt_text,
 )
 from tests.support import WAIT, AcpClient, JsonObject
-
-
-async def active(session_id: str) -> dict[str, Any]:
-    return {"status": "active"}
 
 
 class _Pulse(SpanProcessor):

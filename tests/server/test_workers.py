@@ -17,7 +17,6 @@ import aiohttp
 import pytest
 from aiohttp import web
 from hypothesis import given, strategies as st
-from prometheus_client.parser import text_string_to_metric_families
 
 from router.server.app import create_app
 from router.server.app_keys import DOOR, HTTP_FRONT, METRICS, TOKENS
@@ -33,25 +32,8 @@ from router.server.workers import (
 from tests.core.support import IDS
 from tests.fleet import router_settings
 from tests.raw_http import raw_connection, raw_post, status_of
+from tests.server.support import CLIENTS, samples, value
 from tests.support import WAIT
-
-#: connections opened to see both workers take some: the kernel hashes each one to a
-#: worker, so all of them land on one worker with probability 2 ** -(CLIENTS - 1)
-CLIENTS = 24
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def samples(exposition: str) -> Samples:
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(exposition)
-        for sample in family.samples
-    }
-
-
-def value(found: Samples, name: str, **labels: str) -> float | None:
-    return found.get((name, frozenset(labels.items())))
 
 
 def test_a_scrape_merges_the_workers_registries() -> None:
