@@ -77,7 +77,7 @@ def write_config(
 
 
 def router_url(serve: CliProcess) -> str:
-    match = re.fullmatch(r"acp-router listening on (ws://\S+)", serve.first_line)
+    match = re.fullmatch(r"acp-router listening on (wss?://\S+)", serve.first_line)
     assert match is not None, serve.first_line
     return match.group(1)
 
