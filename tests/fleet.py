@@ -19,7 +19,7 @@ import websockets
 from aiohttp import web
 
 from router.core.health import Health
-from router.protocol.ids import BackendId
+from router.protocol.ids import BackendId, SessionId
 from router.server.accepting import listen
 from router.server.app import create_app
 from router.server.app_keys import CLIENTS, GUARD, POOL, UPSTREAM
@@ -53,6 +53,10 @@ class RouterUnderTest:
 
     def metric(self, name: str, **labels: str) -> float:
         return self.metrics.registry.get_sample_value(name, labels) or 0.0
+
+    def first_ranked(self, session_id: str) -> str:
+        """The backend first in the session's rendezvous order among those up."""
+        return self.pool.fleet.order(SessionId(session_id), self.pool.now())[0]
 
     def probes(self, backends: Iterable[str] | None = None) -> float:
         """How many probes the router sent, to ``backends`` (by default to every backend

@@ -100,10 +100,6 @@ class ClientSide:
         """Every session attached to this connection, and its backend."""
         return self.sessions.attached()
 
-    def unanswered(self) -> list[RequestId]:
-        """Ids of client requests still awaiting an answer."""
-        return list(self.calls)
-
     # -- from the client ---------------------------------------------------------------------
 
     def receive_client(

@@ -18,7 +18,6 @@ from typing import cast
 import acp
 import pytest
 
-from router.protocol.ids import SessionId
 from tests.e2e.support import (
     RecordingClient,
     Wire,
@@ -61,7 +60,7 @@ async def test_the_sdk_client_through_the_router(tmp_path: Path) -> None:
                     session_id = (await conn.new_session(cwd=CWD, mcp_servers=[])).session_id
                 owner = await sdk_answered_by(conn, first, session_id, "hello")
                 assert owner in agent_ids
-                if router.pool.order(SessionId(session_id))[0] != owner:
+                if router.first_ranked(session_id) != owner:
                     break
             else:
                 pytest.fail("every new session landed on its hash default")
