@@ -4,13 +4,17 @@ started, that leaves a file behind is a bug to fix at its cause.
 
 Every test lives in the folder of its kind, and carries that kind's marker (``-m core``):
 
-* ``tests/core``: sans-I/O, no sockets and no processes, seconds in all (``make
-  test-fast``);
-* ``tests/server``: real sockets in one process (the router and its peers on loopback);
+* ``tests/core``: the sans-I/O layers (``router/core``, ``router/protocol``), no sockets
+  and no processes, seconds in all (``make test-fast``);
+* ``tests/server``: everything else in one process: the shell, the agent, the host and
+  the commands, real sockets where they talk (the router and its peers on loopback), and
+  the repository's own files (docs, config examples, deploy files);
 * ``tests/e2e``: tests that start processes (the CLI, fleets of agents, deploy tools).
 
 A ``test_*.py`` directly in ``tests/`` (or a test anywhere else) stops the run before
-any test runs: its kind must be chosen. The helpers the kinds share stay in ``tests/``."""
+any test runs: its kind must be chosen. A test module imports no other test module: the
+helpers of one kind are in its folder's ``support.py`` (another kind may import them),
+the helpers the kinds share stay in ``tests/``."""
 
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ TESTS = Path(__file__).parent
 #: the folders of tests/ that hold tests, each its own marker (pyproject.toml)
 KINDS = ("core", "server", "e2e")
 WHERE = (
-    "tests/core (no sockets, no processes), tests/server (sockets in one process)"
+    "tests/core (router/core and router/protocol), tests/server (one process)"
     " or tests/e2e (processes)"
 )
 

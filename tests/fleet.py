@@ -10,7 +10,7 @@ import contextlib
 import json
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ import websockets
 from aiohttp import web
 
 from router.core.health import Health
-from router.protocol.ids import BackendId
+from router.protocol.ids import BackendId, SessionId
 from router.server.accepting import listen
 from router.server.app import create_app
 from router.server.app_keys import CLIENTS, GUARD, POOL, UPSTREAM
@@ -53,6 +53,19 @@ class RouterUnderTest:
 
     def metric(self, name: str, **labels: str) -> float:
         return self.metrics.registry.get_sample_value(name, labels) or 0.0
+
+    def first_ranked(self, session_id: str) -> str:
+        """The backend first in the session's rendezvous order among those up."""
+        return self.pool.fleet.order(SessionId(session_id), self.pool.now())[0]
+
+    def probes(self, backends: Iterable[str] | None = None) -> float:
+        """How many probes the router sent, to ``backends`` (by default to every backend
+        it links to), whatever they answered."""
+        return sum(
+            self.metric("acp_router_probes_total", backend=backend, result=result)
+            for backend in (self.pool.links if backends is None else backends)
+            for result in ("active", "inactive", "not_found", "unknown")
+        )
 
     async def wait_detached(self) -> None:
         """Wait until no session is attached on any connection (the clients have left)."""
@@ -158,6 +171,16 @@ StatusAnswer = Callable[[str], Awaitable[dict[str, Any] | None]]
 async def never_answer(session_id: str) -> dict[str, Any] | None:
     await asyncio.Event().wait()  # silent: the router's probe must time out
     return None
+
+
+async def active(session_id: str) -> dict[str, Any] | None:
+    """Every session is active here."""
+    return {"status": "active"}
+
+
+async def inactive(session_id: str) -> dict[str, Any] | None:
+    """Every session is stored here, none active."""
+    return {"status": "inactive"}
 
 
 #: in :attr:`ScriptedBackend.scripted`: close the connection there

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ import aiohttp
 import yaml
 from aiohttp import web
 
-from tests.support import WAIT, CliProcess
+from tests.support import WAIT, CliProcess, free_port
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
@@ -89,16 +88,6 @@ class Prometheus:
                 body = await response.json()
         assert body["status"] == "success", body
         return body["data"]
-
-
-def free_port() -> int:
-    """A loopback port free now. Prometheus cannot be handed a socket or report the port
-    it bound to, so this leaves a small race: another process may take the port first,
-    and then Prometheus exits and the test fails saying so."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @contextlib.asynccontextmanager

@@ -382,7 +382,7 @@ class Model(Ledger):
                 self.check()
         assert not self.waiting
         assert self._held_notes() == 0
-        assert self.routes.unanswered() == []
+        assert list(self.routes.calls) == []
         assert sorted(self.answers) == sorted(
             n for n in range(1, self.serial + 1) if n not in self.notes
         )

@@ -153,6 +153,16 @@ def occupied_port() -> Iterator[int]:
         yield taken.getsockname()[1]
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on ``host`` now, for a process that must be told its port (Prometheus,
+    a router restarted on the same port). It leaves a small race: another process may
+    take the port first, and then the process started on it fails saying so."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
 def cli_command(*args: str) -> list[str]:
     """The argv that runs the project's CLI with this interpreter."""
     return [sys.executable, "-m", "router", *args]

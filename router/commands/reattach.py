@@ -46,8 +46,9 @@ from router.protocol.jsonrpc import (
 from router.protocol.reading import parse
 from router.protocol.splice import replace_id
 
-#: the bridge's own request ids start so (the router reserves ``acp-router:``), and
-#: skip any id an editor request in flight uses
+#: the bridge's own request ids start so (the router reserves its own,
+#: :data:`router.protocol.ids.RESERVED_ID_PREFIX`), and skip any id an editor request in
+#: flight uses
 REPLAY_ID_PREFIX: Final = "acp-bridge:"
 #: sessions remembered for the replay (the oldest attached are forgotten first)
 MAX_SESSIONS: Final = 4096

@@ -18,13 +18,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from router.protocol.ids import BackendId
+from router.protocol.ids import BackendId, reserved_id
 from router.protocol.jsonrpc import Request, Response
 from router.protocol.splice import replace_id
 
 #: ids the router gives a forwarded ``authenticate`` (a counter follows), so that no
 #: answer to an earlier round can pass for the answer to a later request
-AUTHENTICATE_ID = "acp-router:authenticate:"
+AUTHENTICATE_ID = reserved_id("authenticate:")
 
 
 @dataclass(slots=True)

@@ -45,7 +45,13 @@ from router.protocol.errors import (
     TooManyInFlight,
     TooManySessions,
 )
-from router.protocol.ids import BackendId, RoutedId, SessionId
+from router.protocol.ids import (
+    RESERVED_ID_PREFIX,
+    BackendId,
+    RoutedId,
+    SessionId,
+    is_reserved,
+)
 from router.protocol.jsonrpc import (
     Message,
     Notification,
@@ -55,12 +61,6 @@ from router.protocol.jsonrpc import (
     is_request_id,
 )
 from router.protocol.splice import replace_id
-
-#: the router's own request ids begin so (its handshake replays, forwarded
-#: ``authenticate``, a failover's resume): a client may not use one, in a request or in a
-#: ``$/cancel_request``, so that no answer meant for the router can be taken for the
-#: client's, and no client can cancel what the router asked
-RESERVED_ID_PREFIX = "acp-router:"
 
 
 class ClientSide:
@@ -100,10 +100,6 @@ class ClientSide:
         """Every session attached to this connection, and its backend."""
         return self.sessions.attached()
 
-    def unanswered(self) -> list[RequestId]:
-        """Ids of client requests still awaiting an answer."""
-        return list(self.calls)
-
     # -- from the client ---------------------------------------------------------------------
 
     def receive_client(
@@ -126,7 +122,7 @@ class ClientSide:
             return observing.refused(
                 request, RouterStopping(), observed, self.limits.max_session_id_chars
             )
-        if _reserved(request.id):
+        if is_reserved(request.id):
             error = InvalidRequest(f"request ids starting with {RESERVED_ID_PREFIX!r} are reserved")
             return observing.refused(request, error, observed, self.limits.max_session_id_chars)
         if request.id in self.calls or request.id in self.unanswered_on:
@@ -298,7 +294,7 @@ class ClientSide:
     def _route_notification(self, note: Notification) -> Effects:
         if note.method == acp.CANCEL_REQUEST:
             named = _named_request(note)
-            if named is not None and _reserved(named):
+            if named is not None and is_reserved(named):
                 error = InvalidRequest(
                     f"request ids starting with {RESERVED_ID_PREFIX!r} are reserved"
                 )
@@ -394,10 +390,6 @@ class ClientSide:
                 waited = self.calls.pop(frame.id)
                 effects += self._route_or_hold(frame, waited.claimed, waited.observed)
         return tuple(effects)
-
-
-def _reserved(request_id: RequestId) -> bool:
-    return isinstance(request_id, str) and request_id.startswith(RESERVED_ID_PREFIX)
 
 
 def _named_request(note: Notification) -> RequestId | None:

@@ -24,11 +24,11 @@ from router.core.effects import NOTHING, Effect, Effects, FailedOver, Locate, Mo
 from router.core.health import Health
 from router.core.phases import orphan_holder
 from router.protocol import acp
-from router.protocol.ids import BackendId, SessionId
+from router.protocol.ids import BackendId, SessionId, reserved_id
 from router.protocol.jsonrpc import Request, encode_request
 
 #: ids of the resumes a failover makes (a counter follows): in the router's own space
-FAILOVER_ID = "acp-router:failover:"
+FAILOVER_ID = reserved_id("failover:")
 
 
 def known(

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from router.core.effects import Attach, Change, Detach
-from router.protocol.ids import BackendId, SessionId
+from router.protocol.ids import BackendId, SessionId, reserved_id
 from router.protocol.jsonrpc import Notification, Request, RequestId
 
 #: a frame that waits behind its session's holder
@@ -328,4 +328,4 @@ def _changes(
 def orphan_holder(session_id: SessionId) -> str:
     """What an orphaned session waits behind until its failover starts (an id in the
     router's own space, so no client request can be it)."""
-    return f"acp-router:orphan:{session_id}"
+    return reserved_id(f"orphan:{session_id}")

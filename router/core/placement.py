@@ -100,13 +100,6 @@ class Ranking:
             scored = sorted(self._seeds, key=lambda s: _score(key_hash, s[1], s[2]), reverse=True)
         return [node_id for node_id, _, _ in scored]
 
-    def pick(
-        self, key: str, eligible: Sequence[BackendId] | frozenset[BackendId]
-    ) -> BackendId | None:
-        """The best-ranked node for ``key`` among ``eligible``, or None."""
-        allowed = set(eligible)
-        return next((node_id for node_id in self.rank(key) if node_id in allowed), None)
-
 
 def _score(key_hash: int, seed: int, weight: float) -> float:
     # Weighted HRW, log form (Schindelhauer & Schomaker): -w / ln(U), U in (0, 1).

@@ -12,7 +12,7 @@ The rules every connection keeps:
    (:meth:`ClientRoutes.answer`, :meth:`ClientRoutes.fail`,
    :meth:`ClientRoutes.backend_lost`, :meth:`ClientRoutes.abandon`). A request id
    already in flight is refused, and so is one in the router's own id space
-   (``acp-router:...``), in a request or named by a ``$/cancel_request``.
+   (:data:`router.protocol.ids.RESERVED_ID_PREFIX`), in a request or named by a ``$/cancel_request``.
 2. Client request ids travel to backends unchanged: each backend link belongs to one
    client connection, so they cannot collide there. Agent→client request ids are
    rewritten to router-assigned integers (:mod:`router.core.agent_requests`).

@@ -36,7 +36,7 @@ from websockets.uri import parse_uri
 from router.outbox import Outbox
 from router.protocol import acp
 from router.protocol.errors import BackendLinkLost, HandshakeRefused
-from router.protocol.ids import BackendId
+from router.protocol.ids import BackendId, reserved_id
 from router.protocol.jsonrpc import Message, Request, Response
 from router.protocol.splice import replace_id, replace_param
 from router.server.faults import FOREIGN_FAILURES, describe
@@ -46,8 +46,8 @@ from router.server.wire import TOO_BIG, read_text
 
 logger = logging.getLogger(__name__)
 
-HANDSHAKE_INITIALIZE = "acp-router:initialize"
-HANDSHAKE_AUTHENTICATE = "acp-router:authenticate"
+HANDSHAKE_INITIALIZE = reserved_id("initialize")
+HANDSHAKE_AUTHENTICATE = reserved_id("authenticate")
 
 #: Frames a link's outbox holds at most (its size bound is ``2 * max_message_bytes``
 #: characters, so any one frame a client may send fits in an empty outbox).

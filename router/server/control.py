@@ -117,11 +117,6 @@ class ControlLink:
     def id(self) -> BackendId:
         return BackendId(self.spec.id)
 
-    def supports(self, capability: str) -> bool:
-        return self.capabilities is not None and acp.has_session_capability(
-            self.capabilities, capability
-        )
-
     async def run(self) -> None:
         """Keep the link up until cancelled."""
         log_context.backend.set(self.id)

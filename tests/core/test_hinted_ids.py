@@ -10,13 +10,13 @@ import orjson
 import pytest
 from hypothesis import given, strategies as st
 
-from router.core import hinted_ids
 from router.core.effects import refusal
 from router.core.hinted_ids import HintedSessions, hinted, read
 from router.protocol.errors import SessionNotFound
 from router.protocol.ids import BackendId
 from router.protocol.jsonrpc import Request, encode_error
 from router.protocol.reading import parse
+from tests.core.support import forged
 
 
 @given(st.text(min_size=1, max_size=60), st.text(min_size=1, max_size=40))
@@ -37,11 +37,6 @@ def test_any_agent_id_and_backend_id_survive_the_hint(session_id: str, backend: 
 )
 def test_other_ids_are_not_hinted(client_id: str) -> None:
     assert read(client_id) is None
-
-
-def forged(session_id: str, home: str) -> str:
-    """A hinted id whose home is any text, with the check it needs (no secret is)."""
-    return f"{session_id}@{home}.{hinted_ids._check(session_id, home)}"
 
 
 @pytest.mark.parametrize("home", ["\u00e9", "\ud83d", "YQ\u0661", "\x00"])

@@ -110,22 +110,9 @@ def test_the_order_of_the_others_does_not_depend_on_a_missing_node() -> None:
         assert [n for n in full.rank(key) if n != "a"] == without_a.rank(key)
 
 
-def test_pick_skips_ineligible_nodes() -> None:
-    ranking = Ranking(_nodes(WEIGHTS))
-    for key in KEYS[:300]:
-        order = ranking.rank(key)
-        assert ranking.pick(key, order) == order[0]
-        assert ranking.pick(key, order[1:]) == order[1]
-        assert ranking.pick(key, frozenset(order[2:])) == order[2]
-        assert ranking.pick(key, [order[3], order[1]]) == order[1]
-        assert ranking.pick(key, []) is None
-        assert ranking.pick(key, ["not-a-node"]) is None
-
-
 def test_empty_ranking() -> None:
     ranking = Ranking([])
     assert ranking.rank("s") == []
-    assert ranking.pick("s", ["a"]) is None
 
 
 def test_nodes_are_kept_in_the_given_order() -> None:

@@ -55,7 +55,7 @@ def test_backend_lost_answers_its_calls_once_and_detaches_its_sessions() -> None
         assert reply(answer)["error"]["data"] == {"backend": "a", "retryable": True}
     assert client.changes == [Detach("s1", "a"), Detach("s2", "a")]
     assert client.routes.attached() == {"s3": "b"}
-    assert sorted(client.routes.unanswered(), key=repr) == ["x", 11]
+    assert sorted(client.routes.calls, key=repr) == ["x", 11]
     assert client.lost("a") == ()  # nothing twice
     assert client.last() == ()
     assert dropped(client.backend("a", result(10, {})))
@@ -143,7 +143,7 @@ def test_abandon_answers_every_call_once_and_refuses_what_comes_after() -> None:
         assert reply(answer)["error"]["code"] == RouterStopping.code
     assert notified(withdrawn)["params"] == {"requestId": asked["id"]}
     assert client.closed == [CloseLink("b", "opened ahead, not needed")]
-    assert client.routes.unanswered() == []
+    assert list(client.routes.calls) == []
     # the shell's late outcomes find nothing to answer: each is late once (counted by
     # what it awaited), then just dropped; new requests are refused
     assert client.located(3, "b") == (Late("locate"),)
@@ -164,5 +164,5 @@ def test_abandon_ends_a_failover_quietly() -> None:
     assert isinstance(locate, Locate)
     (answer,) = client.abandon(RouterStopping())
     error_reply(answer, 2, RouterStopping.code)  # the client's; the router's own is not
-    assert client.routes.unanswered() == []
+    assert list(client.routes.calls) == []
     assert client.placed(locate.request.id, "b") == (Late("locate"),)

@@ -75,7 +75,7 @@ def test_with_failover_a_lost_sessions_frames_wait_and_it_is_resumed_quietly(
         Send("b", request(3, "session/prompt", sid("s1", prompt=[]))),
     )
     assert client.routes.attached() == {"s1": "b"}
-    assert client.routes.unanswered() == [3]
+    assert list(client.routes.calls) == [3]
 
 
 def test_a_failover_given_up_lets_the_frames_go_as_unattached() -> None:
@@ -112,7 +112,7 @@ def test_a_failover_resume_not_found_is_located_again_and_stays_quiet() -> None:
         Resumed("c", "not_found"),
         FailedOver("failed", "s1"),
     )
-    assert client.routes.unanswered() == []
+    assert list(client.routes.calls) == []
     assert client.routes.attached() == {}
 
 
@@ -122,7 +122,7 @@ def test_a_failover_resume_whose_link_is_lost_ends_quietly() -> None:
     assert isinstance(locate, Locate)
     client.located(locate.request.id, "b")
     assert client.lost("b") == (Resumed("b", "link_lost"), FailedOver("failed", "s1"))
-    assert client.routes.unanswered() == []
+    assert list(client.routes.calls) == []
 
 
 def test_without_failover_nothing_is_orphaned() -> None:

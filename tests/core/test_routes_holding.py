@@ -63,7 +63,7 @@ def test_held_frames_get_what_the_failed_resume_leaves_them() -> None:
     data = error_reply(first, 2, -32010)  # truthful: the session is not attached here
     assert data["sessionId"] == "s1"
     assert isinstance(second, Dropped)
-    assert client.routes.unanswered() == []
+    assert list(client.routes.calls) == []
 
 
 def test_other_sessions_are_not_held() -> None:
@@ -169,7 +169,7 @@ def test_held_frames_count_against_the_in_flight_limit() -> None:
     assert client.send(notification("session/cancel", sid("s1"))) == ()
     error_reply(client.send(prompt(3, "s1")), 3, -32014)
     assert dropped(client.send(notification("session/cancel", sid("s1"))))
-    assert sorted(client.routes.unanswered()) == [1, 2]
+    assert sorted(client.routes.calls) == [1, 2]
 
 
 def test_a_claimed_home_goes_with_its_resumes_locates_held_or_located_again() -> None:

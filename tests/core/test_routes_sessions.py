@@ -56,7 +56,7 @@ def test_session_new_is_placed_then_forwarded_verbatim_and_attached() -> None:
     assert client.learned == [Learned("s1", "b", created=True)]
     assert client.routes.attached() == {"s1": "b"}
     assert client.changes == [Attach("s1", "b")]
-    assert client.routes.unanswered() == []
+    assert list(client.routes.calls) == []
 
 
 def test_a_forked_session_is_attached_where_its_parent_lives() -> None:
@@ -99,7 +99,7 @@ def test_prompt_goes_to_the_attached_backend_verbatim() -> None:
     assert client.routes.calls[2].backend == "b"
     answer = result(2, {"stopReason": "end_turn"})
     assert client.backend("b", answer) == (Deliver(answer),)
-    assert client.routes.unanswered() == []
+    assert list(client.routes.calls) == []
 
 
 def test_a_response_from_another_backend_settles_nothing() -> None:
@@ -109,7 +109,7 @@ def test_a_response_from_another_backend_settles_nothing() -> None:
     assert dropped(client.backend("a", result(2, {})))
     assert dropped(client.backend("b", result(99, {})))
     assert dropped(client.backend("b", error(None, -32700)))
-    assert client.routes.unanswered() == [2]
+    assert list(client.routes.calls) == [2]
     assert client.backend("b", result(2, {})) == (Deliver(result(2, {})),)
     assert dropped(client.backend("b", result(2, {})))  # a second answer is dropped
 
@@ -119,7 +119,7 @@ def test_prompt_for_an_unattached_session_is_refused() -> None:
     client.new_session(1, "a", "s1")
     data = error_reply(client.send(request(2, "session/prompt", sid("elsewhere"))), 2, -32010)
     assert data == {"sessionId": "elsewhere", "retryable": False}
-    assert client.routes.unanswered() == []
+    assert list(client.routes.calls) == []
 
 
 @pytest.mark.parametrize("params", [None, {}, {"sessionId": 5}, [1]])
@@ -170,7 +170,7 @@ def test_resume_not_found_relocates_until_the_attempts_run_out() -> None:
         NotThere("s9", "a"),
         Locate(as_request(text), "s9", ("a",)),
     )
-    assert client.routes.unanswered() == [5]  # back in flight, to be located again
+    assert list(client.routes.calls) == [5]  # back in flight, to be located again
     assert client.routes.calls[5].backend is None
     assert client.located(5, "b") == (ResumeSent(retry=True), Send("b", text))
     again = client.backend("b", error(5, -32002, sid("s9")))
@@ -182,7 +182,7 @@ def test_resume_not_found_relocates_until_the_attempts_run_out() -> None:
     assert client.located(5, "c") == (ResumeSent(retry=True), Send("c", text))
     third = error(5, -32002, sid("s9"))
     assert client.backend("c", third) == (Resumed("c", "not_found"), Deliver(third))
-    assert client.routes.unanswered() == []
+    assert list(client.routes.calls) == []
     assert client.routes.attached() == {}
 
 
@@ -286,7 +286,7 @@ def test_status_and_list_are_handled_by_the_router() -> None:
     assert client.send(listing) == (AskPool(Query.LIST, as_request(listing)),)
     assert reply(client.answer(1, {"status": "active"}))["result"] == {"status": "active"}
     error_reply(client.fail(2, NoBackendAvailable()), 2, -32011)
-    assert client.routes.unanswered() == []
+    assert list(client.routes.calls) == []
 
 
 def test_methods_without_a_session_go_to_the_last_backend_used() -> None:
@@ -315,7 +315,7 @@ def test_in_flight_limit() -> None:
     assert isinstance(client.send(request(3, "session/status", sid("s1")))[0], AskPool)
     data = error_reply(client.send(request(4, "session/prompt", sid("s1"))), 4, -32014)
     assert data["retryable"] is True
-    assert sorted(client.routes.unanswered()) == [2, 3]
+    assert sorted(client.routes.calls) == [2, 3]
 
 
 def test_session_limit() -> None:
@@ -326,7 +326,7 @@ def test_session_limit() -> None:
     assert data["sessionId"] == "s2"
     text = request(4, "session/resume", sid("s1"))
     assert client.send(text) == (Send("a", text),)
-    assert client.routes.unanswered() == [4]
+    assert list(client.routes.calls) == [4]
 
 
 def test_session_new_in_flight_counts_against_the_session_limit() -> None:

@@ -12,15 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from tests.e2e.support import write_config
 from tests.fleet import backends_of, start_fleet, start_router
-from tests.server.test_abandoned_turns import CWD, cancels, dropped, prompting, turns_never_end
-from tests.support import WAIT, AcpClient, CliProcess, JsonObject, run_cli
+from tests.server.support import cancels, dropped, prompting, turns_never_end
+from tests.support import CWD, WAIT, AcpClient, CliProcess, JsonObject, free_port, run_cli
 
 #: the issue's promise: the prompt sent again is answered this soon
 RETRY_WITHIN = 2.0
@@ -65,19 +65,6 @@ async def test_a_client_that_drops_mid_turn_leaves_no_turn_running(tmp_path: Pat
 # -- the router stopping ---------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def serve_config(path: Path, port: int, backends: list[tuple[str, str]]) -> Path:
-    tables = "".join(f'[[backends]]\nid = "{b}"\nurl = "{url}"\n' for b, url in backends)
-    path.write_text(f'[router]\nlisten = "127.0.0.1:{port}"\ndrain_seconds = 0.0\n{tables}')
-    return path
-
-
 @contextlib.asynccontextmanager
 async def serving(config: Path, backends: list[tuple[str, str]]) -> AsyncIterator[CliProcess]:
     async with run_cli("serve", "--config", str(config)) as router:
@@ -98,7 +85,9 @@ async def test_a_router_stopped_mid_turn_cancels_it_on_the_backend(tmp_path: Pat
     async with turns_never_end() as backend:
         backends = [("agent-1", backend.url)]
         port = free_port()
-        config = serve_config(tmp_path / "router.toml", port, backends)
+        config = write_config(
+            tmp_path / "router.toml", backends, f'listen = "127.0.0.1:{port}"\ndrain_seconds = 0.0'
+        )
         async with serving(config, backends) as router:
             async with AcpClient.connect(f"ws://127.0.0.1:{port}/acp") as client:
                 turn = await prompting(client, backend)
@@ -117,7 +106,9 @@ async def test_a_router_stopped_mid_turn_cancels_a_turn_two_connections_hold(
     async with turns_never_end() as backend:
         backends = [("agent-1", backend.url)]
         port = free_port()
-        config = serve_config(tmp_path / "router.toml", port, backends)
+        config = write_config(
+            tmp_path / "router.toml", backends, f'listen = "127.0.0.1:{port}"\ndrain_seconds = 0.0'
+        )
         url = f"ws://127.0.0.1:{port}/acp"
         async with serving(config, backends) as router:
             async with AcpClient.connect(url) as prompter, AcpClient.connect(url) as watching:
@@ -136,7 +127,9 @@ async def test_after_a_stop_mid_turn_the_next_router_answers_the_prompt(tmp_path
         backends = backends_of(agents)
         port = free_port()
         url = f"ws://127.0.0.1:{port}/acp"
-        config = serve_config(tmp_path / "router.toml", port, backends)
+        config = write_config(
+            tmp_path / "router.toml", backends, f'listen = "127.0.0.1:{port}"\ndrain_seconds = 0.0'
+        )
         async with serving(config, backends) as router:
             async with AcpClient.connect(url) as client:
                 await client.initialize()

@@ -13,8 +13,8 @@ from typing import Any
 from router.protocol.acp import EPOCH_META_KEY as EPOCH
 from tests.fleet import start_router
 from tests.hosted import start_host
-from tests.server.test_acp_v2 import CWD, V2_INITIALIZE
-from tests.support import AcpClient
+from tests.server.support import V2_INITIALIZE
+from tests.support import CWD, AcpClient
 
 V2_AGENT = (sys.executable, "-m", "tests.agents.v2_agent")
 

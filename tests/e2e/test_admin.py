@@ -11,12 +11,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from tests.e2e.support import ADMIN, ADMIN_BEARER, ADMIN_TOKEN
 from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
 from tests.support import AcpClient, answered_by, resume
-
-TOKEN = "admin-token-for-tests"
-ADMIN = {"tokens": [TOKEN]}
-BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @pytest.fixture
@@ -31,7 +28,7 @@ async def admin(
     method: str,
     path: str,
     status: int = 200,
-    headers: dict[str, str] = BEARER,
+    headers: dict[str, str] = ADMIN_BEARER,
 ) -> Any:
     async with http.request(method, f"{router.base}/admin/{path}", headers=headers) as response:
         assert response.status == status, await response.text()
@@ -61,7 +58,7 @@ async def test_without_an_admin_section_there_is_no_admin(
 ) -> None:
     async with start_fleet(tmp_path, 1) as agents, start_router(backends_of(agents)) as router:
         for path in ("", "backends", "sessions/x"):
-            async with http.get(f"{router.base}/admin/{path}", headers=BEARER) as response:
+            async with http.get(f"{router.base}/admin/{path}", headers=ADMIN_BEARER) as response:
                 assert response.status == 404
 
 
@@ -73,7 +70,11 @@ async def test_the_admin_api_wants_its_own_token(
         start_fleet(tmp_path, 1) as agents,
         start_router(backends_of(agents), admin=ADMIN, auth=auth) as router,
     ):
-        for headers in ({}, {"Authorization": "Bearer client-token"}, {"Authorization": TOKEN}):
+        for headers in (
+            {},
+            {"Authorization": "Bearer client-token"},
+            {"Authorization": ADMIN_TOKEN},
+        ):
             answer = await admin(http, router, "GET", "backends", 401, headers)
             assert answer == {"error": "an admin token is needed"}
         await admin(http, router, "POST", "backends/agent-1/drain", 401, {})
@@ -133,14 +134,6 @@ async def test_a_session_on_a_backend_in_maintenance_waits_and_is_never_moved(
             assert await answered_by(client, session_id) == holder
 
 
-def _probes(router: RouterUnderTest) -> float:
-    return sum(
-        router.metric("acp_router_probes_total", backend=b, result=r)
-        for b in router.pool.links
-        for r in ("active", "inactive", "not_found", "unknown")
-    )
-
-
 async def test_where_a_session_is_comes_from_a_fresh_probe_and_attaches_nothing(
     tmp_path: Path, http: aiohttp.ClientSession
 ) -> None:
@@ -162,7 +155,7 @@ async def test_where_a_session_is_comes_from_a_fresh_probe_and_attaches_nothing(
         async with AcpClient.connect(router.url) as client:
             await client.initialize()
             await resume(client, session_id)
-            probes = _probes(router)
+            probes = router.probes()
             for _ in range(5):
                 listed = await admin(http, router, "GET", "sessions")
                 (row,) = listed["sessions"]
@@ -174,7 +167,7 @@ async def test_where_a_session_is_comes_from_a_fresh_probe_and_attaches_nothing(
                 assert isinstance(row["ageSeconds"], float)
                 assert listed["truncated"] is False
             # on the old main: one probe per attached session per refresh
-            assert _probes(router) == probes
+            assert router.probes() == probes
 
 
 async def test_unknown_backends_and_states_are_404_and_reload_without_a_file_is_refused(

@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from tests.browser import CHROMIUM, Page, open_page
-from tests.e2e.test_admin import ADMIN, BEARER, TOKEN
+from tests.e2e.support import ADMIN, ADMIN_BEARER, ADMIN_TOKEN
 from tests.fleet import backends_of, start_fleet, start_router
 from tests.support import AcpClient
 
@@ -33,7 +33,7 @@ async def test_the_status_page_shows_the_fleet_and_follows_a_drain(tmp_path: Pat
     ):
         await client.initialize()
         session_id = await client.new_session()
-        await page.open(f"{router.base}/admin/#token={TOKEN}")
+        await page.open(f"{router.base}/admin/#token={ADMIN_TOKEN}")
         rows = await page.wait_for("#backends", f"root.rows.length === 3 && {ROWS}")
         assert rows == [["agent-1", "ready"], ["agent-2", "ready"], ["agent-3", "ready"]]
         # the token left the address bar
@@ -63,7 +63,7 @@ async def test_the_status_page_shows_the_fleet_and_follows_a_drain(tmp_path: Pat
         # someone else puts agent-3 in maintenance through the API: the page follows
         async with aiohttp.ClientSession() as http:
             url = f"{router.base}/admin/backends/agent-3/maint"
-            async with http.post(url, headers=BEARER) as answer:
+            async with http.post(url, headers=ADMIN_BEARER) as answer:
                 assert answer.status == 200
         rows = await page.wait_for("#backends", f"(rows => rows[2][1] === 'maint' && rows)({ROWS})")
         assert rows == [["agent-1", "ready"], ["agent-2", "drain"], ["agent-3", "maint"]]
@@ -95,7 +95,7 @@ async def test_without_a_token_the_page_asks_for_one(tmp_path: Path) -> None:
         assert "loading" not in status
         assert "admin token" in why
         assert await page.evaluate("document.getElementById('backends').rows.length") == 0
-        await submit_token(page, TOKEN)
+        await submit_token(page, ADMIN_TOKEN)
         rows = await page.wait_for("#backends", f"root.rows.length === 1 && {ROWS}")
         assert rows == [["agent-1", "ready"]]
         form, fleet, status, _ = await page.evaluate(VIEW)
@@ -126,7 +126,7 @@ async def test_a_refused_token_brings_the_form_back(tmp_path: Path) -> None:
             "#login", "root.querySelector('#why').textContent.includes('refused') && !root.hidden"
         )
         assert why is True
-        await submit_token(page, TOKEN)
+        await submit_token(page, ADMIN_TOKEN)
         rows = await page.wait_for("#backends", f"root.rows.length === 1 && {ROWS}")
         assert rows == [["agent-1", "ready"]]
         assert (await page.evaluate(VIEW))[:2] == [False, True]

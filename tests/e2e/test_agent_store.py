@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 
 from router.agent.store import SessionStore
-from tests.core.test_agent_store import CREATED, lines_of
+from tests.server.support import CREATED, lines_of
 
 _TAKER = """
 import sys

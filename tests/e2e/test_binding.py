@@ -10,11 +10,10 @@ from typing import Any
 from router.core.frontdoor import principal_of
 from router.core.ownership import SessionSeal
 from tests.fleet import backends_of, start_fleet, start_router
-from tests.support import AcpClient, JsonObject, text_chunks
+from tests.support import CWD, AcpClient, JsonObject, text_chunks
 
 ALICE, BOB = "alice-token-7c1e", "bob-token-f20a"
 SECRET = "a session secret every replica shares"
-CWD = "/work/project"
 
 
 def bound(secret: str = SECRET) -> dict[str, Any]:

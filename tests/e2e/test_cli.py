@@ -20,11 +20,12 @@ import pytest
 
 from router.commands.cli import build_parser
 from router.server.config import settings_from
+from tests.e2e.support import wait_backends_up, write_config
 from tests.fleet import backends_of, start_fleet, start_router
 from tests.support import (
+    CWD,
     WAIT,
     AcpClient,
-    AgentProcess,
     CliProcess,
     CompletedRun,
     occupied_port,
@@ -33,16 +34,7 @@ from tests.support import (
     text_chunks,
 )
 
-CWD = "/work/project"
 BACKEND = '[[backends]]\nid = "agent-1"\nurl = "ws://127.0.0.1:9001/acp"\n'
-
-
-def write_config(path: Path, router: str, agents: list[AgentProcess]) -> Path:
-    backends = "".join(
-        f'[[backends]]\nid = "{agent.agent_id}"\nurl = "{agent.url}"\n' for agent in agents
-    )
-    path.write_text(f"[router]\n{router}\n{backends}")
-    return path
 
 
 def one_line_failure(run: CompletedRun) -> str:
@@ -52,11 +44,6 @@ def one_line_failure(run: CompletedRun) -> str:
     assert "Traceback" not in run.stderr, run.stderr
     (line,) = run.stderr.splitlines()
     return line
-
-
-async def wait_backends_up(cli: CliProcess, agents: list[AgentProcess]) -> None:
-    for agent in agents:
-        await cli.wait_for_log(f"backend {agent.agent_id} is up")
 
 
 async def prompted_by(client: AcpClient, session_id: str) -> str:
@@ -144,7 +131,7 @@ async def test_serve_on_a_port_in_use_fails_with_one_line(tmp_path: Path) -> Non
 
 async def test_serve_routes_and_status_answers(tmp_path: Path) -> None:
     async with start_fleet(tmp_path / "store", 2) as agents:
-        config = write_config(tmp_path / "router.toml", 'listen = "127.0.0.1:0"', agents)
+        config = write_config(tmp_path / "router.toml", agents)
         async with run_cli("serve", "--config", str(config)) as serve:
             match = re.fullmatch(
                 r"acp-router listening on (ws://127\.0\.0\.1:(\d+)/acp)", serve.first_line
@@ -195,7 +182,7 @@ async def test_serve_routes_on_the_loop_it_names(tmp_path: Path, setting: str) -
     loop = "asyncio" if "asyncio" in setting else "uvloop"
     async with start_fleet(tmp_path / "store", 1) as agents:
         router = f'listen = "127.0.0.1:0"\n{setting}'
-        config = write_config(tmp_path / "router.toml", router, agents)
+        config = write_config(tmp_path / "router.toml", agents, router)
         async with run_cli("serve", "--config", str(config)) as serve:
             match = re.fullmatch(r"acp-router listening on (ws://\S+/acp)", serve.first_line)
             assert match is not None, serve.first_line

@@ -23,6 +23,7 @@ from websockets.http11 import Request as HttpRequest, Response as HttpResponse
 
 from tests.fleet import start_fleet
 from tests.support import (
+    CWD,
     WAIT,
     CliProcess,
     LogLines,
@@ -34,7 +35,6 @@ from tests.support import (
 )
 
 JsonObject = dict[str, Any]
-CWD = "/work/project"
 
 
 # -- the editor's side: the bridge process -----------------------------------------------------

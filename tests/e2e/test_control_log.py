@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from tests.e2e.support import write_config
 from tests.relay import start_relay
 from tests.support import CliProcess, run_cli, start_agent
 
@@ -15,14 +16,6 @@ from tests.support import CliProcess, run_cli, start_agent
 FAST_RETRY = "[control]\nreconnect_initial_ms = 5\nreconnect_max_ms = 20\n"
 ATTEMPTS = 5
 RECOVERED = re.compile(r"is up \(\S+\) after (\d+\.\d) s down, (\d+) failed attempts?$")
-
-
-def write_config(path: Path, url: str) -> Path:
-    path.write_text(
-        f'[router]\nlisten = "127.0.0.1:0"\n\n{FAST_RETRY}\n'
-        f'[[backends]]\nid = "agent-1"\nurl = "{url}"\n'
-    )
-    return path
 
 
 def lines(serve: CliProcess, start: int, end: int, level: str) -> list[str]:
@@ -44,7 +37,7 @@ async def test_a_down_backend_is_logged_once_then_its_recovery(tmp_path: Path) -
         start_relay(agent.url) as relay,
     ):
         await relay.refuse()  # nothing listens at the backend's address from the start
-        config = write_config(tmp_path / "router.toml", relay.url)
+        config = write_config(tmp_path / "router.toml", [("agent-1", relay.url)], extra=FAST_RETRY)
         async with run_cli("--log-level", "DEBUG", "serve", "--config", str(config)) as serve:
             # 1. down from the start: one line for the first failure, then only debug lines
             await wait_for_attempt(serve, ATTEMPTS, 0)

@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleet import start_scripted
-from tests.server.test_deadlines import raw
-from tests.server.test_frontdoor import any_status
+from tests.fleet import inactive, start_scripted
+from tests.server.support import raw
 from tests.support import WAIT, cli_command
 
 
@@ -27,7 +26,7 @@ async def status_of(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="descriptors lowest first")
 async def test_near_the_open_file_limit_new_connections_get_503(tmp_path: Path) -> None:
-    async with start_scripted("a", any_status) as backend:
+    async with start_scripted("a", inactive) as backend:
         config = tmp_path / "router.toml"
         config.write_text(
             f'[router]\nlisten = "127.0.0.1:0"\n[[backends]]\nid = "a"\nurl = "{backend.url}"\n'

@@ -2,7 +2,7 @@
 (Debian's ``docker-compose``) and v2 where they are installed, then the compose topology
 run as local processes. Where a Docker engine and the base image are present, the image is
 built and started; elsewhere that test skips, saying which is missing
-(tests/core/test_deploy_compose.py: the files parsed and checked against the repository
+(tests/server/test_deploy_compose.py: the files parsed and checked against the repository
 and the Compose Specification)."""
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import pytest
 import yaml
 
 from router.server.config import load_settings
-from tests.core.test_deploy_compose import base_images, exec_form, healthcheck_url
 from tests.engine import PULLED_BASE, STAND_IN, has_image
+from tests.server.support import base_images, exec_form, healthcheck_url
 from tests.support import WAIT, run_cli_to_exit, run_to_exit
 from tests.topology import (
     COMPOSE_FILE,

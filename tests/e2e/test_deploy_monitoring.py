@@ -1,7 +1,7 @@
 """deploy/prometheus and deploy/grafana, run: the rules pass promtool, every metric a rule
 or a panel uses is exported by a running router, and a real Prometheus scrapes the compose
 topology, evaluates the rules and fires an alert on a real fault
-(tests/core/test_deploy_monitoring.py: the files read)."""
+(tests/server/test_deploy_monitoring.py: the files read)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from router.server.config import load_settings
-from tests.core.test_deploy_monitoring import used_metrics
 from tests.monitoring import (
     PROMETHEUS_DIR,
     check_one_backend_down,
@@ -23,6 +22,7 @@ from tests.monitoring import (
     rules,
 )
 from tests.prometheus_server import PROMETHEUS, PROMTOOL, receive_alerts, run_prometheus
+from tests.server.support import used_metrics
 from tests.support import WAIT
 from tests.topology import Topology, router_config_file, run_compose_topology
 

@@ -8,7 +8,6 @@ a StatefulSet's pods do on theirs.
 from __future__ import annotations
 
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -16,24 +15,11 @@ from router.protocol.ids import BackendId
 from router.server.app_keys import RELOADER
 from router.server.reload import Reloaded
 from tests.dns_server import DnsServer, dns_server
-from tests.e2e.test_reload import (
-    answered_by,
-    placed_by_a_new_client,
-    router_url,
-    scrape,
-    sessions_on_each,
-)
+from tests.e2e.support import placed_by_a_new_client, router_url, scrape, sessions_on_each
 from tests.fleet import start_router
-from tests.support import AcpClient, CliProcess, run_cli
+from tests.support import AcpClient, CliProcess, answered_by, free_port, run_cli
 
 NAME = "agents.test"
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @contextlib.asynccontextmanager

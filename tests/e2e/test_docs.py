@@ -1,5 +1,5 @@
 """The docs stay usable: the curl walk-through of docs/transport.md runs as written against
-``acp-router demo`` (tests/core/test_docs.py: the README and the links)."""
+``acp-router demo`` (tests/server/test_docs.py: the README and the links)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Protocol
 
 import aiohttp
 
-from tests.core.test_docs import REPO
 from tests.support import WAIT, CliProcess, JsonObject, run_cli
+from tests.topology import REPO
 
 CURL = shutil.which("curl")
 DOCUMENTED_FRONT = "127.0.0.1:8765"

@@ -20,6 +20,7 @@ from router.core.health import Health
 from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
 from tests.relay import Relay, start_relay
 from tests.support import (
+    CWD,
     WAIT,
     AcpClient,
     JsonObject,
@@ -29,7 +30,6 @@ from tests.support import (
     start_agent,
 )
 
-CWD = "/work/project"
 FIVE_MB = 5 * 1024 * 1024
 
 

@@ -16,9 +16,8 @@ from router.core.health import Health
 from router.protocol.ids import BackendId
 from tests.fleet import RouterUnderTest, start_fleet, start_router
 from tests.relay import Relay, start_relay
-from tests.support import AcpClient
+from tests.support import CWD, AcpClient
 
-CWD = "/work/project"
 #: the grace, and a reconnect backoff whose cap is a third of it (the least the
 #: configuration accepts): before item 3, attempts paced at up to that cap missed the
 #: reachable windows of a whole grace now and then

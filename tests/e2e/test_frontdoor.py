@@ -18,9 +18,9 @@ import pytest
 import trustme
 from websockets.asyncio.client import connect
 
-from tests.fleet import start_router, start_scripted
-from tests.server.test_frontdoor import CWD, TOKEN, any_status, bearer
-from tests.support import WAIT, AcpClient, run_cli, run_cli_to_exit, start_agent, text_chunks
+from tests.fleet import inactive, start_router, start_scripted
+from tests.server.support import TOKEN, bearer
+from tests.support import CWD, WAIT, AcpClient, run_cli, run_cli_to_exit, start_agent, text_chunks
 
 # -- TLS -----------------------------------------------------------------------------------------
 
@@ -136,7 +136,7 @@ async def test_a_wss_backend_that_asks_for_a_client_certificate(tmp_path: Path, 
     cert, key = tmp_path / "router-cert.pem", tmp_path / "router-key.pem"
     router_cert.cert_chain_pems[0].write_to_path(str(cert))
     router_cert.private_key_pem.write_to_path(str(key))
-    async with start_scripted("a", any_status, tls=server) as backend:
+    async with start_scripted("a", inactive, tls=server) as backend:
         assert backend.url.startswith("wss://")
         with_cert = {
             "id": "a",

@@ -11,20 +11,16 @@ through this router and through a fresh replica land where the session's holder 
 
 from __future__ import annotations
 
-import contextlib
-import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from router.core.health import Health
+from tests.e2e.support import NAMES, active_ones, relayed_fleet, share_session
 from tests.fleet import RouterUnderTest, start_router
-from tests.relay import Relay, start_relay
-from tests.support import AcpClient, AgentProcess, answered_by, direct_statuses, resume, start_agent
+from tests.support import AcpClient, answered_by, direct_statuses, resume
 
-NAMES = ("agent-1", "agent-2", "agent-3")
 #: short enough for a test, long against the reconnects (router_settings: 20-200 ms)
 CONTROL: dict[str, Any] = {
     "down_grace_ms": 1500,
@@ -33,39 +29,11 @@ CONTROL: dict[str, Any] = {
 }
 
 
-@contextlib.asynccontextmanager
-async def _fleet(tmp_path: Path) -> AsyncIterator[tuple[list[AgentProcess], dict[str, Relay]]]:
-    """Three agents, each on its own store, each behind its own relay."""
-    async with contextlib.AsyncExitStack() as stack:
-        agents = []
-        relays = {}
-        for name in NAMES:
-            store = tmp_path / name
-            store.mkdir()
-            agent = await stack.enter_async_context(start_agent(store, name))
-            agents.append(agent)
-            relays[name] = await stack.enter_async_context(start_relay(agent.url))
-        yield agents, relays
-
-
-def _share(tmp_path: Path, session_id: str, home: str) -> None:
-    """Copy the session's file from its home's store to the others' (their own copies:
-    each may resume it, and nothing but the router keeps two copies from running)."""
-    source = tmp_path / home / f"{session_id}.jsonl"
-    for name in NAMES:
-        if name != home:
-            shutil.copy(source, tmp_path / name / f"{session_id}.jsonl")
-
-
-def _active(statuses: dict[str, str]) -> list[str]:
-    return sorted(name for name, status in statuses.items() if status == "active")
-
-
 @pytest.mark.parametrize("hinted_ids", [False, True])
 async def test_a_backend_given_up_and_back_keeps_no_live_copy_of_what_moved(
     tmp_path: Path, hinted_ids: bool
 ) -> None:
-    async with _fleet(tmp_path) as (agents, relays):
+    async with relayed_fleet(tmp_path) as (agents, relays):
         direct = {a.agent_id: a.url for a in agents}
         backends = [(name, relays[name].url) for name in NAMES]
         router_section: dict[str, Any] = {"hinted_ids": hinted_ids}
@@ -78,18 +46,18 @@ async def test_a_backend_given_up_and_back_keeps_no_live_copy_of_what_moved(
                 session_id = await client.new_session()
                 home = await answered_by(client, session_id)
                 agent_session = session_id.split("@", 1)[0]
-                _share(tmp_path, agent_session, home)
+                share_session(tmp_path, agent_session, home)
 
                 await relays[home].refuse()  # partitioned past the grace: given up
                 holder = await answered_by(client, session_id, "again")  # failover
                 assert holder != home
-                assert _active(await direct_statuses(direct, agent_session)) == sorted(
+                assert active_ones(await direct_statuses(direct, agent_session)) == sorted(
                     [home, holder]
                 )  # the home's copy lives on behind the partition
 
                 await relays[home].open()  # healed: the same process, its copy still live
                 await _wait_health(router, home, Health.UP)  # fenced first, then up
-                assert _active(await direct_statuses(direct, agent_session)) == [holder]
+                assert active_ones(await direct_statuses(direct, agent_session)) == [holder]
                 assert router.metric("acp_router_split_brain_resolved_total", how="fenced") == 1
                 assert await answered_by(client, session_id, "still") == holder
 
@@ -107,7 +75,7 @@ async def test_a_backend_given_up_and_back_keeps_no_live_copy_of_what_moved(
                 assert "result" in await resume(client, session_id)
                 assert await answered_by(client, session_id, "fresh") == holder
             assert fresh.metric("acp_router_split_brain_detected_total") == 0
-        assert _active(await direct_statuses(direct, agent_session)) == [holder]
+        assert active_ones(await direct_statuses(direct, agent_session)) == [holder]
 
 
 async def _wait_health(router: RouterUnderTest, backend: str, health: Health) -> None:

@@ -9,23 +9,14 @@ import json
 from pathlib import Path
 
 from router.core.hinted_ids import hinted, read
-from tests.core.test_hinted_ids import forged
+from tests.core.support import forged
 from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
-from tests.support import AcpClient, answered_by, direct_statuses, resume
+from tests.support import CWD, AcpClient, answered_by, direct_statuses, resume
 
-CWD = "/work/project"
 HINTED = {"hinted_ids": True}
 
 
 # -- on real agents -----------------------------------------------------------------------------
-
-
-def _probes(router: RouterUnderTest) -> float:
-    return sum(
-        router.metric("acp_router_probes_total", backend=b, result=r)
-        for b in router.pool.links
-        for r in ("active", "inactive", "not_found", "unknown")
-    )
 
 
 async def test_a_fresh_replica_finds_a_hinted_session_with_one_probe(tmp_path: Path) -> None:
@@ -67,7 +58,7 @@ async def test_sessions_made_directly_on_agents_keep_their_ids(tmp_path: Path) -
             await client.initialize()
             assert (await resume(client, session_id)).get("result") == {}
             assert await answered_by(client, session_id) == agents[1].agent_id
-            assert _probes(router) == 2  # no hint in it: the pool is asked
+            assert router.probes() == 2  # no hint in it: the pool is asked
 
 
 async def test_hinted_ids_are_sealed_when_sessions_are_bound(tmp_path: Path) -> None:
@@ -127,7 +118,7 @@ async def test_forged_hinted_ids_in_prompts_leave_the_hint_table_as_it_was(tmp_p
                 assert (await resume(client, session_id)).get("result") == {}
             kept = _hints(router)
             assert kept == {session_id: "agent-3"}
-            probes, fanouts = _probes(router), router.metric("acp_router_probe_fanouts_total")
+            probes, fanouts = router.probes(), router.metric("acp_router_probe_fanouts_total")
             async with AcpClient.connect(router.url) as forger:
                 await forger.initialize()
                 for n in range(1500):
@@ -139,14 +130,14 @@ async def test_forged_hinted_ids_in_prompts_leave_the_hint_table_as_it_was(tmp_p
                 assert last["error"]["code"] == -32010, last  # each one: not attached here
             # on the code before: 1,000 forged homes, and the session found before pushed out
             assert _hints(router) == kept
-            assert (_probes(router), router.metric("acp_router_probe_fanouts_total")) == (
+            assert (router.probes(), router.metric("acp_router_probe_fanouts_total")) == (
                 probes,
                 fanouts,
             )
             async with AcpClient.connect(router.url) as client:
                 await client.initialize()
                 assert (await resume(client, session_id)).get("result") == {}
-            assert _probes(router) == probes + 1  # its hint: agent-3 alone
+            assert router.probes() == probes + 1  # its hint: agent-3 alone
             assert router.metric("acp_router_probe_fanouts_total") == fanouts
 
 
@@ -166,10 +157,10 @@ async def test_forged_hinted_ids_in_resumes_cost_a_locate_each_and_plant_nothing
         for n in range(50):
             answer = await resume(forger, hinted(f"forged-{n}", "agent-1"))
             assert answer["error"]["code"] == -32002, answer
-        assert _probes(router) == 150
+        assert router.probes() == 150
         assert router.metric("acp_router_probe_fanouts_total") == 50
         for n in range(50, 100):
             over = await resume(forger, hinted(f"forged-{n}", "agent-1"))
             assert over["error"]["code"] == -32014, over  # the budget is spent
-        assert _probes(router) == 150
+        assert router.probes() == 150
         assert _hints(router) == {}  # on the code before: 50 hints at agent-1, for free

@@ -12,146 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from collections import defaultdict
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import acp
 import pytest
-from acp.client.connection import ClientSideConnection
-from acp.connection import StreamDirection, StreamEvent
-from acp.schema import (
-    AgentMessageChunk,
-    AllowedOutcome,
-    AudioContentBlock,
-    EmbeddedResourceContentBlock,
-    ImageContentBlock,
-    PermissionOption,
-    RequestPermissionResponse,
-    ResourceContentBlock,
-    TextContentBlock,
-    UserMessageChunk,
+
+from tests.e2e.support import (
+    RecordingClient,
+    Wire,
+    prompt_of,
+    sdk_answered_by,
+    sdk_connection,
 )
-from acp.ws import create_websocket_stream
-
-from router.protocol.ids import SessionId
 from tests.fleet import backends_of, start_fleet, start_router
-from tests.support import WAIT, AcpClient, JsonObject, start_agent
-
-CWD = "/work/project"
-
-#: what ``ClientSideConnection.prompt`` takes (a list, so it must be spelled out whole)
-PromptBlocks = list[
-    TextContentBlock
-    | ImageContentBlock
-    | AudioContentBlock
-    | ResourceContentBlock
-    | EmbeddedResourceContentBlock
-]
-
-
-class RecordingClient:
-    """An SDK client: records text chunks per session, allows every permission ask.
-
-    It implements only the two methods this suite needs. The SDK resolves handlers by
-    name and answers ``-32601`` for the ones a client lacks, so this does not subclass the
-    ``acp.Client`` protocol (whose other methods would become silent ``None`` stubs).
-    """
-
-    def __init__(self) -> None:
-        #: ``(sessionUpdate kind, text)`` of every text chunk, per session id
-        self.chunks: defaultdict[str, list[tuple[str, str]]] = defaultdict(list)
-        #: session ids of the permission requests answered, in order
-        self.permission_asks: list[str] = []
-
-    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
-        if isinstance(update, AgentMessageChunk | UserMessageChunk) and isinstance(
-            update.content, TextContentBlock
-        ):
-            self.chunks[session_id].append((update.session_update, update.content.text))
-
-    async def request_permission(
-        self, session_id: str, tool_call: Any, options: list[PermissionOption], **kwargs: Any
-    ) -> RequestPermissionResponse:
-        self.permission_asks.append(session_id)
-        allow = next(option for option in options if option.kind == "allow_once")
-        return RequestPermissionResponse(
-            outcome=AllowedOutcome(outcome="selected", option_id=allow.option_id)
-        )
-
-    def take(self, session_id: str) -> list[tuple[str, str]]:
-        """The chunks recorded for ``session_id`` so far; forgets them."""
-        return self.chunks.pop(session_id, [])
-
-
-class Wire:
-    """Every raw JSON-RPC message the SDK sent and received, in order (an SDK observer)."""
-
-    def __init__(self) -> None:
-        self.outgoing: list[JsonObject] = []
-        self.incoming: list[JsonObject] = []
-
-    def __call__(self, event: StreamEvent) -> None:
-        sent = event.direction is StreamDirection.OUTGOING
-        (self.outgoing if sent else self.incoming).append(event.message)
-
-    def reply_index(self, method: str) -> int:
-        """Where, among the received messages, the reply to the SDK's ``method`` request is."""
-        request_id = next(m["id"] for m in self.outgoing if m.get("method") == method)
-        return next(
-            i
-            for i, m in enumerate(self.incoming)
-            if "method" not in m and m.get("id") == request_id
-        )
-
-    def result_of(self, method: str) -> JsonObject:
-        result: JsonObject = self.incoming[self.reply_index(method)]["result"]
-        return result
-
-
-@asynccontextmanager
-async def sdk_connection(
-    url: str, client: RecordingClient, wire: Wire | None = None
-) -> AsyncIterator[ClientSideConnection]:
-    """An SDK client connection over the SDK's own WebSocket transport."""
-    async with asyncio.timeout(WAIT):
-        transport = await create_websocket_stream(url)
-    observers = [] if wire is None else [wire]
-    conn = acp.connect_to_agent(cast(acp.Client, client), transport, observers=observers)
-    try:
-        yield conn
-    finally:
-        await conn.close()
-
-
-def prompt_of(text: str) -> PromptBlocks:
-    return [acp.text_block(text)]
-
-
-def speaker(text: str) -> str:
-    """The agent id an echo chunk names: ``[agent-2] hello`` -> ``agent-2``."""
-    assert text.startswith("["), text
-    return text[1 : text.index("]")]
-
-
-async def answered_by(
-    conn: ClientSideConnection, client: RecordingClient, session_id: str, text: str
-) -> str:
-    """Prompt through the SDK; the id of the agent that answered."""
-    client.take(session_id)
-    async with asyncio.timeout(WAIT):
-        response = await conn.prompt(session_id=session_id, prompt=prompt_of(text))
-    assert response.stop_reason == "end_turn"
-    # the SDK's prompt() waits until the session_update handlers for the turn have run
-    chunks = client.take(session_id)
-    assert len(chunks) == 1, chunks
-    kind, said = chunks[0]
-    assert kind == "agent_message_chunk"
-    assert said == f"[{speaker(said)}] {text}"
-    return speaker(said)
-
+from tests.support import CWD, WAIT, AcpClient, start_agent
 
 # -- through the router ------------------------------------------------------------------------
 
@@ -183,9 +58,9 @@ async def test_the_sdk_client_through_the_router(tmp_path: Path) -> None:
             for _ in range(30):
                 async with asyncio.timeout(WAIT):
                     session_id = (await conn.new_session(cwd=CWD, mcp_servers=[])).session_id
-                owner = await answered_by(conn, first, session_id, "hello")
+                owner = await sdk_answered_by(conn, first, session_id, "hello")
                 assert owner in agent_ids
-                if router.pool.order(SessionId(session_id))[0] != owner:
+                if router.first_ranked(session_id) != owner:
                     break
             else:
                 pytest.fail("every new session landed on its hash default")
@@ -196,7 +71,7 @@ async def test_the_sdk_client_through_the_router(tmp_path: Path) -> None:
                 await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
                 await conn.resume_session(session_id=session_id, cwd=CWD)
             assert second.take(session_id) == [], "resume does not replay the history"
-            assert await answered_by(conn, second, session_id, "again") == owner
+            assert await sdk_answered_by(conn, second, session_id, "again") == owner
             assert router.metric("acp_router_locate_total", outcome="active") == 1
 
             async with asyncio.timeout(WAIT):
@@ -237,8 +112,8 @@ async def test_the_sdk_client_against_one_agent(tmp_path: Path) -> None:
             assert init.agent_info.name == "acp-router-reference-agent"
             async with asyncio.timeout(WAIT):
                 session_id = (await conn.new_session(cwd=CWD, mcp_servers=[])).session_id
-            assert await answered_by(conn, first, session_id, "one") == "agent-1"
-            assert await answered_by(conn, first, session_id, "two") == "agent-1"
+            assert await sdk_answered_by(conn, first, session_id, "one") == "agent-1"
+            assert await sdk_answered_by(conn, first, session_id, "two") == "agent-1"
 
         second, wire = RecordingClient(), Wire()
         async with sdk_connection(agent.url, second, wire) as conn:
@@ -258,7 +133,7 @@ async def test_the_sdk_client_against_one_agent(tmp_path: Path) -> None:
                 ("user_message_chunk", "two"),
                 ("agent_message_chunk", "[agent-1] two"),
             ]
-            assert await answered_by(conn, second, session_id, "three") == "agent-1"
+            assert await sdk_answered_by(conn, second, session_id, "three") == "agent-1"
 
 
 async def test_the_sdk_over_stdio_through_the_connect_bridge(tmp_path: Path) -> None:
@@ -274,7 +149,7 @@ async def test_the_sdk_over_stdio_through_the_connect_bridge(tmp_path: Path) -> 
                 assert init.agent_capabilities is not None
                 assert init.agent_capabilities.load_session is True
                 session_id = (await conn.new_session(cwd=CWD, mcp_servers=[])).session_id
-                owner = await answered_by(conn, client, session_id, "hello")
+                owner = await sdk_answered_by(conn, client, session_id, "hello")
                 assert owner in {a.agent_id for a in agents}
                 asked = await conn.prompt(session_id=session_id, prompt=prompt_of("/permission"))
                 assert asked.stop_reason == "end_turn"

@@ -27,10 +27,10 @@ from acp.client.connection import ClientSideConnection
 from router.host.multiplex import Multiplexer
 from router.protocol.acp import EPOCH_META_KEY as EPOCH
 from tests.acp_schema import AcpSchema
-from tests.e2e.test_interop import CWD, RecordingClient, Wire, answered_by, sdk_connection
+from tests.e2e.support import RecordingClient, Wire, sdk_answered_by, sdk_connection
 from tests.fleet import start_router, start_scripted
 from tests.hosted import SDK_AGENT, node_command, pid_of, start_host
-from tests.support import WAIT, AcpClient, text_chunks
+from tests.support import CWD, WAIT, AcpClient, text_chunks
 
 CONNECT = (sys.executable, "-m", "router", "connect")
 
@@ -57,14 +57,14 @@ async def test_an_editor_resumes_its_session_on_the_same_agent_process_behind_ho
             async with asyncio.timeout(WAIT):
                 await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
                 session_id = (await conn.new_session(cwd=CWD, mcp_servers=[])).session_id
-            process = await answered_by(conn, editor, session_id, "hello")
+            process = await sdk_answered_by(conn, editor, session_id, "hello")
 
         # a new editor process, a new bridge, a new router connection
         async with editor_via_connect(router.url) as (editor, conn):
             async with asyncio.timeout(WAIT):
                 await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
                 await conn.resume_session(session_id=session_id, cwd=CWD)
-            assert await answered_by(conn, editor, session_id, "again") == process
+            assert await sdk_answered_by(conn, editor, session_id, "again") == process
         # found by the status probe (the host said active), not by a guess
         assert router.metric("acp_router_locate_total", outcome="active") == 1
 
@@ -182,7 +182,7 @@ async def test_the_sdk_client_over_websocket_resumes_on_the_same_process_behind_
             async with asyncio.timeout(WAIT):
                 await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
                 session_id = (await conn.new_session(cwd=CWD, mcp_servers=[])).session_id
-            process = await answered_by(conn, first, session_id, "hello")
+            process = await sdk_answered_by(conn, first, session_id, "hello")
             caps = wire.result_of("initialize")["agentCapabilities"]["sessionCapabilities"]
             assert caps["status"] == {}  # added by the host; SDK 0.12.1 models drop it
 
@@ -191,4 +191,4 @@ async def test_the_sdk_client_over_websocket_resumes_on_the_same_process_behind_
             async with asyncio.timeout(WAIT):
                 await conn.initialize(protocol_version=acp.PROTOCOL_VERSION)
                 await conn.resume_session(session_id=session_id, cwd=CWD)
-            assert await answered_by(conn, second, session_id, "again") == process
+            assert await sdk_answered_by(conn, second, session_id, "again") == process

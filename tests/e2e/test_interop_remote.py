@@ -36,9 +36,8 @@ from acp.ws import create_websocket_stream
 from router.protocol.ids import SessionId
 from tests.fleet import RouterUnderTest, start_router
 from tests.hosted import pid_of
-from tests.support import WAIT, CliProcess
+from tests.support import CWD, WAIT, CliProcess
 
-CWD = "/work/project"
 #: how long a served agent may take to start (it imports the SDK and uvicorn)
 START = 30.0
 
@@ -160,7 +159,7 @@ async def new_session_off_its_default(
             session_id = (await conn.new_session(cwd=CWD, mcp_servers=[])).session_id
         owner = await prompt(conn, client, session_id, "hello")
         (where,) = router.pool.directory.attachments[SessionId(session_id)]
-        if where != router.pool.order(SessionId(session_id))[0]:
+        if where != router.first_ranked(session_id):
             return session_id, owner
     pytest.fail("every new session landed on its hash default")
 

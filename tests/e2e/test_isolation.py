@@ -21,8 +21,8 @@ from websockets.protocol import State
 
 from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
 from tests.hostile import LINK_INITIALIZE, start_hostile
-from tests.server.test_isolation import CWD, NEW
-from tests.support import WAIT, AcpClient, AgentProcess, JsonObject, answered_by, start_agent
+from tests.server.support import NEW
+from tests.support import CWD, WAIT, AcpClient, AgentProcess, JsonObject, answered_by, start_agent
 
 
 @contextlib.asynccontextmanager

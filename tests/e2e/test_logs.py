@@ -8,7 +8,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.e2e.test_cli import wait_backends_up, write_config
+from tests.e2e.support import wait_backends_up, write_config
 from tests.fleet import start_fleet
 from tests.support import AcpClient, run_cli
 
@@ -24,7 +24,7 @@ def json_lines(text: str) -> list[dict[str, Any]]:
 
 async def test_json_logs_say_which_connection_backend_and_outcome(tmp_path: Path) -> None:
     async with start_fleet(tmp_path / "store", 1) as agents:
-        config = write_config(tmp_path / "router.toml", 'listen = "127.0.0.1:0"', agents)
+        config = write_config(tmp_path / "router.toml", agents)
         args = ("--log-format", "json", "--log-level", "DEBUG", "serve", "--config", str(config))
         async with run_cli(*args) as router:
             await wait_backends_up(router, agents)
@@ -61,7 +61,7 @@ async def test_the_request_log_writes_one_json_line_per_request(tmp_path: Path) 
     client_trace, client_span = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
     meta = {"traceparent": f"00-{client_trace}-{client_span}-01"}
     async with start_fleet(tmp_path / "store", 1) as agents:
-        config = write_config(tmp_path / "router.toml", REQUEST_LOG, agents)
+        config = write_config(tmp_path / "router.toml", agents, REQUEST_LOG)
         args = ("--log-format", "json", "serve", "--config", str(config))
         # no span exporter: the trace ids reach the request log all the same
         async with run_cli(*args, env={"OTEL_TRACES_EXPORTER": "none"}) as router:

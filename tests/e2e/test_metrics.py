@@ -1,6 +1,6 @@
 """A running router's /metrics (and that of a router with workers) serves the families the
 metrics table of docs/operations.md documents, with their HELP, and no ``*_created`` series
-(tests/core/test_metrics.py: the families themselves and the table)."""
+(tests/server/test_metrics.py: the families themselves and the table)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from router.server.metrics import WORKER_UP
-from tests.core.test_metrics import documented_metrics
 from tests.fleet import start_fleet
+from tests.server.support import documented_metrics
 from tests.support import WAIT, run_cli
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from tests.fleet import backends_of, start_fleet, start_router
 from tests.relay import start_relay
 from tests.support import (
+    CWD,
     WAIT,
     AcpClient,
     answered_by,
@@ -29,8 +30,6 @@ from tests.support import (
     resume,
     start_agent,
 )
-
-CWD = "/work/project"
 
 
 async def _session_on(url: str) -> str:

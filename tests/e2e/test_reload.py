@@ -7,21 +7,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import signal
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
-
 from router.core.health import Health
 from router.protocol.acp import ProbeResult
 from router.protocol.ids import BackendId, SessionId
 from router.server.app_keys import RELOADER
 from router.server.reload import Reloaded, ReloadRefused
+from tests.e2e.support import (
+    LISTEN,
+    placed_by_a_new_client,
+    post_reload,
+    router_url,
+    scrape,
+    sessions_on_each,
+    upgrade_status,
+    write_config,
+)
 from tests.fleet import (
     RouterUnderTest,
     backends_of,
@@ -30,79 +36,17 @@ from tests.fleet import (
     start_router,
     start_scripted,
 )
-from tests.support import WAIT, AcpClient, AgentProcess, CliProcess, run_cli, text_chunks
-
-LISTEN = 'listen = "127.0.0.1:0"'
-
-
-def write_config(
-    path: Path,
-    agents: list[AgentProcess],
-    *,
-    weights: dict[str, float] | None = None,
-    router: str = LISTEN,
-    extra: str = "",
-) -> Path:
-    weights = weights or {}
-    tables = "".join(
-        f'[[backends]]\nid = "{a.agent_id}"\nurl = "{a.url}"\nweight = {weights.get(a.agent_id, 1.0)}\n'
-        for a in agents
-    )
-    path.write_text(f"[router]\n{router}\n{extra}\n{tables}")
-    return path
-
-
-def router_url(serve: CliProcess) -> str:
-    match = re.fullmatch(r"acp-router listening on (ws://\S+)", serve.first_line)
-    assert match is not None, serve.first_line
-    return match.group(1)
-
-
-async def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample /metrics serves, by name and labels."""
-    base = url.removesuffix("/acp").replace("ws", "http", 1)
-    async with aiohttp.ClientSession() as http, http.get(f"{base}/metrics") as response:
-        text = await response.text()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
+from tests.support import (
+    WAIT,
+    AcpClient,
+    CliProcess,
+    answered_by,
+    run_cli,
+)
 
 
 def reloads(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], result: str) -> float:
     return samples[("acp_router_config_reloads_total", (("result", result),))]
-
-
-async def answered_by(client: AcpClient, session_id: str) -> str:
-    """Prompt ``session_id``; the id of the agent that answered."""
-    client.drain_incoming()
-    response = await client.prompt(session_id, "hello")
-    assert response.get("result") == {"stopReason": "end_turn"}, response
-    ((_, text),) = text_chunks(client.drain_incoming())
-    match = re.fullmatch(r"\[(agent-\d+)\] hello", text)
-    assert match is not None, text
-    return match.group(1)
-
-
-async def sessions_on_each(client: AcpClient, agents: int) -> dict[str, str]:
-    """New sessions on ``client`` until ``agents`` agents hold one each (placement
-    alternates): agent id -> session id."""
-    owners: dict[str, str] = {}
-    for _ in range(4 * agents):
-        session_id = await client.new_session()
-        owners.setdefault(await answered_by(client, session_id), session_id)
-        if len(owners) == agents:
-            break
-    assert len(owners) == agents, owners
-    return owners
-
-
-async def placed_by_a_new_client(url: str, count: int) -> list[str]:
-    """The agents that answer ``count`` new sessions of a new client."""
-    async with AcpClient.connect(url) as fresh:
-        await fresh.initialize()
-        return [await answered_by(fresh, await fresh.new_session()) for _ in range(count)]
 
 
 async def hang_up(serve: CliProcess, expect: str) -> str:
@@ -317,17 +261,6 @@ async def test_client_tokens_are_reloaded_with_the_file(tmp_path: Path) -> None:
         assert list(router.pool.links) == ["agent-1"]
 
 
-async def upgrade_status(url: str, token: str) -> int:
-    headers = {"Authorization": f"Bearer {token}"}
-    async with aiohttp.ClientSession() as http:
-        try:
-            async with http.ws_connect(url, headers=headers) as ws:
-                await ws.close()
-                return 101
-        except aiohttp.WSServerHandshakeError as exc:
-            return exc.status
-
-
 @contextlib.asynccontextmanager
 async def start_fleet_router(
     count: int, *, auth: dict[str, Any] | None = None
@@ -338,17 +271,6 @@ async def start_fleet_router(
             running = start_router(backends) if auth is None else start_router(backends, auth=auth)
             async with running as router:
                 yield router, backends
-
-
-async def post_reload(url: str, token: str | None) -> tuple[int, Any]:
-    """``POST /admin/reload`` on the router at ``url``: the status and the JSON body."""
-    base = url.removesuffix("/acp").replace("ws", "http", 1)
-    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(f"{base}/admin/reload", headers=headers) as response,
-    ):
-        return response.status, await response.json(content_type=None)
 
 
 async def test_post_admin_reload_is_the_same_reload_and_answers_its_outcome(

@@ -19,7 +19,7 @@ from typing import Any
 
 from router.core.health import Health
 from router.protocol.ids import SessionId
-from tests.e2e.test_heal import NAMES, _active, _fleet, _share
+from tests.e2e.support import NAMES, active_ones, relayed_fleet, share_session
 from tests.fleet import start_router
 from tests.support import WAIT, AcpClient, answered_by, direct_statuses, resume, watching
 
@@ -34,7 +34,7 @@ CONTROL: dict[str, Any] = {
 async def test_two_replicas_route_to_one_home_after_a_partition_one_of_them_saw(
     tmp_path: Path,
 ) -> None:
-    async with _fleet(tmp_path) as (agents, relays):
+    async with relayed_fleet(tmp_path) as (agents, relays):
         direct = {a.agent_id: a.url for a in agents}
         relayed = [(name, relays[name].url) for name in NAMES]
         straight = [(name, direct[name]) for name in NAMES]
@@ -48,7 +48,7 @@ async def test_two_replicas_route_to_one_home_after_a_partition_one_of_them_saw(
             await other.initialize()
             session_id = await one.new_session()
             home = await answered_by(one, session_id)
-            _share(tmp_path, session_id, home)
+            share_session(tmp_path, session_id, home)
             assert "result" in await resume(other, session_id)
             assert await answered_by(other, session_id, "me too") == home
 
@@ -63,7 +63,7 @@ async def test_two_replicas_route_to_one_home_after_a_partition_one_of_them_saw(
             assert refused["error"]["code"] == -32010, refused
             assert "result" in await resume(other, session_id)
             assert await answered_by(other, session_id, "and now") == moved
-            assert _active(await direct_statuses(direct, session_id)) == [moved]
+            assert active_ones(await direct_statuses(direct, session_id)) == [moved]
 
             # a fresh client of either replica lands there too, partition or not
             for router in (first, second):
@@ -74,7 +74,7 @@ async def test_two_replicas_route_to_one_home_after_a_partition_one_of_them_saw(
 
             await relays[home].open()  # healed: the home is back as the same process
             await first.wait_health(home, Health.UP)
-            assert _active(await direct_statuses(direct, session_id)) == [moved]
+            assert active_ones(await direct_statuses(direct, session_id)) == [moved]
             assert await answered_by(one, session_id, "after") == moved
             assert await answered_by(other, session_id, "after too") == moved
             assert second.metric("acp_router_split_brain_resolved_total", how="epoch") == 1
@@ -83,7 +83,7 @@ async def test_two_replicas_route_to_one_home_after_a_partition_one_of_them_saw(
 async def test_a_session_closed_on_its_agent_by_someone_else_is_let_go_within_a_beat(
     tmp_path: Path,
 ) -> None:
-    async with _fleet(tmp_path) as (agents, _):
+    async with relayed_fleet(tmp_path) as (agents, _):
         direct = {a.agent_id: a.url for a in agents}
         async with (
             start_router(list(direct.items()), control=CONTROL) as router,

@@ -15,20 +15,14 @@ from pathlib import Path
 
 from websockets.exceptions import ConnectionClosed
 
-from tests.e2e.test_reload import post_reload, router_url, upgrade_status
-from tests.fleet import start_scripted
-from tests.server.test_frontdoor import any_status
+from tests.e2e.support import post_reload, router_url, upgrade_status, write_config
+from tests.fleet import inactive, start_scripted
 from tests.support import WAIT, AcpClient, run_cli
 
 
-def write_config(path: Path, backend: str, tokens: Path, admin: list[str]) -> None:
-    admin_tokens = ", ".join(f'"{token}"' for token in admin)
-    path.write_text(
-        '[router]\nlisten = "127.0.0.1:0"\n'
-        f'[[backends]]\nid = "a"\nurl = "{backend}"\n'
-        f'[auth]\ntokens_file = "{tokens}"\n'
-        f"[admin]\ntokens = [{admin_tokens}]\n"
-    )
+def secured(tokens: Path, admin: str) -> str:
+    """The ``[auth]`` and ``[admin]`` tables: client tokens from ``tokens``, one admin token."""
+    return f'[auth]\ntokens_file = "{tokens}"\n[admin]\ntokens = ["{admin}"]\n'
 
 
 async def closed_with(client: AcpClient) -> tuple[int, str]:
@@ -43,8 +37,8 @@ async def test_removing_a_token_closes_its_connections_and_no_other(tmp_path: Pa
     tokens = tmp_path / "tokens"
     tokens.write_text("keep\ngone\n")
     config = tmp_path / "router.toml"
-    async with start_scripted("a", any_status) as backend:
-        write_config(config, backend.url, tokens, ["admin-1"])
+    async with start_scripted("a", inactive) as backend:
+        write_config(config, [("a", backend.url)], extra=secured(tokens, "admin-1"))
         async with run_cli("serve", "--config", str(config)) as serve:
             url = router_url(serve)
             await serve.wait_for_log("backend a is up")
@@ -76,14 +70,14 @@ async def test_admin_tokens_reload_on_sighup(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text("client\n")
     config = tmp_path / "router.toml"
-    async with start_scripted("a", any_status) as backend:
-        write_config(config, backend.url, tokens, ["admin-1"])
+    async with start_scripted("a", inactive) as backend:
+        write_config(config, [("a", backend.url)], extra=secured(tokens, "admin-1"))
         async with run_cli("serve", "--config", str(config)) as serve:
             url = router_url(serve)
             await serve.wait_for_log("backend a is up")
             async with AcpClient.connect(url, token="client") as client:
                 assert "result" in await client.initialize()
-                write_config(config, backend.url, tokens, ["admin-2"])
+                write_config(config, [("a", backend.url)], extra=secured(tokens, "admin-2"))
                 lines = len(serve.stderr.lines)
                 serve.process.send_signal(signal.SIGHUP)
                 await serve.wait_for_log("config reloaded", start=lines)
@@ -100,8 +94,8 @@ async def test_a_revoked_connection_gets_no_more_answers(tmp_path: Path) -> None
     tokens = tmp_path / "tokens"
     tokens.write_text("gone\n")
     config = tmp_path / "router.toml"
-    async with start_scripted("a", any_status) as backend:
-        write_config(config, backend.url, tokens, ["admin-1"])
+    async with start_scripted("a", inactive) as backend:
+        write_config(config, [("a", backend.url)], extra=secured(tokens, "admin-1"))
         async with run_cli("serve", "--config", str(config)) as serve:
             url = router_url(serve)
             await serve.wait_for_log("backend a is up")

@@ -16,7 +16,7 @@ import pytest
 
 from router.core.health import Health
 from router.core.placement import Node, Ranking
-from router.protocol.ids import BackendId, SessionId
+from router.protocol.ids import BackendId
 from router.server.serving import drain
 from tests.fleet import (
     backends_of,
@@ -144,7 +144,7 @@ async def test_burst_of_resumes_of_an_inactive_session_lands_on_one_instance(
 
         owners = await asyncio.gather(*(resume_and_prompt() for _ in range(12)))
         assert len(set(owners)) == 1, owners
-        assert owners[0] == router.pool.order(SessionId(session_id))[0], "the best-ranked knower"
+        assert owners[0] == router.first_ranked(session_id), "the best-ranked knower"
         statuses = await direct_statuses(urls, session_id)
         assert [a for a, s in statuses.items() if s == "active"] == [owners[0]]
 
@@ -548,7 +548,7 @@ async def test_two_active_backends_count_as_split_brain(tmp_path: Path) -> None:
                 async with AcpClient.connect(router.url) as client:
                     await client.initialize()
                     assert (await resume(client, session_id)).get("result") == {}
-                expected = router.pool.order(SessionId(session_id))[0]
+                expected = router.first_ranked(session_id)
                 resumed_on_twin = any(m.get("method") == "session/resume" for m in twin.received)
                 assert resumed_on_twin == (expected == "twin")
                 assert router.metric("acp_router_split_brain_detected_total") == 1

@@ -21,9 +21,8 @@ import pytest
 from websockets.asyncio.client import connect
 
 from tests.fleet import backends_of, start_fleet, start_router
-from tests.support import WAIT
+from tests.support import CWD, WAIT
 
-CWD = "/work/project"
 FRAMES = 300
 
 

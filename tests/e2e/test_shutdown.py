@@ -22,10 +22,10 @@ import pytest
 from router.server.app_keys import CLIENTS, OpenClients
 from router.server.serving import drain
 from router.server.shutdown import close_spread
-from tests.e2e.test_cli import wait_backends_up, write_config
+from tests.e2e.support import router_url, wait_backends_up, write_config
 from tests.fleet import ScriptedBackend, start_fleet, start_router, start_scripted
 from tests.relay import Relay, start_relay
-from tests.support import WAIT, AcpClient, CliProcess, JsonObject, run_cli
+from tests.support import WAIT, AcpClient, JsonObject, run_cli
 
 SERVICE_RESTART = 1012
 
@@ -38,13 +38,9 @@ async def closed_at(client: AcpClient) -> float:
     return time.monotonic()
 
 
-def router_url(serve: CliProcess) -> str:
-    return serve.first_line.removeprefix("acp-router listening on ")
-
-
 async def test_with_nothing_in_flight_sigterm_stops_at_once_and_says_so(tmp_path: Path) -> None:
     async with start_fleet(tmp_path / "store", 1) as agents:
-        config = write_config(tmp_path / "router.toml", 'listen = "127.0.0.1:0"', agents)
+        config = write_config(tmp_path / "router.toml", agents)
         async with run_cli("serve", "--config", str(config)) as router:
             await wait_backends_up(router, agents)
             router.process.send_signal(signal.SIGTERM)
@@ -96,8 +92,8 @@ async def test_sigterm_closes_clients_one_by_one_over_the_spread_window(tmp_path
     async with start_fleet(tmp_path / "store", 1) as agents:
         config = write_config(
             tmp_path / "router.toml",
-            f'listen = "127.0.0.1:0"\ndrain_seconds = 0.0\nclose_spread_seconds = {window}',
             agents,
+            f'listen = "127.0.0.1:0"\ndrain_seconds = 0.0\nclose_spread_seconds = {window}',
         )
         async with run_cli("serve", "--config", str(config)) as router:
             await wait_backends_up(router, agents)
@@ -122,7 +118,7 @@ async def test_sigterm_closes_clients_one_by_one_over_the_spread_window(tmp_path
 async def test_a_second_sigterm_cuts_the_drain_short(tmp_path: Path) -> None:
     async with start_fleet(tmp_path / "store", 1) as agents:
         config = write_config(
-            tmp_path / "router.toml", 'listen = "127.0.0.1:0"\ndrain_seconds = 600.0', agents
+            tmp_path / "router.toml", agents, 'listen = "127.0.0.1:0"\ndrain_seconds = 600.0'
         )
         async with run_cli("serve", "--config", str(config)) as router:
             await wait_backends_up(router, agents)
@@ -164,7 +160,7 @@ async def _turn_running(
 async def test_a_stop_answers_every_request_in_flight_before_closing(tmp_path: Path) -> None:
     async with start_fleet(tmp_path / "store", 2) as agents:
         config = write_config(
-            tmp_path / "router.toml", 'listen = "127.0.0.1:0"\ndrain_seconds = 0.0', agents
+            tmp_path / "router.toml", agents, 'listen = "127.0.0.1:0"\ndrain_seconds = 0.0'
         )
         async with run_cli("serve", "--config", str(config)) as router:
             await wait_backends_up(router, agents)
@@ -193,7 +189,7 @@ async def test_a_stop_answers_every_request_in_flight_before_closing(tmp_path: P
 async def test_a_turn_that_finishes_within_the_drain_finishes(tmp_path: Path) -> None:
     async with start_fleet(tmp_path / "store", 1) as agents:
         config = write_config(
-            tmp_path / "router.toml", 'listen = "127.0.0.1:0"\ndrain_seconds = 3.0', agents
+            tmp_path / "router.toml", agents, 'listen = "127.0.0.1:0"\ndrain_seconds = 3.0'
         )
         async with run_cli("serve", "--config", str(config)) as router:
             await wait_backends_up(router, agents)

@@ -2,7 +2,7 @@
 and websockets clients, no SDK): ``Acp-Connection-Id`` on the WebSocket's 101 and on
 ``initialize``'s 200, binary WebSocket frames ignored, and Streamable HTTP end to end
 (POST, event streams, DELETE, keepalives, the statuses, the door, the deadlines);
-tests/core/test_streamable_http.py: the pieces."""
+tests/server/test_streamable_http.py: the pieces."""
 
 from __future__ import annotations
 
@@ -21,106 +21,13 @@ from router.protocol.ids import ConnectionId
 from router.server.app_keys import CLIENTS, HTTP_FRONT, OpenClients
 from router.server.http_connection import HttpConnection
 from router.server.shutdown import close_spread
+from tests.e2e.support import EVENTS, INITIALIZE, JSON, HttpClient, rpc
 from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
 from tests.raw_http import raw_connection, raw_post, status_of
-from tests.support import WAIT, AcpClient, JsonObject
+from tests.server.support import TOKEN
+from tests.support import CWD, WAIT, AcpClient
 
-CWD = "/work/project"
-TOKEN = "tok-alpha-5f1c2a"
 OTHER = "tok-bravo-93d0e7"
-JSON = {"Content-Type": "application/json"}
-EVENTS = {"Accept": "text/event-stream"}
-
-
-def rpc(request_id: int | None, method: str, params: JsonObject | None = None) -> JsonObject:
-    message: JsonObject = {"jsonrpc": "2.0", "method": method, "params": params or {}}
-    if request_id is not None:
-        message["id"] = request_id
-    return message
-
-
-INITIALIZE = rpc(0, "initialize", {"protocolVersion": 1, "clientCapabilities": {}})
-
-
-class EventReader:
-    """One raw server-sent event stream: JSON-RPC messages from its ``data:`` lines,
-    comments as they are."""
-
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self.response = response
-
-    async def next(self) -> JsonObject | str:
-        """The next event's message, or the next comment line (``: keepalive``)."""
-        data: list[str] = []
-        async with asyncio.timeout(WAIT):
-            while True:
-                raw = await self.response.content.readline()
-                if not raw:
-                    raise EOFError("the event stream ended")
-                line = raw.decode().rstrip("\r\n")
-                if line.startswith(":") and not data:
-                    return line
-                if line.startswith("data:"):
-                    data.append(line.removeprefix("data:").removeprefix(" "))
-                elif not line and data:
-                    message: JsonObject = json.loads("\n".join(data))
-                    return message
-
-    async def message(self) -> JsonObject:
-        """The next message, past any comments."""
-        while isinstance(item := await self.next(), str):
-            pass
-        return item
-
-    async def ended(self) -> None:
-        """Wait until the router ends the stream (nothing but comments before)."""
-        with contextlib.suppress(EOFError):
-            while True:
-                item = await self.next()
-                assert isinstance(item, str), f"a message before the end: {item}"
-
-
-class HttpClient:
-    """A raw Streamable HTTP client: POSTs frames, reads event streams."""
-
-    def __init__(self, http: aiohttp.ClientSession, url: str, token: str | None = None) -> None:
-        self.http = http
-        self.url = url
-        self.auth = {"Authorization": f"Bearer {token}"} if token is not None else {}
-        self.connection_id = ""
-
-    def headers(self, session: str | None = None, **more: str) -> dict[str, str]:
-        headers = {**self.auth, **more}
-        if self.connection_id:
-            headers["Acp-Connection-Id"] = self.connection_id
-        if session is not None:
-            headers["Acp-Session-Id"] = session
-        return headers
-
-    async def initialize(self) -> JsonObject:
-        async with self.http.post(self.url, json=INITIALIZE, headers=self.auth) as response:
-            assert response.status == 200, await response.text()
-            assert response.content_type == "application/json"
-            self.connection_id = response.headers["Acp-Connection-Id"]
-            answer: JsonObject = await response.json()
-            return answer
-
-    async def post(self, message: JsonObject, session: str | None = None) -> int:
-        headers = self.headers(session, **JSON)
-        async with self.http.post(self.url, data=json.dumps(message), headers=headers) as response:
-            return response.status
-
-    @contextlib.asynccontextmanager
-    async def stream(self, session: str | None = None) -> AsyncIterator[EventReader]:
-        headers = self.headers(session, **EVENTS)
-        async with self.http.get(self.url, headers=headers) as response:
-            assert response.status == 200, await response.text()
-            assert response.content_type == "text/event-stream"
-            yield EventReader(response)
-
-    async def delete(self) -> int:
-        async with self.http.delete(self.url, headers=self.headers()) as response:
-            return response.status
 
 
 def http_url(router: RouterUnderTest) -> str:

@@ -33,18 +33,13 @@ from router.server.workers import (
     Listeners,
     reuse_port_balances,
 )
-from tests.e2e.test_cli import write_config
-from tests.e2e.test_streamable_http import HttpClient, rpc
+from tests.e2e.support import HttpClient, router_url, rpc, write_config
 from tests.fleet import start_fleet, start_scripted
 from tests.raw_http import post_body, raw_post
-from tests.server.test_workers import CLIENTS, Samples, samples, value
+from tests.server.support import CLIENTS, Samples, samples, value
 from tests.support import WAIT, AcpClient, AgentProcess, CliProcess, run_cli, run_cli_to_exit
 
 SERVICE_RESTART = 1012
-
-
-def router_url(router: CliProcess) -> str:
-    return router.first_line.removeprefix("acp-router listening on ")
 
 
 def base_of(url: str) -> str:
@@ -82,7 +77,7 @@ async def two_workers(
     tmp_path: Path, agents: list[AgentProcess], extra: str = ""
 ) -> AsyncIterator[CliProcess]:
     config = write_config(
-        tmp_path / "router.toml", f'listen = "127.0.0.1:0"\nworkers = 2\n{extra}', agents
+        tmp_path / "router.toml", agents, f'listen = "127.0.0.1:0"\nworkers = 2\n{extra}'
     )
     async with run_cli("serve", "--config", str(config)) as router:
         await wait_up_in_each_worker(router, agents)
@@ -193,7 +188,7 @@ async def test_sighup_reloads_every_worker(tmp_path: Path) -> None:
     async with start_fleet(tmp_path / "store", 2) as agents:
         first, second = agents
         async with two_workers(tmp_path, [first]) as router:
-            write_config(tmp_path / "router.toml", 'listen = "127.0.0.1:0"\nworkers = 2', agents)
+            write_config(tmp_path / "router.toml", agents, 'listen = "127.0.0.1:0"\nworkers = 2')
             router.process.send_signal(signal.SIGHUP)
             for index in range(2):
                 line = await router.wait_for_log(f"worker {index} router.server.reload: config")
@@ -484,7 +479,7 @@ async def test_metrics_listen_is_served_by_the_parent_for_every_worker(tmp_path:
 
 async def test_one_worker_is_the_router_alone(tmp_path: Path) -> None:
     async with start_fleet(tmp_path / "store", 1) as agents:
-        config = write_config(tmp_path / "router.toml", 'listen = "127.0.0.1:0"', agents)
+        config = write_config(tmp_path / "router.toml", agents)
         async with run_cli("serve", "--config", str(config)) as router:
             await router.wait_for_log("backend agent-1 is up")
             pid = router.process.pid

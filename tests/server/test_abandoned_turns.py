@@ -8,63 +8,21 @@ real reference agents, and routers stopped mid-turn)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
-from tests.fleet import ScriptedBackend, start_router, start_scripted
+from tests.fleet import start_router
 from tests.relay import start_relay
-from tests.support import WAIT, AcpClient, JsonObject
+from tests.server.support import cancels, dropped, prompting, turns_never_end
+from tests.support import WAIT, AcpClient
 
-CWD = "/work/project"
 #: frames the client queues on a link the backend does not read: more than the socket
 #: buffers between the router and a held relay hold (a few MiB), each under the scripted
 #: backend's frame limit (1 MiB)
 PADS, PAD_CHARS = 12, 800_000
 
 
-def dropped(client: AcpClient) -> None:
-    """Cut the client's connection as a crash or a network fault does: no close frame."""
-    client.ws.transport.abort()
-
-
 # -- what the backend is sent ------------------------------------------------------------------
-
-
-async def active(session_id: str) -> dict[str, Any] | None:
-    return {"status": "active"}
-
-
-@contextlib.asynccontextmanager
-async def turns_never_end() -> AsyncIterator[ScriptedBackend]:
-    """A backend that has every session active, resumes it, and never answers a prompt
-    (its turn runs until it is cancelled, and a cancel ends nothing)."""
-    async with start_scripted("agent-1", active) as backend:
-        backend.scripted["session/prompt"] = []
-        yield backend
-
-
-def cancels(backend: ScriptedBackend) -> list[dict[str, Any]]:
-    return [m for m in backend.received if m.get("method") == "session/cancel"]
-
-
-def prompts_in(backend: ScriptedBackend) -> list[dict[str, Any]]:
-    return [m for m in backend.received if m.get("method") == "session/prompt"]
-
-
-async def prompting(client: AcpClient, backend: ScriptedBackend) -> asyncio.Task[JsonObject]:
-    """Resume ``s1`` over ``client`` and prompt it; the prompt's answer to come, once the
-    backend has the prompt."""
-    await client.initialize()
-    resumed = await client.request("session/resume", {"sessionId": "s1", "cwd": CWD})
-    assert "result" in resumed, resumed
-    prompts = len(prompts_in(backend))
-    turn = asyncio.create_task(client.prompt("s1", "hello", timeout=WAIT * 3))
-    async with asyncio.timeout(WAIT):
-        await backend.until(lambda: len(prompts_in(backend)) > prompts)
-    return turn
 
 
 async def test_the_backend_gets_one_cancel_when_the_prompting_client_drops() -> None:

@@ -13,9 +13,8 @@ from typing import Any
 
 from router.protocol.ids import BackendId
 from tests.fleet import ScriptedBackend, start_router, start_scripted
-from tests.support import AcpClient
-
-CWD = "/work/project"
+from tests.server.support import V2_INITIALIZE
+from tests.support import CWD, AcpClient
 
 
 def holding(session_id: str):  # type: ignore[no-untyped-def]
@@ -105,12 +104,6 @@ async def test_archive_and_delete_are_routed_like_close() -> None:
 
 
 # -- a v2 client --------------------------------------------------------------------------------
-
-V2_INITIALIZE = {
-    "protocolVersion": 2,
-    "info": {"name": "tests", "version": "0"},
-    "capabilities": {},
-}
 
 
 async def test_a_v2_client_initialize_is_accepted_and_negotiated_to_the_pools_version() -> None:

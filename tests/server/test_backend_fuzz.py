@@ -26,9 +26,8 @@ from websockets.protocol import State
 
 from tests.fleet import start_router
 from tests.hostile import HostileBackend, start_hostile
-from tests.support import WAIT
+from tests.support import CWD, WAIT
 
-CWD = "/work/project"
 WAVES = 12
 #: the requests later frames of their session wait behind, in the router
 HOLDING = ("session/resume", "session/load", "session/close")

@@ -7,9 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.fleet import start_router, start_scripted
-from tests.support import AcpClient
-
-CWD = "/work/project"
+from tests.support import CWD, AcpClient
 
 
 class Clock:

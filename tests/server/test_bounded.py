@@ -29,20 +29,19 @@ from router.protocol.ids import BackendId
 from tests.fleet import (
     RouterUnderTest,
     ScriptedBackend,
+    active,
     error_reply,
+    inactive,
     router_settings,
     start_router,
     start_scripted,
 )
-from tests.support import WAIT, AcpClient, JsonObject, resume
+from tests.server.support import client_status
+from tests.support import WAIT, AcpClient, resume
 
 
 def _series(registry: CollectorRegistry) -> int:
     return sum(len(family.samples) for family in registry.collect())
-
-
-async def _inactive(session_id: str) -> dict[str, Any] | None:
-    return {"status": "inactive"}
 
 
 async def _swap(router: RouterUnderTest, backend_id: str, url: str) -> None:
@@ -53,7 +52,7 @@ async def _swap(router: RouterUnderTest, backend_id: str, url: str) -> None:
 
 async def test_every_series_and_table_keyed_by_a_backend_leaves_with_it() -> None:
     async with (
-        start_scripted("a", _inactive) as backend,
+        start_scripted("a", inactive) as backend,
         start_router([("b-0", backend.url)]) as router,
     ):
         async with AcpClient.connect(router.url) as client:
@@ -82,14 +81,6 @@ async def test_every_series_and_table_keyed_by_a_backend_leaves_with_it() -> Non
 NOT_FOUND = error_reply(-32002, "Resource not found")
 
 
-async def _probes(router: RouterUnderTest) -> float:
-    return sum(
-        router.metric("acp_router_probes_total", backend=b, result=r)
-        for b in router.pool.links
-        for r in ("active", "inactive", "not_found", "unknown")
-    )
-
-
 @contextlib.asynccontextmanager
 async def _nobody_knows(
     router: dict[str, Any] | None = None, auth: dict[str, Any] | None = None
@@ -98,7 +89,7 @@ async def _nobody_knows(
     async with contextlib.AsyncExitStack() as stack:
         backends = []
         for name in ("a", "b", "c"):
-            backend = await stack.enter_async_context(start_scripted(name, _inactive))
+            backend = await stack.enter_async_context(start_scripted(name, inactive))
             backend.scripted["session/status"] = [NOT_FOUND]
             backend.scripted["session/resume"] = [NOT_FOUND]
             backends.append((name, backend.url))
@@ -117,7 +108,7 @@ async def test_a_repeated_resume_of_an_unknown_id_costs_one_fan_out() -> None:
             answer = await resume(client, "sess_nobody")
             assert answer["error"]["code"] == -32002, (attempt, answer)
         # on the old main: 600 probes (a fan-out per try, and another per relocate)
-        assert await _probes(router) == 3
+        assert router.probes() == 3
         assert router.metric("acp_router_probe_fanouts_total") == 1
 
 
@@ -127,12 +118,12 @@ async def test_unknown_ids_cost_one_fan_out_each_not_two() -> None:
         for n in range(50):
             assert (await resume(client, f"sess_{n}"))["error"]["code"] == -32002
         # on the old main: 6 each (the relocate after the default's -32002 fanned out again)
-        assert await _probes(router) == 3 * 50
+        assert router.probes() == 3 * 50
 
 
 async def test_a_session_that_appears_later_is_found_once_the_memory_expires() -> None:
     async with (
-        start_scripted("a", _inactive) as backend,
+        start_scripted("a", inactive) as backend,
         start_router([("a", backend.url)], cache={"negative_seconds": 0.3}) as router,
         AcpClient.connect(router.url) as client,
     ):
@@ -142,9 +133,9 @@ async def test_a_session_that_appears_later_is_found_once_the_memory_expires() -
         assert (await resume(client, "sess_later"))["error"]["code"] == -32002
         # it appears (created directly on the agent): remembered absent a while, then found
         del backend.scripted["session/status"], backend.scripted["session/resume"]
-        probes = await _probes(router)
+        probes = router.probes()
         assert (await resume(client, "sess_later"))["error"]["code"] == -32002
-        assert await _probes(router) == probes  # answered from memory
+        assert router.probes() == probes  # answered from memory
         async with asyncio.timeout(WAIT):
             while "result" not in await resume(client, "sess_later"):
                 pass  # each try is a real resume; the memory lapses within 0.3 s
@@ -196,10 +187,6 @@ async def test_with_tokens_the_locate_budget_is_each_tokens_not_the_addresss() -
         assert router.metric("acp_router_limited_total", limit="locates_per_address") == 0
 
 
-async def client_status(client: AcpClient, session_id: str) -> JsonObject:
-    return await client.request("session/status", {"sessionId": session_id})
-
-
 # -- session/list: under the locate budget, and no page makes a backend silent ----------------
 
 
@@ -212,7 +199,7 @@ async def test_list_pages_are_within_the_locate_budget() -> None:
     resumes (on the code before: all 20 went to every backend)."""
     limits = {"locates_per_minute_per_connection": 5}
     async with (
-        start_scripted("a", _inactive) as backend,
+        start_scripted("a", inactive) as backend,
         start_router([("a", backend.url)], router=limits) as router,
         AcpClient.connect(router.url) as flooder,
     ):
@@ -223,10 +210,6 @@ async def test_list_pages_are_within_the_locate_budget() -> None:
         assert {(e["code"], e["data"]["limit"]) for e in refused} == {(-32014, "connection")}
         assert lists_in(backend) == 5
         assert router.metric("acp_router_limited_total", limit="locates_per_connection") == 15
-
-
-async def _active(session_id: str) -> dict[str, Any] | None:
-    return {"status": "active"}
 
 
 def probed(message: dict[str, Any], session_id: str) -> bool:
@@ -242,8 +225,8 @@ async def test_a_list_flood_on_a_backend_slow_to_list_fails_no_one_elses_resume(
     lives there is still located there (on the code before: each page made the backend
     silent, and the resume failed closed, -32012)."""
     async with (
-        start_scripted("slow", _active) as slow,
-        start_scripted("other", _inactive) as other,
+        start_scripted("slow", active) as slow,
+        start_scripted("other", inactive) as other,
         start_router([("slow", slow.url), ("other", other.url)]) as router,
         AcpClient.connect(router.url) as flooder,
         AcpClient.connect(router.url) as resumer,

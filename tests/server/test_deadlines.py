@@ -10,14 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator
 
 import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from tests.fleet import RouterUnderTest, start_router, start_scripted
-from tests.server.test_frontdoor import any_status
+from tests.fleet import RouterUnderTest, inactive, start_router, start_scripted
+from tests.server.support import raw
 from tests.support import WAIT, AcpClient
 
 HANDSHAKE_MS = 300
@@ -29,21 +28,6 @@ def _port(router: RouterUnderTest) -> int:
     return int(match.group(1))
 
 
-@contextlib.asynccontextmanager
-async def raw(
-    port: int, source: str = "127.0.0.1"
-) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
-    """A plain TCP connection to the router, from ``source``."""
-    async with asyncio.timeout(WAIT):
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
-    try:
-        yield reader, writer
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError):
-            await writer.wait_closed()
-
-
 async def answer_then_close(reader: asyncio.StreamReader) -> bytes:
     """Everything the router writes until it closes the connection."""
     async with asyncio.timeout(WAIT):
@@ -52,7 +36,7 @@ async def answer_then_close(reader: asyncio.StreamReader) -> bytes:
 
 async def test_silent_and_half_sent_requests_are_closed_at_the_deadline() -> None:
     async with (
-        start_scripted("a", any_status) as backend,
+        start_scripted("a", inactive) as backend,
         start_router([("a", backend.url)], router={"handshake_timeout_ms": HANDSHAKE_MS}) as router,
         contextlib.AsyncExitStack() as stack,
     ):
@@ -77,7 +61,7 @@ async def test_a_trickling_client_is_closed_at_the_deadline_too() -> None:
     pace = 0.005  # the hostile client's: a byte each time the router has not answered in this
 
     async with (
-        start_scripted("a", any_status) as backend,
+        start_scripted("a", inactive) as backend,
         start_router([("a", backend.url)], router={"handshake_timeout_ms": HANDSHAKE_MS}) as router,
         raw(_port(router)) as (reader, writer),
     ):
@@ -102,7 +86,7 @@ async def test_connections_in_the_handshake_count_against_the_limits() -> None:
         "handshake_timeout_ms": 60_000,
     }
     async with (
-        start_scripted("a", any_status) as backend,
+        start_scripted("a", inactive) as backend,
         start_router([("a", backend.url)], router=limits) as router,
         contextlib.AsyncExitStack() as stack,
     ):
@@ -123,7 +107,7 @@ async def test_connections_in_the_handshake_count_against_the_limits() -> None:
 
 async def test_a_client_that_never_initializes_is_closed_1008() -> None:
     async with (
-        start_scripted("a", any_status) as backend,
+        start_scripted("a", inactive) as backend,
         start_router([("a", backend.url)], router={"initialize_timeout_ms": 400}) as router,
         AcpClient.connect(router.url) as initialized,
     ):
@@ -143,7 +127,7 @@ async def test_a_client_that_never_initializes_is_closed_1008() -> None:
 
 async def test_a_post_whose_body_never_arrives_is_answered_408_at_the_deadline() -> None:
     async with (
-        start_scripted("a", any_status) as backend,
+        start_scripted("a", inactive) as backend,
         start_router([("a", backend.url)], router={"handshake_timeout_ms": HANDSHAKE_MS}) as router,
         raw(_port(router)) as (reader, writer),
     ):

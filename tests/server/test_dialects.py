@@ -18,9 +18,7 @@ import pytest
 
 from router.protocol.errors import ConfigError
 from tests.fleet import ScriptedBackend, router_settings, start_router, start_scripted
-from tests.support import AcpClient
-
-CWD = "/work/project"
+from tests.support import CWD, AcpClient
 
 #: each dialect's word for "in memory here", and its answer for any other session
 DIALECTS = {

@@ -12,14 +12,6 @@ from tests.fleet import RouterUnderTest, start_router, start_scripted
 from tests.support import WAIT, AcpClient, JsonObject, resume
 
 
-def _probes(router: RouterUnderTest, backends: list[str]) -> float:
-    return sum(
-        router.metric("acp_router_probes_total", backend=b, result=r)
-        for b in backends
-        for r in ("active", "inactive", "not_found", "unknown")
-    )
-
-
 async def _resume_through(router: RouterUnderTest, session_id: str) -> None:
     async with AcpClient.connect(router.url) as client:
         await client.initialize()
@@ -49,7 +41,7 @@ async def test_a_second_active_instance_is_seen_by_the_audit_once_the_hint_needs
         names = [name for name, _ in pool]
         async with start_router(pool, cache={"verify_seconds": verify_seconds}) as router:
             await _resume_through(router, "sess_split")  # a fan-out finds it on "a"
-            assert _probes(router, names) == 3
+            assert router.probes(names) == 3
             rogue["active"] = True
             audited = router.upstream.locator.audit.audited
             async with asyncio.timeout(WAIT):
@@ -60,7 +52,7 @@ async def test_a_second_active_instance_is_seen_by_the_audit_once_the_hint_needs
                 if seen:  # past verify_seconds: an audit asks the whole pool, off the path
                     await audit_done
                 audit_done.cancel()
-            assert _probes(router, names) == (7 if seen else 4)
+            assert router.probes(names) == (7 if seen else 4)
             detected = router.metric("acp_router_split_brain_detected_total")
             assert detected == (1 if seen else 0)
             assert router.metric("acp_router_audits_total", result="split") == detected

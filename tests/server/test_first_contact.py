@@ -14,18 +14,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from tests.fleet import ScriptedBackend, start_router, start_scripted
-from tests.support import WAIT, AcpClient, JsonObject, watching
-
-CWD = "/work/project"
-
-
-async def active(session_id: str) -> dict[str, Any] | None:
-    return {"status": "active"}
-
-
-async def inactive(session_id: str) -> dict[str, Any] | None:
-    return {"status": "inactive"}
+from tests.fleet import ScriptedBackend, active, inactive, start_router, start_scripted
+from tests.support import CWD, WAIT, AcpClient, JsonObject, watching
 
 
 def offers_resume(answer: dict[str, Any]) -> bool:

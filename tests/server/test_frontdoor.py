@@ -14,12 +14,11 @@ import websockets
 from websockets.asyncio.client import connect
 
 from router.server.app_keys import TOKENS
-from tests.fleet import start_router, start_scripted
+from tests.fleet import inactive, start_router, start_scripted
+from tests.server.support import TOKEN, bearer
 from tests.support import WAIT, AcpClient
 
-TOKEN = "tok-alpha-5f1c2a"
 OTHER = "tok-bravo-93d0e7"
-CWD = "/work/project"
 
 
 async def upgrade_status(url: str, headers: dict[str, str] | None = None) -> int:
@@ -31,14 +30,6 @@ async def upgrade_status(url: str, headers: dict[str, str] | None = None) -> int
         return exc.response.status_code
 
 
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-async def any_status(session_id: str) -> dict[str, str]:
-    return {"status": "inactive"}
-
-
 # -- tokens --------------------------------------------------------------------------------------
 
 
@@ -48,7 +39,7 @@ async def test_no_token_and_a_wrong_token_get_401_and_the_right_one_gets_in(
     caplog.set_level(logging.DEBUG, logger="router")
     caplog.set_level(logging.DEBUG, logger="aiohttp")
     async with (
-        start_scripted("a", any_status) as backend,
+        start_scripted("a", inactive) as backend,
         start_router([("a", backend.url)], auth={"tokens": [TOKEN, OTHER]}) as router,
     ):
         assert await upgrade_status(router.url) == 401
@@ -84,7 +75,7 @@ async def test_refused_initializes_count_as_unauthorized_connections_on_both_tra
         "params": {"protocolVersion": 1},
     }
     async with (
-        start_scripted("a", any_status) as backend,
+        start_scripted("a", inactive) as backend,
         start_router([("a", backend.url)], auth={"tokens": [TOKEN]}) as router,
         aiohttp.ClientSession() as http,
     ):
@@ -108,7 +99,7 @@ async def test_tokens_from_a_file_are_read_again_on_reload(tmp_path: Path) -> No
     tokens = tmp_path / "tokens"
     tokens.write_text(f"# client tokens\n{TOKEN}\n\n", encoding="utf-8")
     async with (
-        start_scripted("a", any_status) as backend,
+        start_scripted("a", inactive) as backend,
         start_router([("a", backend.url)], auth={"tokens_file": str(tokens)}) as router,
     ):
         assert await upgrade_status(router.url, bearer(TOKEN)) == 101
@@ -125,7 +116,7 @@ async def test_tokens_from_a_file_are_read_again_on_reload(tmp_path: Path) -> No
 async def test_tokens_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACP_ROUTER_TEST_TOKENS", f"{TOKEN}, {OTHER}")
     async with (
-        start_scripted("a", any_status) as backend,
+        start_scripted("a", inactive) as backend,
         start_router([("a", backend.url)], auth={"token_env": "ACP_ROUTER_TEST_TOKENS"}) as router,
     ):
         assert await upgrade_status(router.url, bearer(OTHER)) == 101
@@ -139,7 +130,7 @@ async def test_tokens_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> N
 async def test_a_cross_site_origin_is_refused() -> None:
     router_section = {"allowed_origins": ["https://editor.example", "http://localhost:3000"]}
     async with (
-        start_scripted("a", any_status) as backend,
+        start_scripted("a", inactive) as backend,
         start_router([("a", backend.url)], router=router_section) as router,
     ):
         assert await upgrade_status(router.url, {"Origin": "https://evil.example"}) == 403
@@ -158,7 +149,7 @@ async def test_a_cross_site_origin_is_refused() -> None:
 
 async def test_connections_per_address_are_limited_and_come_back() -> None:
     async with (
-        start_scripted("a", any_status) as backend,
+        start_scripted("a", inactive) as backend,
         start_router([("a", backend.url)], router={"max_connections_per_address": 2}) as router,
     ):
         async with AcpClient.connect(router.url) as one, AcpClient.connect(router.url) as two:

@@ -23,8 +23,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from tests.fleet import RouterUnderTest, start_router, start_scripted
-from tests.server.test_frontdoor import any_status
+from tests.fleet import RouterUnderTest, inactive, start_router, start_scripted
 from tests.support import WAIT, AcpClient, watching
 
 LIMIT = 4 * 1024 * 1024
@@ -85,7 +84,7 @@ async def test_a_maximum_frame_of_any_shape_stalls_nothing_and_builds_no_tree(sh
     frame = hostile_frames(LIMIT)[shape]
     assert len(frame) <= LIMIT
     async with (
-        start_scripted("a", any_status) as backend,
+        start_scripted("a", inactive) as backend,
         start_router([("a", backend.url)], router={"max_message_bytes": LIMIT}) as router,
         AcpClient.connect(router.url) as client,
     ):
@@ -123,7 +122,7 @@ async def test_frames_of_exactly_the_limit_pass_both_ways() -> None:
         )
 
     exact_reply = sized(reply, limit + len("$ID") - 1)  # "$ID" becomes "3"
-    async with start_scripted("a", any_status) as backend:
+    async with start_scripted("a", inactive) as backend:
         backend.scripted = {"session/new": [exact_reply]}
         async with (
             start_router([("a", backend.url)], router={"max_message_bytes": limit}) as router,
@@ -151,7 +150,7 @@ REFUSED = "the router refused a frame from the backend larger than router.max_me
 async def test_an_oversized_backend_frame_is_reported_as_the_routers_refusal() -> None:
     limit = 64 * 1024
     huge = '{"jsonrpc":"2.0","id":$ID,"result":{"pad":"' + "x" * limit + '"}}'
-    async with start_scripted("a", any_status) as backend:
+    async with start_scripted("a", inactive) as backend:
         backend.scripted = {"session/new": [huge]}
         async with (
             start_router([("a", backend.url)], router={"max_message_bytes": limit}) as router,
@@ -232,7 +231,7 @@ def port_of(router: RouterUnderTest) -> int:
 async def test_an_unmasked_client_frame_closes_the_connection_1002(pipelined: bool) -> None:
     initialize = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}'
     async with (
-        start_scripted("a", any_status) as backend,
+        start_scripted("a", inactive) as backend,
         start_router([("a", backend.url)]) as router,
     ):
         port = port_of(router)

@@ -14,10 +14,8 @@ from websockets.protocol import State
 
 from tests.fleet import start_router
 from tests.hostile import start_hostile
+from tests.server.support import NEW
 from tests.support import WAIT, AcpClient
-
-CWD = "/work/project"
-NEW = {"cwd": CWD, "mcpServers": []}
 
 
 async def test_a_backend_that_never_completes_its_upgrade_fails_within_the_deadline() -> None:

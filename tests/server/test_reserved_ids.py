@@ -10,15 +10,10 @@ import asyncio
 import json
 from typing import Any
 
-from tests.fleet import CLOSE, ScriptedBackend, start_router, start_scripted
-from tests.support import WAIT, AcpClient
+from tests.fleet import CLOSE, ScriptedBackend, active, start_router, start_scripted
+from tests.support import CWD, WAIT, AcpClient
 
-CWD = "/work/project"
 FAILOVER = "acp-router:failover:"
-
-
-async def active(session_id: str) -> dict[str, Any] | None:
-    return {"status": "active"}
 
 
 def failover_resumes(backend: ScriptedBackend) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ client's span in ``params._meta.traceparent`` gets a span of the router's in tha
 trace, and reaches the backend naming the router's span as its parent, everything else
 in the frame as it came; with tracing off the frame arrives byte for byte. The request
 log's lines name each request's method, session, backend, outcome and trace
-(tests/core/test_tracing.py: sampling, and ids without OpenTelemetry).
+(tests/server/test_request_log.py: sampling, and ids without OpenTelemetry).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from router.server.otel import OtelTracer
 from router.server.request_log import REQUESTS_LOGGER
-from tests.core.test_tracing import (
+from tests.fleet import RouterUnderTest, ScriptedBackend, active, start_router, start_scripted
+from tests.server.support import (
     BAGGAGE,
     CLIENT_SPAN,
     CLIENT_TRACE,
@@ -38,12 +39,7 @@ from tests.core.test_tracing import (
     TRACESTATE,
     prompt_text,
 )
-from tests.fleet import RouterUnderTest, ScriptedBackend, start_router, start_scripted
 from tests.support import WAIT, AcpClient, JsonObject
-
-
-async def active(session_id: str) -> dict[str, Any]:
-    return {"status": "active"}
 
 
 class _Pulse(SpanProcessor):

@@ -16,7 +16,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from prometheus_client.parser import text_string_to_metric_families
+from hypothesis import given, strategies as st
 
 from router.server.app import create_app
 from router.server.app_keys import DOOR, HTTP_FRONT, METRICS, TOKENS
@@ -27,28 +27,13 @@ from router.server.workers import (
     WorkerRole,
     reuse_port_balances,
     sibling_socket,
+    worker_of,
 )
+from tests.core.support import IDS
 from tests.fleet import router_settings
 from tests.raw_http import raw_connection, raw_post, status_of
+from tests.server.support import CLIENTS, samples, value
 from tests.support import WAIT
-
-#: connections opened to see both workers take some: the kernel hashes each one to a
-#: worker, so all of them land on one worker with probability 2 ** -(CLIENTS - 1)
-CLIENTS = 24
-
-Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def samples(exposition: str) -> Samples:
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(exposition)
-        for sample in family.samples
-    }
-
-
-def value(found: Samples, name: str, **labels: str) -> float | None:
-    return found.get((name, frozenset(labels.items())))
 
 
 def test_a_scrape_merges_the_workers_registries() -> None:
@@ -107,6 +92,22 @@ async def front_door_of_worker(tmp_path: Path, index: int, **router: Any) -> Asy
             yield f"http://127.0.0.1:{runner.addresses[0][1]}/acp"
         finally:
             await runner.cleanup()
+
+
+@given(IDS, st.integers(1, 256))
+def test_a_connection_id_names_a_worker_or_nothing(tagged: str, count: int) -> None:
+    tag = worker_of(tagged, count)
+    if tag is not None:
+        index, bare = tag
+        assert 0 <= index < count
+        assert tagged == f"{index}.{bare}"
+
+
+def test_a_connection_id_with_leading_zeros_names_no_worker() -> None:
+    """Found by the property above: ``00.x`` reached worker 0 as ``x``, an alias of ``0.x``."""
+    assert worker_of("0.x", 10) == (0, "x")
+    assert worker_of("00.x", 10) is None
+    assert worker_of("07.x", 10) is None
 
 
 async def test_affinity_tags_new_connections_and_strips_its_own_tag(tmp_path: Path) -> None:

@@ -311,10 +311,6 @@ class Pool:
         """Backends that are not up but not gone (:mod:`router.core.health`)."""
         return self.fleet.unreachable(self._clock())
 
-    def order(self, session_id: SessionId) -> list[BackendId]:
-        """Backends that are up, in the session's rendezvous order."""
-        return self.fleet.order(session_id, self._clock())
-
     def only_backend(self) -> BackendId | None:
         """The pool's one backend, when it has one and it is up and open to sessions."""
         return self.fleet.only_backend(self._clock())

@@ -14,7 +14,7 @@ from router.core.fleet import Fleet
 from router.core.health import Event, ProbeSilent
 from router.protocol import acp
 from router.protocol.acp import ProbeResult
-from router.protocol.ids import BackendId, SessionId
+from router.protocol.ids import BackendId, SessionId, reserved_id
 from router.server import fanout
 from router.server.control import ControlLink
 from router.server.metrics import Metrics
@@ -22,7 +22,7 @@ from router.server.metrics import Metrics
 logger = logging.getLogger(__name__)
 
 #: the session id a liveness probe asks about: no agent has it (the router's own space)
-LIVENESS = SessionId("acp-router:liveness")
+LIVENESS = SessionId(reserved_id("liveness"))
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None] | None"]
 

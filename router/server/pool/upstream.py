@@ -1,7 +1,6 @@
 """Everything behind the front door that a client connection uses: the pool, its
 locator (with the split-brain audit), its pool-wide queries, its healer (stale copies
-closed, returning backends fenced), the HTTP session backend links are opened with, and
-the tracer its requests' spans come from; run together for the application's life."""
+closed, returning backends fenced) and the tracer its requests' spans come from; run together for the application's life."""
 
 from __future__ import annotations
 
@@ -32,8 +31,6 @@ class Upstream:
     healer: Healer
     #: the check of attached sessions, every heartbeat
     sweep: Sweep
-    #: where client connections open their backend links
-    http: aiohttp.ClientSession
     #: where the spans of the requests it traces come from (router.tracing)
     tracer: Tracer
 
@@ -49,7 +46,7 @@ class Upstream:
         where = Whereabouts(pool)
         healer = Healer(pool)
         locator, sweep = Locator(where, healer), Sweep(pool, healer)
-        return cls(pool, where, locator, Queries(where), healer, sweep, http, tracer)
+        return cls(pool, where, locator, Queries(where), healer, sweep, tracer)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Upstream]:

@@ -18,17 +18,12 @@ from router.agent.store import (
     is_valid_session_id,
 )
 from router.protocol.errors import ConfigError, SessionMoved
-
-CREATED = datetime(2026, 8, 1, 10, 0, tzinfo=UTC)
+from tests.server.support import CREATED, lines_of
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> SessionStore:
     return SessionStore.open(tmp_path / "store")
-
-
-def lines_of(store: SessionStore, session_id: str) -> list[bytes]:
-    return store.path(session_id).read_bytes().splitlines(keepends=True)
 
 
 def test_create_append_load_round_trip(store: SessionStore) -> None:

@@ -9,26 +9,12 @@ from router.protocol.jsonrpc import Request
 from router.protocol.reading import parse
 from router.server.request_log import RequestLog
 from router.server.tracing import IdTracer
-from tests.support import JsonObject
-
-CLIENT_TRACE = "0af7651916cd43dd8448eb211c80319c"
-CLIENT_SPAN = "b7ad6b7169203331"
-TRACEPARENT = f"00-{CLIENT_TRACE}-{CLIENT_SPAN}-01"
-TRACESTATE = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"
-BAGGAGE = "userId=alice,isProduction=false"
-META = {"traceparent": TRACEPARENT, "tracestate": TRACESTATE, "baggage": BAGGAGE}
-SESSION = "s-traced"
-SECRET = "the prompt text must never reach a span or a log line"
-
-
-def prompt_text(request_id: int, meta: JsonObject | None, session_id: str = SESSION) -> str:
-    """A prompt as a client writes it (spaced, ``_meta`` among other members)."""
-    params: JsonObject = {"sessionId": session_id}
-    if meta is not None:
-        params["_meta"] = meta
-    params["prompt"] = [{"type": "text", "text": SECRET}]
-    frame = {"jsonrpc": "2.0", "id": request_id, "method": "session/prompt", "params": params}
-    return json.dumps(frame)
+from tests.server.support import (
+    CLIENT_SPAN,
+    CLIENT_TRACE,
+    META,
+    prompt_text,
+)
 
 
 def as_request(text: str) -> Request:

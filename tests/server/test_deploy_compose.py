@@ -10,9 +10,7 @@ schema Compose v2 validates a file against.
 from __future__ import annotations
 
 import json
-import re
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -22,9 +20,9 @@ import yaml
 
 from router.commands.cli import build_parser
 from router.server.config import load_settings
+from tests.server.support import base_images, dockerfile, exec_form, healthcheck_url
 from tests.topology import (
     COMPOSE_FILE,
-    DOCKERFILE,
     REPO,
     agent_services,
     bind_mounts,
@@ -37,51 +35,6 @@ from tests.topology import (
 IMAGE_SERVICES = ("router", "agent-1", "agent-2", "agent-3")
 
 
-@dataclass(frozen=True, slots=True)
-class Instruction:
-    keyword: str
-    arguments: str
-
-
-def dockerfile() -> list[Instruction]:
-    """The Dockerfile's instructions, continuation lines joined, comments dropped."""
-    instructions, pending = [], ""
-    for line in DOCKERFILE.read_text().splitlines():
-        if not pending and (not line.strip() or line.lstrip().startswith("#")):
-            continue
-        pending += line.rstrip("\\").strip() + " "
-        if not line.endswith("\\"):
-            keyword, _, arguments = pending.strip().partition(" ")
-            instructions.append(Instruction(keyword.upper(), arguments.strip()))
-            pending = ""
-    return instructions
-
-
-def exec_form(instruction: str) -> list[str]:
-    """ENTRYPOINT, CMD or HEALTHCHECK in exec form (a JSON array): no shell in between."""
-    found = [i.arguments for i in dockerfile() if i.keyword == instruction]
-    assert len(found) == 1, f"one {instruction}"
-    text = found[0]
-    if instruction == "HEALTHCHECK":
-        text = text[text.index("CMD ") + len("CMD ") :]
-    argv: list[str] = json.loads(text)
-    return argv
-
-
-def base_images() -> set[str]:
-    """The images the Dockerfile builds on: each FROM that names no stage of its own, its
-    ``${ARG}`` read as that ARG's default (``docker build`` without ``--build-arg``)."""
-    instructions = dockerfile()
-    defaults = dict(
-        i.arguments.partition("=")[::2]
-        for i in instructions
-        if i.keyword == "ARG" and "=" in i.arguments
-    )
-    stages = {i.arguments.split()[-1] for i in instructions if " AS " in i.arguments.upper()}
-    named = {i.arguments.split()[0] for i in instructions if i.keyword == "FROM"} - stages
-    return {re.sub(r"\$\{(\w+)\}", lambda m: defaults[m[1]], name) for name in named}
-
-
 def parses(argv: list[str]) -> bool:
     """Whether ``acp-router`` accepts ``argv`` (its real argument parser, types included)."""
     try:
@@ -89,11 +42,6 @@ def parses(argv: list[str]) -> bool:
     except SystemExit:
         return False
     return True
-
-
-def healthcheck_url() -> str:
-    code = exec_form("HEALTHCHECK")[-1]
-    return code[code.index("'http://") + 1 : code.index("/healthz'") + len("/healthz")]
 
 
 # -- the Dockerfile -----------------------------------------------------------------------------

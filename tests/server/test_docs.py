@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.topology import REPO
+
 README = REPO / "README.md"
 DOCS = sorted((REPO / "docs").glob("*.md"))
 DOCUMENTS = [README, REPO / "BENCHMARKS.md", *DOCS]

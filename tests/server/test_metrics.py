@@ -4,9 +4,6 @@ the metrics table of docs/operations.md says what each family's HELP says
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -19,6 +16,7 @@ from router.server.metrics import (
     WORKER_UP_HELP,
     Metrics,
 )
+from tests.server.support import documented_metrics
 
 FORBIDDEN_LABELS = {"session", "session_id", "sessionId", "client", "request_id"}
 
@@ -95,23 +93,6 @@ def test_backends_are_declared_up_front() -> None:
 
 
 # -- the documented table --------------------------------------------------------------------------
-
-OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
-#: a row of the metrics table: name, labels, the HELP text
-ROW = re.compile(r"^\| `(acp_router_\w+)` \| (.*?) \| (.*) \|$", re.MULTILINE)
-
-
-def documented_metrics() -> dict[str, tuple[tuple[str, ...], str]]:
-    """The metrics table of docs/operations.md: each name with its labels and its text
-    (without the backticks Markdown may add)."""
-    text = OPERATIONS.read_text()
-    section = text[text.index("## Metrics") : text.index("## Deploying it")]
-    rows: dict[str, tuple[tuple[str, ...], str]] = {}
-    for name, labels, help_text in ROW.findall(section):
-        assert name not in rows, f"{name} is in the table twice"
-        names = tuple(re.findall(r"`(\w+)`", labels))
-        rows[name] = (names, help_text.replace("`", "").replace("\\|", "|"))
-    return rows
 
 
 def router_metrics() -> dict[str, tuple[tuple[str, ...], str]]:
