@@ -30,6 +30,8 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from router.commands.cli import build_parser
+
 #: Bound on every single wait in a test (a reply, a line, a process start).
 WAIT = 10.0
 
@@ -513,3 +515,12 @@ def watching(text: str) -> Iterator[LogWaiter]:
     finally:
         root.removeHandler(waiter)
         root.setLevel(level)
+
+
+def parses(argv: list[str]) -> bool:
+    """Whether ``acp-router`` accepts ``argv`` (its real argument parser, types included)."""
+    try:
+        build_parser().parse_args(argv)
+    except SystemExit:
+        return False
+    return True

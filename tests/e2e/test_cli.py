@@ -18,7 +18,6 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
-from router.commands.cli import build_parser
 from router.server.config import settings_from
 from tests.e2e.support import wait_backends_up, write_config
 from tests.fleet import backends_of, start_fleet, start_router
@@ -29,6 +28,7 @@ from tests.support import (
     CliProcess,
     CompletedRun,
     occupied_port,
+    parses,
     run_cli,
     run_cli_to_exit,
     text_chunks,
@@ -400,11 +400,3 @@ async def test_the_command_list_points_at_each_command_help() -> None:
     assert "acp-router COMMAND --help" in run.stdout
     for command in COMMANDS:
         assert re.search(rf"^    {command} +\S", run.stdout, re.MULTILINE), command
-
-
-def parses(argv: list[str]) -> bool:
-    try:
-        build_parser().parse_args(argv)
-    except SystemExit:
-        return False
-    return True

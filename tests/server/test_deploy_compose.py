@@ -18,9 +18,9 @@ import jsonschema
 import pytest
 import yaml
 
-from router.commands.cli import build_parser
 from router.server.config import load_settings
 from tests.server.support import base_images, dockerfile, exec_form, healthcheck_url
+from tests.support import parses
 from tests.topology import (
     COMPOSE_FILE,
     REPO,
@@ -33,15 +33,6 @@ from tests.topology import (
 )
 
 IMAGE_SERVICES = ("router", "agent-1", "agent-2", "agent-3")
-
-
-def parses(argv: list[str]) -> bool:
-    """Whether ``acp-router`` accepts ``argv`` (its real argument parser, types included)."""
-    try:
-        build_parser().parse_args(argv)
-    except SystemExit:
-        return False
-    return True
 
 
 # -- the Dockerfile -----------------------------------------------------------------------------
