@@ -204,13 +204,19 @@ def _full(metrics: Metrics, scope: str) -> tuple[int, str]:
 
 
 def answer(
-    transport: asyncio.BaseTransport,
+    transport: asyncio.Transport,
     status: int,
     text: str,
     headers: Mapping[str, str] | None = None,
 ) -> None:
     """Write a whole HTTP response (the connection has no request being handled) and
-    close: the client reads a status, not a reset."""
+    close: the client reads a status, not a reset.
+
+    Closing a socket whose peer's bytes are still unread makes the kernel answer with a
+    reset, which can discard the response before the client reads it (a client that sent
+    its request before this one was accepted, or a body after its head). So the response
+    is followed by a FIN, and the connection :class:`Lingering` until the client closes.
+    """
     body = text.encode()
     extra = "".join(f"{name}: {value}\r\n" for name, value in (headers or {}).items())
     head = (
@@ -218,9 +224,45 @@ def answer(
         f"Content-Type: text/plain; charset=utf-8\r\n{extra}"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     )
-    if isinstance(transport, asyncio.WriteTransport) and not transport.is_closing():
-        transport.write(head.encode() + body)
-    transport.close()
+    if transport.is_closing():
+        return
+    # no isinstance check of the transport: uvloop's are not asyncio.Transport subclasses
+    transport.write(head.encode() + body)
+    if transport.can_write_eof():  # not over TLS, whose close sends its own close_notify
+        transport.write_eof()
+    transport.set_protocol(Lingering(transport, transport.get_protocol()))
+
+
+#: how long an answered connection is read (and what it sends dropped) before it is closed
+LINGER_SECONDS = 1.0
+#: the most an answered connection may send before it is closed at once
+LINGER_BYTES = 64 * 1024
+
+
+class Lingering(asyncio.Protocol):
+    """A connection answered and closing: what the client still sends is read and dropped
+    until it closes (its EOF), for :data:`LINGER_SECONDS` at most and
+    :data:`LINGER_BYTES` at most; the protocol it had still hears that it is lost."""
+
+    __slots__ = ("_left", "_then", "_timer", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, then: asyncio.BaseProtocol) -> None:
+        self._transport = transport
+        self._then = then
+        self._left = LINGER_BYTES
+        self._timer = asyncio.get_running_loop().call_later(LINGER_SECONDS, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        self._left -= len(data)
+        if self._left < 0:
+            self._transport.close()
+
+    def eof_received(self) -> bool | None:
+        return None  # the transport closes
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._timer.cancel()
+        self._then.connection_lost(exc)
 
 
 class FrontDoor(asyncio.Protocol):

@@ -20,12 +20,12 @@ from router.server.metrics import Metrics
 RETRY_AFTER_SECONDS = 1
 
 
-async def read_body(request: web.Request, timeout: float) -> bytes | web.Response:
+async def read_body(request: web.Request, timeout: float, most: int) -> bytearray | web.Response:
     """A request's body, read within ``timeout`` seconds (a client that trickles it is
-    answered 408, as one that trickles its headers), else the refusal."""
+    answered 408, as one that trickles its headers) and ``most`` bytes, else the refusal."""
     try:
         async with asyncio.timeout(timeout):
-            return await request.read()
+            return await _read(request, most)
     except TimeoutError:
         refusal = text_response(408, f"the body did not arrive within {round(timeout * 1000)} ms")
         return await _sent_and_closed(request, refusal)
@@ -33,6 +33,29 @@ async def read_body(request: web.Request, timeout: float) -> bytes | web.Respons
         return _too_large()
     except ConnectionError:  # the client went before its body was whole: no one to answer
         return text_response(400, "the connection ended before the body did")
+
+
+async def _read(request: web.Request, most: int) -> bytearray:
+    """The body, read into one buffer of its ``Content-Length`` where it has one: what a
+    held body costs is its length, whatever the size of the reads (``request.read()``
+    grows a buffer as chunks come, and the loop's allocator may hold twice the body)."""
+    size = request.content_length
+    if size is None:
+        grown = bytearray()
+        async for chunk in request.content.iter_any():
+            grown += chunk
+            if len(grown) > most:
+                raise web.HTTPRequestEntityTooLarge(max_size=most, actual_size=len(grown))
+        return grown
+    body = bytearray(size)
+    view, filled = memoryview(body), 0
+    async for chunk in request.content.iter_any():  # aiohttp reads no more than the length
+        view[filled : filled + len(chunk)] = chunk
+        filled += len(chunk)
+    view.release()
+    if filled < size:
+        raise ConnectionResetError("the body ended before its Content-Length")
+    return body
 
 
 def _too_large() -> web.Response:
@@ -64,7 +87,7 @@ class Bodies:
         self._metrics = metrics
 
     @contextlib.asynccontextmanager
-    async def read(self, request: web.Request) -> AsyncIterator[bytes | web.Response]:
+    async def read(self, request: web.Request) -> AsyncIterator[bytes | bytearray | web.Response]:
         """The body (held for the block), or the refusal to answer."""
         if not request.body_exists:
             yield b""
@@ -83,6 +106,6 @@ class Bodies:
             yield full  # the body unread (aiohttp reads what comes of it, and drops it)
             return
         try:
-            yield await read_body(request, self._timeout)
+            yield await read_body(request, self._timeout, self._most)
         finally:
             self.budget.give(size)

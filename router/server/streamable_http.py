@@ -172,7 +172,7 @@ class HttpFront:
             return await self._handle_post(request, admission, raw)
 
     async def _handle_post(
-        self, request: web.Request, admission: Admitted, raw: bytes
+        self, request: web.Request, admission: Admitted, raw: bytes | bytearray
     ) -> web.Response:
         """A POST whose body was read: its frame, to a new connection or an open one."""
         try:
