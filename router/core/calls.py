@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from router.core import defaults
 from router.core.effects import Awaited
 from router.protocol import acp
 from router.protocol.ids import BackendId, SessionId
@@ -13,25 +14,26 @@ from router.protocol.jsonrpc import Request
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Bounds on one connection's tables: calls in flight, sessions, agent requests."""
+    """Bounds on one connection's tables: calls in flight, sessions, agent requests
+    (the defaults: :mod:`router.core.defaults`, the config's too)."""
 
-    max_in_flight: int = 1024
+    max_in_flight: int = defaults.MAX_IN_FLIGHT_PER_CONNECTION
     #: sessions attached, counting those a call in flight may attach (a session/new,
     #: or a resume of a session not attached here)
-    max_sessions: int = 1024
-    max_agent_requests: int = 1024
+    max_sessions: int = defaults.MAX_SESSIONS_PER_CONNECTION
+    max_agent_requests: int = defaults.MAX_AGENT_REQUESTS
     #: longest ``sessionId`` routed: longer ones are -32602 here, never a probe that an
     #: agent's frame limit could turn into a dropped control link
-    max_session_id_chars: int = 1024
+    max_session_id_chars: int = defaults.MAX_SESSION_ID_CHARS
     #: backends one resume/load may be forwarded to before the ``-32002`` stands: the
     #: first, then the ones that cannot be probed, in rank order (:mod:`router.core.locate`)
-    max_resume_attempts: int = 8
+    max_resume_attempts: int = defaults.MAX_RESUME_ATTEMPTS
     #: ``[failover]``: a session whose link is lost is kept, its frames waiting, until
     #: it is resumed where it lives now (:mod:`router.core.failover`)
-    failover: bool = False
+    failover: bool = defaults.FAILOVER_ENABLED
     #: ``router.cancel_abandoned_turns``: a prompt turn the client leaves running when its
     #: connection goes is cancelled on its backend (:meth:`~router.core.routes.ClientRoutes.client_gone`)
-    cancel_abandoned_turns: bool = True
+    cancel_abandoned_turns: bool = defaults.CANCEL_ABANDONED_TURNS
 
 
 @dataclass(frozen=True, slots=True)

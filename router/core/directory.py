@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from cachetools import TTLCache
 
+from router.core import defaults
 from router.core.effects import Attach, Change
 from router.core.fleet import Heard
 from router.core.hints import Absences, Hint, LocationCache
@@ -29,13 +30,14 @@ from router.protocol.ids import BackendId, SessionId
 @dataclass(frozen=True, slots=True)
 class Bounds:
     """How much the directory keeps, and for how long (the ``[cache]`` and
-    ``[placement]`` settings, in seconds)."""
+    ``[placement]`` settings, in seconds; the defaults: :mod:`router.core.defaults`,
+    the config's too)."""
 
-    max_entries: int = 100_000
-    ttl: float = 300.0
-    remember: float = 3600.0
-    negative: float = 5.0
-    decay: float = 60.0
+    max_entries: int = defaults.CACHE_MAX_ENTRIES
+    ttl: float = defaults.CACHE_TTL_SECONDS
+    remember: float = defaults.CACHE_REMEMBER_SECONDS
+    negative: float = defaults.CACHE_NEGATIVE_SECONDS
+    decay: float = defaults.PLACEMENT_DECAY_SECONDS
 
 
 class Directory:

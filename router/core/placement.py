@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from router.core import defaults
 from router.protocol.ids import BackendId, SessionId
 from router.protocol.jsonrpc import Request
 
@@ -133,7 +134,9 @@ class Spread:
     first).
     """
 
-    def __init__(self, half_life: float, salt: str = "", *, max_sessions: int = 100_000) -> None:
+    def __init__(
+        self, half_life: float, salt: str = "", *, max_sessions: int = defaults.CACHE_MAX_ENTRIES
+    ) -> None:
         if not 0 < half_life < math.inf:
             raise ValueError("the half-life must be positive and finite")
         self._half_life = half_life

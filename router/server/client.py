@@ -74,6 +74,7 @@ from router.protocol.jsonrpc import Request, RequestId
 from router.protocol.reading import parse
 from router.server import log_context
 from router.server.client_links import ClientChannel, ClientLinks
+from router.server.config import Settings
 from router.server.gate import Gate, Refusal
 from router.server.metrics import TO_CLIENT, Metrics, error_code_label
 from router.server.pool import waits
@@ -100,6 +101,18 @@ Noted = (
 )
 
 
+def limits_of(settings: Settings) -> Limits:
+    """A connection's bounds, as the config sets them."""
+    router = settings.router
+    return Limits(
+        max_in_flight=router.max_in_flight_per_connection,
+        max_sessions=router.max_sessions_per_connection,
+        max_session_id_chars=router.max_session_id_chars,
+        failover=settings.failover.enabled,
+        cancel_abandoned_turns=router.cancel_abandoned_turns,
+    )
+
+
 class ClientConnection:
     """The router's side of one client connection, on any transport: the transport
     hands it each text frame (:meth:`receive`) and tells it when the client has gone
@@ -123,16 +136,7 @@ class ClientConnection:
         self.pool = pool = upstream.pool
         self.metrics: Metrics = pool.metrics
         settings = pool.settings.router
-        self.routes = ClientRoutes(
-            Limits(
-                max_in_flight=settings.max_in_flight_per_connection,
-                max_sessions=settings.max_sessions_per_connection,
-                max_session_id_chars=settings.max_session_id_chars,
-                failover=pool.settings.failover.enabled,
-                cancel_abandoned_turns=settings.cancel_abandoned_turns,
-            ),
-            charge=gate.count_locate,
-        )
+        self.routes = ClientRoutes(limits_of(pool.settings), charge=gate.count_locate)
         self.tasks: set[asyncio.Task[None]] = set()
         self.links = ClientLinks(pool, channel, gate, self.routes, self._spawn, self.carry_out)
         #: the request log and trace context (None: both off, nothing observed)

@@ -31,6 +31,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from router.core import defaults
 from router.core.locate import UnknownPolicy
 from router.core.reconnect import GRACE_IN_RECONNECTS
 from router.core.split_brain import SplitBrainPolicy
@@ -100,10 +101,12 @@ class RouterSection(_Section):
     split_brain: Literal["close_stale", "report"] = "close_stale"
     max_connections: Annotated[int, Field(gt=0)] = 10_000
     max_message_bytes: Annotated[int, Field(gt=0)] = DEFAULT_MAX_MESSAGE_BYTES
-    max_sessions_per_connection: Annotated[int, Field(gt=0)] = 1024
-    max_in_flight_per_connection: Annotated[int, Field(gt=0)] = 1024
+    max_sessions_per_connection: Annotated[int, Field(gt=0)] = defaults.MAX_SESSIONS_PER_CONNECTION
+    max_in_flight_per_connection: Annotated[int, Field(gt=0)] = (
+        defaults.MAX_IN_FLIGHT_PER_CONNECTION
+    )
     #: a longer params.sessionId is -32602 to that client: it never reaches a probe
-    max_session_id_chars: Annotated[int, Field(gt=0)] = 1024
+    max_session_id_chars: Annotated[int, Field(gt=0)] = defaults.MAX_SESSION_ID_CHARS
     #: on SIGTERM: refuse new clients and fail /readyz for this long before closing the
     #: connected ones (1012, "reconnect elsewhere"); give load balancers time to notice
     drain_seconds: Annotated[float, Field(ge=0)] = 0.0
@@ -154,7 +157,7 @@ class RouterSection(_Section):
     #: a prompt turn left running by a client connection that is gone (closed, lost, or
     #: closed by the router stopping) is cancelled on its backend (session/cancel),
     #: unless another client connection of this router has the session attached there
-    cancel_abandoned_turns: bool = True
+    cancel_abandoned_turns: bool = defaults.CANCEL_ABANDONED_TURNS
     #: session/resume, load and close of sessions not attached on the connection,
     #: session/status and session/list pages (each may ask every backend) per minute, per
     #: client connection and per address (-32014); what goes to where a session is
@@ -410,24 +413,24 @@ class PlacementSection(_Section):
 
     #: half-life of the count of sessions this replica placed on each backend: placements
     #: keep weighing on a backend's load after their clients leave, fading with this
-    decay_seconds: Annotated[float, Field(gt=0)] = 300.0
+    decay_seconds: Annotated[float, Field(gt=0)] = defaults.PLACEMENT_DECAY_SECONDS
 
 
 class CacheSection(_Section):
     """Location hints (session → backend); a hint is probed before it is trusted."""
 
-    ttl_seconds: Annotated[float, Field(gt=0)] = 30.0
-    max_entries: Annotated[int, Field(gt=0)] = 100_000
+    ttl_seconds: Annotated[float, Field(gt=0)] = defaults.CACHE_TTL_SECONDS
+    max_entries: Annotated[int, Field(gt=0)] = defaults.CACHE_MAX_ENTRIES
     #: how long a hint to a backend without session/status lives: it cannot be probed, so
     #: the hint is the router's only memory of where the session is
-    remember_seconds: Annotated[float, Field(gt=0)] = 86_400.0
+    remember_seconds: Annotated[float, Field(gt=0)] = defaults.CACHE_REMEMBER_SECONDS
     #: a hint that says active is trusted alone for this long after a fan-out over the
     #: whole pool confirmed it; then the next locate asks everyone (split brain is seen)
     verify_seconds: Annotated[float, Field(ge=0)] = 5.0
     #: how long the answer "not found there" (a probe's -32002, or a resume's) is
     #: remembered: a repeated resume of an unknown id costs no probe meanwhile; a session
     #: created later directly on an agent under that id is found once it expires
-    negative_seconds: Annotated[float, Field(ge=0)] = 5.0
+    negative_seconds: Annotated[float, Field(ge=0)] = defaults.CACHE_NEGATIVE_SECONDS
     #: the split-brain audit's budget besides one probe per trusted resume (docs/routing.md: Split
     #: brain is seen, not hidden): how many probes a second it may spend
     audit_probes_per_second: Annotated[float, Field(gt=0)] = 100.0
@@ -441,7 +444,7 @@ class FailoverSection(_Section):
 
     #: on by default: a crashed or partitioned agent's sessions go on where they live now
     #: (fencing and the split-brain rule keep a returning backend from running a second copy)
-    enabled: bool = True
+    enabled: bool = defaults.FAILOVER_ENABLED
     #: how long a session waits for its backend to be known back or gone; past it, its
     #: frames go on as for a session not attached (the client resumes it itself)
     wait_ms: Annotated[int, Field(gt=0)] = 60_000

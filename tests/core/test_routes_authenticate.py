@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import orjson
 
+from router.core.calls import Limits
 from router.core.effects import Deliver, OpenLink, Place
 from router.protocol.errors import ErrorObject
 from router.protocol.jsonrpc import Request
@@ -22,6 +23,9 @@ from tests.routes_driver import (
     routed,
     sid,
 )
+
+#: a lost link fails its calls at once (no session waits for a failover)
+NO_FAILOVER = Limits(failover=False)
 
 
 def kept(client: Client) -> Request | None:
@@ -81,7 +85,7 @@ def test_one_authenticate_at_a_time() -> None:
 
 
 def test_authenticate_whose_backend_is_lost_is_retryable() -> None:
-    client = Client()
+    client = Client(NO_FAILOVER)
     client.new_session(1, "a", "s1")
     routed(client.send(AUTH))
     (lost,) = client.lost("a")
@@ -89,7 +93,7 @@ def test_authenticate_whose_backend_is_lost_is_retryable() -> None:
 
 
 def test_a_refused_replay_answers_the_links_requests_with_the_backends_error() -> None:
-    client = Client()
+    client = Client(NO_FAILOVER)
     client.new_session(1, "a", "s1")
     client.send(request(2, "session/prompt", sid("s1", prompt=[])))
     refusal = ErrorObject(-32000, "Authentication required", {"methodIds": ["key"]})

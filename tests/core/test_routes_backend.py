@@ -30,9 +30,12 @@ from tests.routes_driver import (
     sid,
 )
 
+#: a lost link fails its calls at once (no session waits for a failover)
+NO_FAILOVER = Limits(failover=False)
+
 
 def test_backend_lost_answers_its_calls_once_and_detaches_its_sessions() -> None:
-    client = Client()
+    client = Client(NO_FAILOVER)
     client.new_session(1, "a", "s1")
     client.new_session(2, "a", "s2")
     client.new_session(3, "b", "s3")
@@ -65,7 +68,7 @@ def test_backend_lost_answers_its_calls_once_and_detaches_its_sessions() -> None
 
 
 def test_backend_lost_withdraws_its_agent_requests_from_the_client() -> None:
-    client = Client()
+    client = Client(NO_FAILOVER)
     client.new_session(1, "a", "s1")
     client.new_session(2, "b", "s2")
     asked = [
@@ -83,7 +86,7 @@ def test_backend_lost_withdraws_its_agent_requests_from_the_client() -> None:
 
 
 def test_backend_lost_says_why_in_the_error_data() -> None:
-    client = Client()
+    client = Client(NO_FAILOVER)
     client.new_session(1, "a", "s1")
     client.send(request(2, "session/prompt", sid("s1")))
     data = error_reply(client.lost("a", reason="send failed"), 2, -32013)

@@ -34,6 +34,9 @@ from tests.routes_driver import (
     sid,
 )
 
+#: a lost link fails its calls at once (no session waits for a failover)
+NO_FAILOVER = Limits(failover=False)
+
 
 def orphaned(client: Client) -> Client:
     """``s1`` made on ``a``, whose link is then lost: one AwaitBackend, nothing else."""
@@ -126,7 +129,7 @@ def test_a_failover_resume_whose_link_is_lost_ends_quietly() -> None:
 
 
 def test_without_failover_nothing_is_orphaned() -> None:
-    client = Client()
+    client = Client(NO_FAILOVER)
     client.new_session(1, "a", "s1")
     assert client.lost("a") == ()  # no AwaitBackend
     assert client.changes[-1] == Detach("s1", "a")

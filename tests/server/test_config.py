@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args
 
 import pytest
 from pydantic import BaseModel
 
+from router.core.calls import Limits
+from router.core.directory import Bounds
 from router.core.locate import UnknownPolicy
 from router.protocol.errors import ConfigError
+from router.server.client import limits_of
 from router.server.config import Settings, load_settings, settings_from
+from router.server.pool.backends import bounds_of
 
 MINIMAL: dict[str, Any] = {"backends": [{"id": "a", "url": "ws://127.0.0.1:9001/acp"}]}
 
@@ -44,6 +50,21 @@ def test_minimal_config_takes_the_defaults() -> None:
     assert settings.probe.timeout_ms == 500
     assert settings.cache.ttl_seconds == 30.0
     assert settings.placement.decay_seconds == 300.0
+
+
+@pytest.mark.parametrize(
+    ("from_config", "core_default"),
+    [(limits_of, Limits), (bounds_of, Bounds)],
+    ids=["Limits", "Bounds"],
+)
+def test_the_cores_defaults_are_the_configs(
+    from_config: Callable[[Settings], Any], core_default: type[Any]
+) -> None:
+    """A core built with its defaults (as the core's tests build it) is the router a
+    config file without those keys deploys, field by field."""
+    configured, default = from_config(settings_from(MINIMAL)), core_default()
+    for field in dataclasses.fields(core_default):
+        assert getattr(configured, field.name) == getattr(default, field.name), field.name
 
 
 def test_full_config() -> None:

@@ -63,6 +63,7 @@ def _nobody_attached(session_id: SessionId, backends: frozenset[BackendId]) -> N
 
 
 def bounds_of(settings: Settings) -> Bounds:
+    """What the directory keeps, and for how long, as the config sets it."""
     cache = settings.cache
     return Bounds(
         cache.max_entries,
