@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import os
 import shutil
 import socket
@@ -77,16 +76,16 @@ class Fleet:
         name: str,
         backends: Sequence[Backend],
         *,
-        uvloop: bool = False,
+        event_loop: str | None = None,
         source: Path | None = None,
         **sections: Mapping[str, RouterOption],
     ) -> contextlib.AbstractAsyncContextManager[Child]:
         """A router in front of ``backends``; ``sections`` add keys to its config's sections
-        (``router={"compression": False}``); ``uvloop`` runs it on uvloop's event loop
-        (``router.event_loop``);
+        (``router={"compression": False}``); ``event_loop`` sets ``router.event_loop``
+        (None: the router's default, as users get it: uvloop where it installs);
         ``source``: a folder holding another ``router`` package to run instead of this
         one (``--before``: the same bench against an older commit, in the same run)."""
-        return _router(self, name, backends, sections, uvloop, source)
+        return _router(self, name, backends, sections, event_loop, source)
 
     def agent(
         self, name: str, store: Path, port: int = 0, *, source: Path | None = None
@@ -146,25 +145,19 @@ def _router_args(args: list[str], log_level: str = "WARNING") -> list[str]:
     return ["-m", "router", "--log-level", log_level, *args]
 
 
-def uvloop_missing() -> str | None:
-    """Why routers cannot run on uvloop in this run, or None when they can."""
-    if importlib.util.find_spec("uvloop") is None:
-        return "uvloop is not installed (pip install 'acp-router[uvloop]'; the dev extra has it)"
-    return None
-
-
 @contextlib.asynccontextmanager
 async def _router(
     fleet: Fleet,
     name: str,
     backends: Sequence[Backend],
     sections: Mapping[str, Mapping[str, RouterOption]],
-    uvloop: bool,
+    event_loop: str | None,
     source: Path | None,
 ) -> AsyncIterator[Child]:
     config = fleet.folder / f"{name}.toml"
-    if uvloop:
-        sections = {**sections, "router": {**sections.get("router", {}), "event_loop": "uvloop"}}
+    if event_loop is not None:
+        keys = {**sections.get("router", {}), "event_loop": event_loop}
+        sections = {**sections, "router": keys}
     config.write_text(_config(backends, sections))
     args = _router_args(["serve", "--config", str(config)], fleet.log_level)
     if fleet.profile is not None:

@@ -4,8 +4,8 @@ and through each hop in the same run.
 Hops: the router (a subprocess whose only backend is the agent), the bare aiohttp
 pass-through forwarder of :mod:`bench.passthrough` (no parsing at all), and HAProxy
 in HTTP mode (a byte tunnel after the upgrade) when it is installed; and two
-variants held against the router: a second router on uvloop (when installed), and
-a client of the same router that offers permessage-deflate (what compression costs
+variants held against the router: a second router on the standard asyncio loop (the
+router runs on uvloop by default where it installs), and a client of the same router that offers permessage-deflate (what compression costs
 per frame; this router turns ``router.compression`` on, off by default, and a client
 that does not offer deflate never gets it). Each prompt is
 answered by one ``session/update`` chunk and the response, so a round trip is one
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from bench.clients import DEFLATE as DEFLATE_BITS
-from bench.fleet import Child, Fleet, haproxy_missing, uvloop_missing
+from bench.fleet import Child, Fleet, haproxy_missing
 from bench.ratios import Budget, Result, Target, micro, percentile, row, shuffled
 from bench.wire import AcpSocket, BenchError, prompt_params
 
@@ -40,10 +40,10 @@ DIRECT = "direct"
 ROUTER = "router"
 FORWARDER = "forwarder"
 HAPROXY = "haproxy"
-UVLOOP = "router on uvloop"
+ASYNCIO = "router on asyncio"
 DEFLATE = "router, client with deflate"
 #: sides held against the router itself rather than against the other hops
-VARIANTS = (UVLOOP, DEFLATE)
+VARIANTS = (ASYNCIO, DEFLATE)
 BASELINE = "client -> agent direct"
 PROMPT = "Summarise the routing table of this repository in two sentences, please."
 TURN = Target("prompt turn through the router <= 1.3x direct (p50)", 1.3)
@@ -85,12 +85,8 @@ async def run(
         else:
             notes.append(f"forwarding: no HAProxy rows: {missing}")
             print(f"bench: skipping HAProxy: {missing}", flush=True)
-        no_uvloop = uvloop_missing()
-        if no_uvloop is None:
-            on_uvloop = fleet.router("router-uvloop", [agent.backend], uvloop=True)
-            urls[UVLOOP] = (await stack.enter_async_context(on_uvloop)).url
-        else:
-            notes.append(f"forwarding: no uvloop rows: {no_uvloop}")
+        on_asyncio = fleet.router("router-asyncio", [agent.backend], event_loop="asyncio")
+        urls[ASYNCIO] = (await stack.enter_async_context(on_asyncio)).url
         urls[DEFLATE] = router.url  # the same router; this client offers permessage-deflate
         sides = []
         for name, url in urls.items():

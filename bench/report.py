@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.ratios import Budget, Figure, Result, Row
+from router.server.loops import default_event_loop
 
 RATIO_HEADER = ("bench", "measure", "baseline", "ratio", "spread (min-max)", "subject/baseline")
 FIGURE_HEADER = ("bench", "measure", "value")
-TARGET_HEADER = ("target (issues 12, 17, 19, 27)", "measured", "verdict")
+TARGET_HEADER = ("target (issues 12, 17, 19, 27, 35)", "measured", "verdict")
 
 
 def table(results: Sequence[Result], budget: Budget, seconds: float, notes: Sequence[str]) -> str:
@@ -75,7 +76,10 @@ def _target_cells(r: Result) -> tuple[str, ...]:
 
 
 def machine() -> str:
-    return f"Python {platform.python_version()}, {os.cpu_count()} CPUs, {_cpu_model()}"
+    return (
+        f"Python {platform.python_version()}, routers on {default_event_loop()},"
+        f" {os.cpu_count()} CPUs, {_cpu_model()}"
+    )
 
 
 def _cpu_model() -> str:
@@ -96,6 +100,7 @@ def write_json(
         "quick": budget.quick,
         "seconds": seconds,
         "python": platform.python_version(),
+        "event_loop": default_event_loop(),
         "cpus": os.cpu_count(),
         "cpu_model": _cpu_model(),
         "results": [r.to_json() for r in results],
