@@ -12,7 +12,6 @@ AwaitBackend) comes back to the test, which plays the pool by calling ``initiali
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -36,6 +35,7 @@ from router.core.effects import (
     Send,
 )
 from router.core.health import Health
+from router.core.quotas import Budget
 from router.core.routes import ClientRoutes, Limits
 from router.protocol.errors import ErrorObject, JsonRpcError
 from router.protocol.ids import BackendId, SessionId
@@ -183,9 +183,9 @@ class Client:
         limits: Limits | None = None,
         *,
         initialized: bool = True,
-        charge: Callable[[], None] = lambda: None,  # no locate budget
+        budget: Budget | None = None,  # None: no rate limits
     ) -> None:
-        self.routes = ClientRoutes(limits or Limits(), charge)
+        self.routes = ClientRoutes(limits or Limits(), budget)
         self._last: Effects = ()
         self.changes: list[Change] = []
         self.learned: list[Learned] = []
@@ -234,11 +234,18 @@ class Client:
 
     # -- the client and its backends ---------------------------------------------------------
 
-    def send(self, text: str, claimed: str | None = None, *, observed: bool = False) -> Effects:
+    def send(
+        self,
+        text: str,
+        claimed: str | None = None,
+        *,
+        observed: bool = False,
+        now: float = 0.0,
+    ) -> Effects:
         """A frame from the client (``claimed``: the home its hinted session id named; a
-        request the shell ``observed``: its forwards and answer told)."""
+        request the shell ``observed``: its forwards and answer told), come at ``now``."""
         home = BackendId(claimed) if claimed is not None else None
-        return self.carry_out(self.routes.receive_client(parse(text), home, observed))
+        return self.carry_out(self.routes.receive_client(parse(text), home, observed, now))
 
     def backend(self, backend: str, text: str) -> Effects:
         """A frame from ``backend``."""

@@ -54,6 +54,9 @@ class PendingCall:
     observed: bool = False
     #: the home the client's hinted id named, for this call's locates only
     claimed: BackendId | None = None
+    #: when it came (the shell's clock): a held call spends the client's budget, once
+    #: routed, as of then
+    arrived: float = 0.0
 
     @property
     def awaits(self) -> Awaited | None:
@@ -82,16 +85,6 @@ class PendingCall:
             and self.session_id is not None
             and attached_to(self.session_id) is None
         )
-
-
-#: the client's locate budget: raises :class:`~router.protocol.errors.TooManyLocates`
-#: when it is spent (the shell's buckets and clock; :mod:`router.core.quotas` decides
-#: which requests are charged)
-Charge = Callable[[], None]
-
-
-def free() -> None:
-    """The budget of a connection with none."""
 
 
 #: how many client connections of this router have a session attached on a backend

@@ -14,7 +14,7 @@ from dataclasses import replace
 from router.core import observing, quotas
 from router.core.agent_requests import AgentRequests
 from router.core.authentication import Authentication
-from router.core.calls import Charge, Limits, PendingCall, free
+from router.core.calls import Limits, PendingCall
 from router.core.effects import (
     NOTHING,
     AskPool,
@@ -25,6 +25,7 @@ from router.core.effects import (
     Forwarded,
     Initialize,
     Late,
+    Limited,
     Locate,
     OpenLink,
     Place,
@@ -40,6 +41,7 @@ from router.protocol.errors import (
     InvalidRequest,
     JsonRpcError,
     MethodNotFound,
+    RateLimited,
     RouterStopping,
     SessionNotAttached,
     TooManyInFlight,
@@ -67,9 +69,10 @@ class ClientSide:
     """Which backend each session of one client connection lives on, who awaits what, and
     where each frame from the client goes."""
 
-    def __init__(self, limits: Limits | None = None, charge: Charge = free) -> None:
+    def __init__(self, limits: Limits | None = None, budget: quotas.Budget | None = None) -> None:
         self.limits = limits = limits or Limits()
-        self._charge = charge
+        #: the client's share of the rate limits (None: unlimited)
+        self.budget = budget
         #: the client's ``initialize``: replayed on every link opened
         self.initialize: Request | None = None
         self.auth = Authentication()
@@ -103,20 +106,25 @@ class ClientSide:
     # -- from the client ---------------------------------------------------------------------
 
     def receive_client(
-        self, message: Message, claimed: BackendId | None = None, observed: bool = False
+        self,
+        message: Message,
+        claimed: BackendId | None = None,
+        observed: bool = False,
+        now: float = 0.0,
     ) -> Effects:
         """Route one message from the client; ``claimed``: the home its hinted session id
         named (:mod:`router.core.hinted_ids`), a guess its locate asks first, if it needs
         one, and nothing remembers; an ``observed`` request's forwards and answer are
-        told (:class:`~router.core.effects.Forwarded`, :class:`~router.core.effects.Answered`)."""
+        told (:class:`~router.core.effects.Forwarded`, :class:`~router.core.effects.Answered`);
+        ``now``: when it came (the shell's monotonic clock), for the :attr:`budget`."""
         if isinstance(message, Response):
             return self._client_response(message)
         if isinstance(message, Notification):
             return self._client_notification(message)
-        return self._client_request(message, claimed, observed)
+        return self._client_request(message, claimed, observed, now)
 
     def _client_request(
-        self, request: Request, claimed: BackendId | None, observed: bool
+        self, request: Request, claimed: BackendId | None, observed: bool, now: float
     ) -> Effects:
         if self.stopping:
             return observing.refused(
@@ -132,26 +140,31 @@ class ClientSide:
             return observing.refused(
                 request, TooManyInFlight(), observed, self.limits.max_session_id_chars
             )
-        return self._route_or_hold(request, claimed, observed)
+        return self._route_or_hold(request, claimed, observed, now)
 
     def _route_or_hold(
-        self, request: Request, claimed: BackendId | None, observed: bool
+        self, request: Request, claimed: BackendId | None, observed: bool, now: float
     ) -> Effects:
         queue_of = self._held_session(request)
         if queue_of is None:
-            return self._route_request(request, claimed, observed)
-        call = PendingCall(request, queue_of, held=True, claimed=claimed, observed=observed)
+            return self._route_request(request, claimed, observed, now)
+        call = PendingCall(
+            request, queue_of, held=True, claimed=claimed, observed=observed, arrived=now
+        )
         self.calls[request.id] = call
         self.sessions.wait(queue_of, request)
         return NOTHING
 
     def _route_request(
-        self, request: Request, claimed: BackendId | None, observed: bool
+        self, request: Request, claimed: BackendId | None, observed: bool, now: float
     ) -> Effects:
         try:
-            call, effects = self._classify(request, claimed)
+            call, effects = self._classify(request, claimed, now)
         except JsonRpcError as exc:
-            return observing.refused(request, exc, observed, self.limits.max_session_id_chars)
+            refused = observing.refused(request, exc, observed, self.limits.max_session_id_chars)
+            if isinstance(exc, RateLimited):
+                return (Limited(exc.kind, exc.scope), *refused)
+            return refused
         if observed:
             call = replace(call, observed=True)
             if call.backend is not None:
@@ -185,7 +198,9 @@ class ClientSide:
             return None  # read-only, and answered from the pool: it need not wait a failover
         return session_id
 
-    def _classify(self, request: Request, claimed: BackendId | None) -> tuple[PendingCall, Effects]:
+    def _classify(
+        self, request: Request, claimed: BackendId | None, now: float
+    ) -> tuple[PendingCall, Effects]:
         method = request.method
         if method == acp.INITIALIZE:
             self.initialize = request
@@ -201,18 +216,19 @@ class ClientSide:
             return PendingCall(request, None), self.authenticate_on(request, linked)
         if method == acp.SESSION_NEW:
             self._check_room(None)
+            self._spend_new_session(now)
             return PendingCall(request, None), (Place(request),)
         if method == acp.SESSION_LIST:
-            self._charge_for(request, attached=False)
+            self._spend_locate(request, False, now)
             return PendingCall(request, None), (AskPool(Query.LIST, request),)
         if method in acp.SESSION_SCOPED:
-            return self._session_request(request, claimed)
+            return self._session_request(request, claimed, now)
         if self.last_backend is None:
             raise MethodNotFound(method)
         return self._forwarded(request, None, self.last_backend)
 
     def _session_request(
-        self, request: Request, claimed: BackendId | None
+        self, request: Request, claimed: BackendId | None, now: float
     ) -> tuple[PendingCall, Effects]:
         session_id = acp.session_id_of(request)
         if session_id is None:
@@ -225,21 +241,30 @@ class ClientSide:
         backend = self.sessions.backend(session_id)
         call = PendingCall(request, session_id, claimed=claimed)
         if request.method == acp.SESSION_STATUS:
-            self._charge_for(request, attached=backend is not None)
+            self._spend_locate(request, backend is not None, now)
             return call, (AskPool(Query.STATUS, request, session_id),)
         if backend is not None:
+            if request.method in acp.CREATING:  # a fork: a new session, of one attached here
+                self._spend_new_session(now)
             return self._forwarded(request, session_id, backend)
         if request.method in acp.ATTACHING:
             self._check_room(session_id)
         elif request.method not in acp.RELEASING:
             raise SessionNotAttached(session_id)
-        self._charge_for(request, attached=False)
+        self._spend_locate(request, False, now)
         return call, (Locate(request, session_id, claimed=claimed),)
 
-    def _charge_for(self, request: Request, *, attached: bool) -> None:
-        """Spend one locate of the client's budget, if the request costs one."""
-        if quotas.costs_a_locate(request.method, attached=attached):
-            self._charge()
+    def _spend_locate(self, request: Request, attached: bool, now: float) -> None:
+        """Spend one locate of the client's budget, if the request costs one (raises
+        :class:`~router.protocol.errors.TooManyLocates` when it is spent)."""
+        if self.budget is not None and quotas.costs_a_locate(request.method, attached=attached):
+            self.budget.locate(now)
+
+    def _spend_new_session(self, now: float) -> None:
+        """Spend one new session of the client's budget (raises
+        :class:`~router.protocol.errors.TooManyNewSessions` when it is spent)."""
+        if self.budget is not None:
+            self.budget.new_session(now)
 
     def _check_room(self, session_id: SessionId | None) -> None:
         """Room for one more session: the attached ones, and those calls in flight may
@@ -388,7 +413,9 @@ class ClientSide:
                 effects += self._client_notification(frame)
             else:
                 waited = self.calls.pop(frame.id)
-                effects += self._route_or_hold(frame, waited.claimed, waited.observed)
+                effects += self._route_or_hold(
+                    frame, waited.claimed, waited.observed, waited.arrived
+                )
         return tuple(effects)
 
 

@@ -323,6 +323,16 @@ class Dropped:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Limited:
+    """A request was refused by a rate limit of the client's budget
+    (:class:`~router.core.quotas.Budget`): ``kind`` what it limits, ``scope`` whose limit
+    it was (counted by the shell)."""
+
+    kind: Literal["sessions", "locates"]
+    scope: str
+
+
 #: what a call in flight is waiting on (the ``kind`` label of the late-answer metric)
 Awaited = Literal["status", "list", "locate", "backend"]
 
@@ -362,6 +372,7 @@ Effect = (
     | Answered
     | Dropped
     | Late
+    | Limited
 )
 
 #: what every entry point of the core returns

@@ -14,12 +14,14 @@ errs on the generous side and memory stays flat.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Literal
 
 from router.core.frontdoor import ANONYMOUS, Principal
 from router.protocol import acp
+from router.protocol.errors import TooManyLocates, TooManyNewSessions
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +262,50 @@ class LocateQuota:
         ("connection", "principal" or "address") and the seconds to wait."""
         theirs = self.clients[client.scope].bucket(client.name, now)
         return admit_all((("connection", mine), (client.scope, theirs)), now)
+
+
+class Budget:
+    """One client connection's share of the router's rate limits: the new-session quota
+    of its address and of the process, and the locate budget of the connection and of its
+    :class:`Client`. The routing core spends it after its own checks, so a request it
+    refuses for another reason (before ``initialize``, a reserved id, no room) costs
+    nothing; the time comes in with each request."""
+
+    def __init__(
+        self,
+        sessions: SessionQuota,
+        locates: LocateQuota,
+        address: str,
+        client: Client,
+        now: float,
+    ) -> None:
+        self._sessions = sessions
+        self._locates = locates
+        self._address = address
+        self._client = client
+        self._mine = locates.connection_bucket(now)
+
+    def new_session(self, now: float) -> None:
+        """Spend one new session (``session/new``, ``session/fork``).
+
+        Raises:
+            TooManyNewSessions: over the address's or the process's limit.
+        """
+        refused = self._sessions.admit(self._address, now)
+        if refused is not None:
+            scope, wait = refused
+            raise TooManyNewSessions(scope, math.ceil(wait * 1000))
+
+    def locate(self, now: float) -> None:
+        """Spend one locate (:func:`costs_a_locate` says which requests cost one).
+
+        Raises:
+            TooManyLocates: over the connection's, the principal's or the address's limit.
+        """
+        refused = self._locates.admit(self._client, self._mine, now)
+        if refused is not None:
+            scope, wait = refused
+            raise TooManyLocates(scope, math.ceil(wait * 1000))
 
 
 def admit_all(limits: tuple[tuple[str, TokenBucket], ...], now: float) -> tuple[str, float] | None:

@@ -28,8 +28,9 @@ is a :class:`JsonRpcError` carrying its code, so exactly one function
             │   │                       own error answers the link's requests instead
             │   └── RouterStopping      the router is stopping: reconnect and resume
             ├── TooManyInFlight         -32014, retryable: this connection's request limit
-            ├── TooManyNewSessions      -32014, retryable: new sessions per minute (address, process)
-            ├── TooManyLocates          -32014, retryable: locates per minute (connection, address)
+            ├── RateLimited             -32014, retryable: a rate limit, data.limit says which
+            │   ├── TooManyNewSessions  new sessions per minute (address, process)
+            │   └── TooManyLocates      locates per minute (connection, principal or address)
             ├── TooManySessions         -32015, this connection's session limit
             └── TurnInProgress          -32016, retryable: the session has a prompt turn running
                                         (the reference agent's answer to a second prompt)
@@ -41,7 +42,7 @@ its proposals already use (-32000 auth required, -32001, -32002, -32003).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,27 +243,32 @@ class TooManyInFlight(RoutingError):
     default_message = "Too many requests in flight on this connection"
 
 
-class TooManyNewSessions(RoutingError):
-    """A session rate limit: ``data.limit`` says which, ``data.retryAfterMs`` when to retry."""
+class RateLimited(RoutingError):
+    """A rate limit of the router's: ``data.limit`` says which (its :attr:`scope`),
+    ``data.retryAfterMs`` when to retry; :attr:`kind` names what it limits."""
 
     code = -32014
     retryable = True
+    kind: ClassVar[Literal["sessions", "locates"]]
+
+    def __init__(self, scope: str, retry_after_ms: int) -> None:
+        super().__init__(None, {"limit": scope, "retryAfterMs": retry_after_ms})
+        self.scope = scope
+
+
+class TooManyNewSessions(RateLimited):
+    """A session rate limit (of the client's address, or of the process)."""
+
+    kind = "sessions"
     default_message = "Too many new sessions: retry later"
 
-    def __init__(self, limit: str, retry_after_ms: int) -> None:
-        super().__init__(None, {"limit": limit, "retryAfterMs": retry_after_ms})
 
+class TooManyLocates(RateLimited):
+    """A locate rate limit (resumes, loads, statuses: each may ask every backend; of the
+    connection, and of its principal or address)."""
 
-class TooManyLocates(RoutingError):
-    """A locate rate limit (resumes, loads, statuses: each may ask every backend):
-    ``data.limit`` says which, ``data.retryAfterMs`` when to retry."""
-
-    code = -32014
-    retryable = True
+    kind = "locates"
     default_message = "Too many session lookups: retry later"
-
-    def __init__(self, limit: str, retry_after_ms: int) -> None:
-        super().__init__(None, {"limit": limit, "retryAfterMs": retry_after_ms})
 
 
 class TooManySessions(RoutingError):

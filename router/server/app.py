@@ -98,9 +98,7 @@ def create_app(
     app[TOKENS] = TokenSource(settings.auth)
     app[GUARD] = guard
     secret = session_secret(settings.auth) if settings.auth is not None else None
-    app[GATEKEEPER] = Gatekeeper(
-        settings.router, app[METRICS], clock, SessionSeal(secret) if secret else None
-    )
+    app[GATEKEEPER] = Gatekeeper(settings.router, clock, SessionSeal(secret) if secret else None)
     for backend in settings.backends:
         backend_context(backend)  # read the TLS files now: a bad one stops the start
     if config_path is not None:

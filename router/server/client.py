@@ -42,6 +42,7 @@ from router.core.effects import (
     Initialize,
     Late,
     Learned,
+    Limited,
     Locate,
     MovedAway,
     Notify,
@@ -98,6 +99,7 @@ Noted = (
     | Abandoned
     | Dropped
     | Late
+    | Limited
 )
 
 
@@ -136,7 +138,7 @@ class ClientConnection:
         self.pool = pool = upstream.pool
         self.metrics: Metrics = pool.metrics
         settings = pool.settings.router
-        self.routes = ClientRoutes(limits_of(pool.settings), charge=gate.count_locate)
+        self.routes = ClientRoutes(limits_of(pool.settings), gate.budget)
         self.tasks: set[asyncio.Task[None]] = set()
         self.links = ClientLinks(pool, channel, gate, self.routes, self._spawn, self.carry_out)
         #: the request log and trace context (None: both off, nothing observed)
@@ -199,9 +201,11 @@ class ClientConnection:
         if self.requests is not None and isinstance(message, Request):
             observed = self.requests.arrived(message)
             if observed is not None:
-                await self.carry_out(self.routes.receive_client(observed, claimed, observed=True))
+                await self.carry_out(
+                    self.routes.receive_client(observed, claimed, True, self.gate.clock())
+                )
                 return
-        await self.carry_out(self.routes.receive_client(message, claimed))
+        await self.carry_out(self.routes.receive_client(message, claimed, now=self.gate.clock()))
 
     async def _refuse(self, refusal: Refusal) -> None:
         if refusal.text is None:
@@ -275,6 +279,8 @@ class ClientConnection:
                 self.upstream.healer.close_stale(session_id, backend, How.UNANSWERED)
             case Dropped(reason):
                 logger.debug("dropped a frame: %s", reason)
+            case Limited(kind, scope):
+                self.metrics.rate_limited(kind, scope)
             case Late(kind):
                 self.metrics.late_answers.labels(kind).inc()
                 logger.debug("dropped a %s answer that came after the connection was closed", kind)

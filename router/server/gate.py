@@ -1,15 +1,16 @@
-"""What one client connection may do past the front door: the new-session quota of its
-address and of the process, and (with ``[auth] bind_sessions``) the sealing of the
-session ids it sees (:mod:`router.core.ownership`).
+"""What one client connection's frames become past the front door: (with ``[auth]
+bind_sessions``) the sealing of the session ids it sees (:mod:`router.core.ownership`),
+and (with ``router.hinted_ids``) the homes its ids name (:mod:`router.core.hinted_ids`).
 
-The :class:`Gatekeeper` is the application's (the buckets, the clock, the seal); each
-client connection gets a :class:`Gate` from it, which the connection applies where
-frames enter (:meth:`Gate.inbound`) and leave (:meth:`Gate.outbound`, :meth:`Gate.reply`).
+The :class:`Gatekeeper` is the application's (the rate limits, the clock, the seal);
+each client connection gets a :class:`Gate` from it, which the connection applies where
+frames enter (:meth:`Gate.inbound`) and leave (:meth:`Gate.outbound`, :meth:`Gate.reply`),
+and the :class:`~router.core.quotas.Budget` the routing core spends (its rules:
+:mod:`router.core.quotas`). This module carries out the core's rules; it makes none.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,27 +19,15 @@ from router.core.effects import Reply
 from router.core.frontdoor import Principal
 from router.core.hinted_ids import HintedSessions
 from router.core.ownership import Ownership, SessionSeal
-from router.core.quotas import Client, LocateQuota, SessionQuota
-from router.protocol import acp
-from router.protocol.errors import JsonRpcError, TooManyLocates, TooManyNewSessions
+from router.core.quotas import Budget, Client, LocateQuota, SessionQuota
+from router.protocol.errors import JsonRpcError
 from router.protocol.ids import BackendId
 from router.protocol.jsonrpc import Message, Request, RequestId, encode_error
 from router.server.config import RouterSection
-from router.server.metrics import Metrics
 
 
 def _same_id(session_id: str) -> str:
     return session_id
-
-
-#: the metric label of each session limit
-_LIMIT_LABELS = {"address": "sessions_per_address", "process": "sessions"}
-#: and of each locate limit
-_LOCATE_LABELS = {
-    "connection": "locates_per_connection",
-    "address": "locates_per_address",
-    "principal": "locates_per_principal",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +45,6 @@ class Gatekeeper:
     def __init__(
         self,
         router: RouterSection,
-        metrics: Metrics,
         clock: Callable[[], float],
         seal: SessionSeal | None,
     ) -> None:
@@ -71,7 +59,6 @@ class Gatekeeper:
             max_clients=router.max_connections,
             per_principal=router.locates_per_minute_per_principal,
         )
-        self.metrics = metrics
         self.clock = clock
         self.seal = seal
         self.hinted_ids = router.hinted_ids
@@ -98,20 +85,23 @@ class Gate:
         hinted: HintedSessions | None = None,
         client: Client | None = None,
     ) -> None:
-        self._keeper = keeper
-        self._address = address
+        self.clock = keeper.clock
+        #: the connection's share of the rate limits, which the routing core spends;
         #: whom the locate budget counts: the token's principal, or the address
-        self._client = client or Client("address", address)
+        self.budget = Budget(
+            keeper.quota,
+            keeper.locates,
+            address,
+            client or Client("address", address),
+            keeper.clock(),
+        )
         self._ownership = ownership
         self._hinted = hinted
-        self._locates = keeper.locates.connection_bucket(keeper.clock())
 
     def inbound(self, message: Message) -> Passed | Refusal:
         """A client's message as the router routes it (and the home its hinted session id
         named), or why it goes no further."""
         try:
-            if isinstance(message, Request) and message.method in acp.CREATING:
-                self._count_new_session()
             if self._ownership is not None:
                 message = self._ownership.inbound(message)
             if self._hinted is not None:
@@ -121,28 +111,6 @@ class Gate:
             request_id: RequestId | None = message.id if isinstance(message, Request) else None
             text = encode_error(request_id, exc) if request_id is not None else None
             return Refusal(text, exc.code, request_id)
-
-    def _count_new_session(self) -> None:
-        refused = self._keeper.quota.admit(self._address, self._keeper.clock())
-        if refused is not None:
-            scope, wait = refused
-            self._keeper.metrics.limited.labels(_LIMIT_LABELS[scope]).inc()
-            raise TooManyNewSessions(scope, math.ceil(wait * 1000))
-
-    def count_locate(self) -> None:
-        """A client's request the routing core sends to be located or to the pool's status
-        (it may ask every backend): within this connection's and address's budget.
-
-        Raises:
-            TooManyLocates: over it (a request routed to where its session is attached
-                costs no locate, and is never counted).
-        """
-        keeper = self._keeper
-        refused = keeper.locates.admit(self._client, self._locates, keeper.clock())
-        if refused is not None:
-            scope, wait = refused
-            keeper.metrics.limited.labels(_LOCATE_LABELS[scope]).inc()
-            raise TooManyLocates(scope, math.ceil(wait * 1000))
 
     def outbound(self, message: Message, backend: BackendId) -> Message:
         """A message from ``backend`` as the client may see it."""

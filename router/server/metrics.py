@@ -57,6 +57,16 @@ KNOWN_ERROR_CODES = frozenset(
 )
 
 
+#: the ``limit`` label of each rate limit the routing core spends (kind, scope)
+_RATE_LIMITS = {
+    ("sessions", "address"): "sessions_per_address",
+    ("sessions", "process"): "sessions",
+    ("locates", "connection"): "locates_per_connection",
+    ("locates", "address"): "locates_per_address",
+    ("locates", "principal"): "locates_per_principal",
+}
+
+
 def error_code_label(code: int) -> str:
     """The ``code`` label of an error the router answered: the code when it is one of
     :data:`KNOWN_ERROR_CODES`, else ``other``."""
@@ -568,6 +578,11 @@ class Metrics:
             self.new_sessions_replaced,
             self.backend_frames_dropped,
         )
+
+    def rate_limited(self, kind: str, scope: str) -> None:
+        """Count a request refused by a rate limit of the routing core's budget
+        (:class:`~router.core.effects.Limited`)."""
+        self.limited.labels(_RATE_LIMITS[kind, scope]).inc()
 
     def drop_frame(self, backend: str, reason: str) -> None:
         """Count a frame from ``backend`` that was dropped (one of :data:`DROP_REASONS`)."""

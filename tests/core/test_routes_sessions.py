@@ -24,7 +24,7 @@ from router.core.effects import (
     Send,
 )
 from router.core.routes import Limits
-from router.protocol.errors import NoBackendAvailable, TooManyLocates
+from router.protocol.errors import NoBackendAvailable
 from tests.routes_driver import (
     Client,
     as_request,
@@ -346,53 +346,6 @@ def test_a_failed_session_new_frees_its_room() -> None:
     assert isinstance(client.send(request(1, "session/new", new_params()))[0], Place)
     error_reply(client.fail(1, NoBackendAvailable()), 1, -32011)
     assert isinstance(client.send(request(2, "session/new", new_params()))[0], Place)
-
-
-class Budget:
-    """A client's locate budget, as the shell charges it: ``left`` locates, then none."""
-
-    def __init__(self, left: int) -> None:
-        self.left = left
-        self.charged = 0
-
-    def __call__(self) -> None:
-        if self.left == 0:
-            raise TooManyLocates("connection", 1000)
-        self.left -= 1
-        self.charged += 1
-
-
-def test_what_may_ask_the_whole_pool_costs_a_locate_and_what_is_routed_costs_nothing() -> None:
-    budget = Budget(3)
-    client = Client(charge=budget)
-    client.new_session(1, "a", "s1")
-    client.send(request(2, "session/status", sid("s1")))  # asks the pool, attached or not
-    assert budget.charged == 1
-    client.send(request(3, "session/resume", sid("s1")))  # attached: straight there
-    close = request(4, "session/close", sid("s1"))
-    assert client.send(close) == ()  # held behind the resume
-    client.send(request(5, "session/resume", sid("s2")))  # located
-    client.send(request(6, "session/close", sid("s3")))  # located
-    assert budget.charged == 3
-    data = error_reply(client.send(request(7, "session/load", sid("s4"))), 7, -32014)
-    assert data["limit"] == "connection"
-    # the held close goes where its session is attached: nothing to locate, nothing spent
-    assert client.backend("a", result(3, {}))[-1] == Send("a", close)
-    # a resume located again after a -32002 is the router's doing: not charged either
-    client.located(5, "b")
-    assert isinstance(client.backend("b", error(5, -32002))[-1], Locate)
-    assert budget.charged == 3
-
-
-def test_each_list_page_costs_a_locate() -> None:
-    """A page of ``session/list`` asks every backend: it is charged as a locate is."""
-    budget = Budget(1)
-    client = Client(charge=budget)
-    listing = request(1, "session/list", {})
-    assert client.send(listing) == (AskPool(Query.LIST, as_request(listing)),)
-    data = error_reply(client.send(request(2, "session/list", {})), 2, -32014)
-    assert data["limit"] == "connection"
-    assert budget.charged == 1
 
 
 def test_a_resume_past_the_session_limit_is_answered_but_not_attached() -> None:

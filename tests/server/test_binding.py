@@ -31,10 +31,15 @@ async def test_new_sessions_per_address_are_limited_and_recover(tmp_path: Path) 
         start_router([("a", backend.url)], clock=clock, router=limits) as router,
         AcpClient.connect(router.url) as client,
     ):
-        await client.initialize()
         new = {"cwd": CWD, "mcpServers": []}
-        for _ in range(2):
-            assert "result" in await client.request("session/new", new)
+        # refused by the routing core before the quota: costs the address no token
+        early = await client.request("session/new", new)
+        assert early["error"]["code"] == -32600
+        await client.initialize()
+        reserved = await client.request("session/new", new, request_id="acp-router:1")
+        assert reserved["error"]["code"] == -32600
+        made = [await client.request("session/new", new) for _ in range(2)]
+        assert all("result" in answer for answer in made), made
         refused = await client.request("session/new", new)
         assert refused["error"]["code"] == -32014
         assert refused["error"]["data"] == {
@@ -42,6 +47,8 @@ async def test_new_sessions_per_address_are_limited_and_recover(tmp_path: Path) 
             "retryAfterMs": 30_000,
             "retryable": True,
         }
+        resumed = await client.request("session/resume", {"sessionId": "s", "cwd": CWD})
+        assert "result" in resumed  # attached: a fork of it reaches the quota
         fork = await client.request("session/fork", {"sessionId": "s", "cwd": CWD})
         assert fork["error"]["code"] == -32014  # a fork makes a session too
         # other requests are not limited
