@@ -9,6 +9,7 @@ from router.core import quotas
 from router.core.effects import AskPool, Limited, Locate, Place, Query, Send
 from router.core.quotas import Budget, LocateQuota, SessionQuota
 from router.protocol.errors import NoBackendAvailable
+from router.protocol.ids import BackendId, SessionId
 from tests.routes_driver import (
     Client,
     as_request,
@@ -56,7 +57,7 @@ def test_what_may_ask_the_whole_pool_costs_a_locate_and_what_is_routed_costs_not
     assert refused[0] == Limited("locates", "connection")
     assert error_reply(refused[1:], 7, -32014)["limit"] == "connection"
     # the held close goes where its session is attached: nothing to locate, nothing spent
-    assert client.backend("a", result(3, {}))[-1] == Send("a", close)
+    assert client.backend("a", result(3, {}))[-1] == Send(BackendId("a"), close)
     # a resume located again after a -32002 is the router's doing: not charged either
     client.located(5, "b")
     assert isinstance(client.backend("b", error(5, -32002))[-1], Locate)
@@ -107,7 +108,7 @@ def test_a_fork_costs_a_new_session() -> None:
     client = Client(budget=budget(sessions_per_address=2))
     client.new_session(1, "a", "s1")  # the first token
     fork = request(2, "session/fork", sid("s1"))
-    assert client.send(fork)[-1] == Send("a", fork)  # the second
+    assert client.send(fork)[-1] == Send(BackendId("a"), fork)  # the second
     refused = client.send(request(3, "session/fork", sid("s1")))
     assert refused[0] == Limited("sessions", "address")
 
@@ -122,5 +123,5 @@ def test_a_held_request_spends_the_budget_as_of_its_arrival() -> None:
     close = request(2, "session/close", sid("s1"))
     assert client.send(close, now=61.0) == ()  # held; a token a minute: one is back
     released = client.fail(1, NoBackendAvailable())
-    assert Locate(as_request(close), "s1") in released
+    assert Locate(as_request(close), SessionId("s1")) in released
     assert not any(isinstance(effect, Limited) for effect in released)
