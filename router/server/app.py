@@ -39,7 +39,6 @@ from router.server.app_keys import (
     METRICS,
     PLACES,
     POOL,
-    RELOADER,
     SETTINGS,
     TOKENS,
     TRACER,
@@ -62,6 +61,9 @@ from router.server.tracers import tracer_for
 from router.server.tracing import Tracer
 from router.server.upgrade import upgrade_held, websocket_entry
 from router.tasks import cancel_all_and_wait
+
+#: the one way to reload the configuration: SIGHUP and POST /admin/reload call it
+RELOADER = web.AppKey("reloader", Reloader)
 
 
 def create_app(

@@ -24,7 +24,6 @@ from router.server.gate import Gatekeeper
 from router.server.metrics import Metrics
 from router.server.pool.backends import Pool
 from router.server.pool.upstream import Upstream
-from router.server.reload import Reloader
 from router.server.streamable_http import HttpFront
 from router.server.tracing import Tracer
 
@@ -80,8 +79,6 @@ DOOR = web.AppKey("door", DoorPolicy)
 #: the client tokens, re-readable
 TOKENS = web.AppKey("tokens", TokenSource)
 GATEKEEPER = web.AppKey("gatekeeper", Gatekeeper)
-#: the one way to reload the configuration: SIGHUP and POST /admin/reload call it
-RELOADER = web.AppKey("reloader", Reloader)
 CONFIG_PATH = web.AppKey("config_path", Path)
 #: limits and the handshake deadline of every TCP connection (router.server.accepting)
 GUARD = web.AppKey("guard", ConnectionGuard)

@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.log import access_logger
 
 from router.server.accepting import listen, listen_on
-from router.server.app import create_app, sibling_app
+from router.server.app import RELOADER, create_app, sibling_app
 from router.server.app_keys import (
     CLIENTS,
     DRAINING,
@@ -29,7 +29,6 @@ from router.server.app_keys import (
     HTTP_FRONT,
     METRICS,
     POOL,
-    RELOADER,
     SETTINGS,
     OpenClients,
 )

@@ -16,7 +16,7 @@ from typing import Any
 from router.core.health import Health
 from router.protocol.acp import ProbeResult
 from router.protocol.ids import BackendId, SessionId
-from router.server.app_keys import RELOADER
+from router.server.app import RELOADER
 from router.server.reload import Reloaded, ReloadRefused
 from tests.e2e.support import (
     LISTEN,
