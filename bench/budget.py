@@ -18,7 +18,7 @@ from bench.fleet import Fleet, Scripted
 from bench.in_process import in_process_router, up
 from bench.ratios import Budget, Figure, Result, Target
 from bench.wire import AcpSocket, resume_params
-from router.server.metrics import Metrics
+from router.server.observability.metrics import Metrics
 
 BENCH = "budget"
 SWAPS = 200

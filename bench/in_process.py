@@ -9,13 +9,13 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from router.server.accepting import listen
-from router.server.app import create_app
-from router.server.app_keys import GUARD, POOL
 from router.server.config import settings_from
-from router.server.metrics import Metrics
+from router.server.door.accepting import listen
+from router.server.door.app_keys import GUARD, POOL
+from router.server.observability.metrics import Metrics
 from router.server.pool.backends import Pool
-from router.server.serving import app_runner
+from router.server.process.app import create_app
+from router.server.process.serving import app_runner
 
 #: how long the backends may take to come up
 UP_SECONDS = 60

@@ -26,7 +26,7 @@ from bench.hop import before_name
 from bench.locate import PROBE_SETTINGS
 from bench.observe import rss_bytes
 from bench.ratios import Budget, Figure, Result, Target
-from router.server.accepting import FD_REFUSE_FRACTION
+from router.server.door.accepting import FD_REFUSE_FRACTION
 
 BENCH = "memory"
 WARM = 100

@@ -20,16 +20,16 @@ from aiohttp import web
 
 from router.core.health import Health
 from router.protocol.ids import BackendId, SessionId
-from router.server.accepting import listen
-from router.server.app import create_app
-from router.server.app_keys import CLIENTS, GUARD, POOL, UPSTREAM
 from router.server.config import Settings, settings_from
-from router.server.metrics import Metrics
+from router.server.door.accepting import listen
+from router.server.door.app_keys import CLIENTS, GUARD, POOL, UPSTREAM
+from router.server.links.tls import server_context
+from router.server.observability.metrics import Metrics
+from router.server.observability.tracing import Tracer
 from router.server.pool.backends import Pool
 from router.server.pool.upstream import Upstream
-from router.server.serving import app_runner
-from router.server.tls import server_context
-from router.server.tracing import Tracer
+from router.server.process.app import create_app
+from router.server.process.serving import app_runner
 from tests.support import WAIT, AgentProcess, start_agent
 
 

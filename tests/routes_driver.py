@@ -1,7 +1,7 @@
 """The routing core of one client connection (router.core.routes), driven by hand.
 
 Frame builders make the JSON-RPC text a client or a backend would send. :class:`Client`
-plays the shell (router.server.client): it hands each frame to the core, carries out the
+plays the shell (router.server.connection.client): it hands each frame to the core, carries out the
 effects a shell records (links opened and closed, attachments, locations learned) and
 hands back the rest, in order, for the test to check; ``last()`` is the whole tuple of
 the last call. Work that waits on the pool (Initialize, Place, Locate, AskPool,

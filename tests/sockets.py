@@ -1,4 +1,4 @@
-"""Stand-ins around the router's WebSocket (:class:`router.server.websocket.WebSocket`)
+"""Stand-ins around the router's WebSocket (:class:`router.server.links.websocket.WebSocket`)
 for tests that feed it bytes by hand: a transport that keeps what is written, and a
 receiver that keeps nothing unless told."""
 

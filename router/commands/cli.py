@@ -20,7 +20,7 @@ from router.protocol.errors import AcpRouterError, ConfigError
 from router.protocol.jsonrpc import DEFAULT_MAX_MESSAGE_BYTES
 
 if TYPE_CHECKING:
-    from router.server.workers import WorkerRole
+    from router.server.process.workers import WorkerRole
 
 
 def _host_port(value: str) -> tuple[str, int]:
@@ -278,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = _command(commands, "serve", "run the router")
     serve.add_argument("--config", required=True, metavar="FILE", help="TOML configuration")
-    # the parent of a router with workers starts each one with these (router.server.workers)
+    # the parent of a router with workers starts each one with these (router.server.process.workers)
     serve.add_argument("--worker", help=argparse.SUPPRESS)
     serve.add_argument("--worker-folder", help=argparse.SUPPRESS)
     serve.add_argument("--worker-fds", help=argparse.SUPPRESS)
@@ -336,7 +336,7 @@ def _worker_role(args: argparse.Namespace) -> WorkerRole | None:
     fds: str | None = getattr(args, "worker_fds", None)
     if worker is None and folder is None and fds is None:
         return None
-    from router.server.workers import WorkerRole
+    from router.server.process.workers import WorkerRole
 
     try:
         if worker is None or folder is None or fds is None:
@@ -360,12 +360,12 @@ def _freeze_the_start() -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     """``serve``: one router process; or, with ``router.workers`` above 1, the parent of
-    that many (:mod:`router.server.supervisor`); or one of those workers."""
+    that many (:mod:`router.server.process.supervisor`); or one of those workers."""
     import asyncio
 
     from router.server.config import load_settings
     from router.server.loops import runner
-    from router.server.serving import serve
+    from router.server.process.serving import serve
 
     settings = load_settings(args.config)
     config_path = Path(args.config)
@@ -376,8 +376,8 @@ def _serve(args: argparse.Namespace) -> int:
             loop.run(serve(settings, config_path=config_path, worker=role))
         return 0
     if settings.router.workers > 1:
-        from router.server.serving import announce
-        from router.server.supervisor import serve_workers
+        from router.server.process.serving import announce
+        from router.server.process.supervisor import serve_workers
 
         command = [sys.executable, "-m", "router", "--log-level", args.log_level,
                    "--log-format", args.log_format, "serve", "--config", args.config]  # fmt: skip

@@ -20,7 +20,7 @@ from pathlib import Path
 from router.commands.bearer import TOKEN_ENV
 from router.protocol.errors import AcpRouterError
 from router.server.config import Settings, settings_from
-from router.server.serving import serve
+from router.server.process.serving import serve
 
 _URL = re.compile(rb"listening on (ws://\S+)")
 STARTUP_SECONDS = 20.0

@@ -2,9 +2,9 @@
 
 A JSON line has ``time`` (ISO 8601, UTC), ``level``, ``logger`` and ``message``, then the
 ``connection``, ``backend`` and ``session`` the record is about (when known, see
-:mod:`router.server.log_context`) and any ``outcome`` a call passed in ``extra`` (with a
+:mod:`router.server.observability.log_context`) and any ``outcome`` a call passed in ``extra`` (with a
 request log line's ``method``, ``duration_ms``, ``error_code``, ``trace_id`` and
-``span_id``: :mod:`router.server.request_log`), then ``exception`` with the traceback
+``span_id``: :mod:`router.server.connection.request_log`), then ``exception`` with the traceback
 when there is one. Messages never carry prompt text.
 A worker of a router with ``router.workers`` above 1 names itself in every line: ``worker
 1`` after the level in text, ``"worker": 1`` in JSON.
@@ -18,7 +18,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from router.server.log_context import FIELDS, ContextFilter
+from router.server.observability.log_context import FIELDS, ContextFilter
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 

@@ -23,7 +23,7 @@ from router.protocol import acp
 from router.protocol.errors import AcpRouterError, ProtocolError
 from router.protocol.jsonrpc import Params, Response, encode_request
 from router.protocol.reading import parse
-from router.server.control import INITIALIZE_PARAMS
+from router.server.links.control import INITIALIZE_PARAMS
 
 EXIT_CODES = {"active": 0, "inactive": 3}
 INITIALIZE_ID = 0

@@ -35,7 +35,7 @@ module keeps:
 
 A stream is held by one ``GET`` at a time, named by a number (its ``reader``); a
 second ``GET`` for the same stream displaces the first. Nothing here writes, waits or
-reads a clock: the shell (:mod:`router.server.streamable_http`) does, and asks here
+reads a clock: the shell (:mod:`router.server.door.streamable_http`) does, and asks here
 first.
 """
 

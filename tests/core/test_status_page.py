@@ -1,11 +1,11 @@
-"""The status page's words (router/server/admin.html): what its counts count
+"""The status page's words (router/server/operator/admin.html): what its counts count
 (tests/e2e/test_admin_page.py loads it in a browser)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-PAGE = Path(__file__).resolve().parents[2] / "router" / "server" / "admin.html"
+PAGE = Path(__file__).resolve().parents[2] / "router" / "server" / "operator" / "admin.html"
 
 
 def test_the_page_says_what_its_session_count_counts() -> None:

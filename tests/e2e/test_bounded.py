@@ -18,7 +18,7 @@ import pytest
 
 from router.core.health import Health
 from router.protocol.ids import BackendId
-from router.server import control
+from router.server.links import control
 from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
 from tests.server.support import client_status
 from tests.support import WAIT, AcpClient, AgentProcess, answered_by, resume

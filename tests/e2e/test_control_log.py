@@ -23,7 +23,7 @@ def lines(serve: CliProcess, start: int, end: int, level: str) -> list[str]:
     return [
         line.rstrip("\n")
         for line in serve.stderr.lines[start:end]
-        if f" {level} router.server.control: " in line
+        if f" {level} router.server.links.control: " in line
     ]
 
 

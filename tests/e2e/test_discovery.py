@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from router.protocol.ids import BackendId
-from router.server.app_keys import RELOADER
-from router.server.reload import Reloaded
+from router.server.operator.reload import Reloaded
+from router.server.process.app import RELOADER
 from tests.dns_server import DnsServer, dns_server
 from tests.e2e.support import placed_by_a_new_client, router_url, scrape, sessions_on_each
 from tests.fleet import start_router

@@ -117,7 +117,7 @@ async def test_a_wss_backend_the_router_does_not_trust_stays_down(tmp_path: Path
         tmp_path, "agent-tls", "--tls-cert", str(pki.cert), "--tls-key", str(pki.key)
     ) as agent:
         backend = {"id": agent.agent_id, "url": agent.url, "tls_ca": str(other_ca)}
-        with LogWatch.on("router.server.control", "control link failed") as failed:
+        with LogWatch.on("router.server.links.control", "control link failed") as failed:
             async with start_router([backend], wait_for=0) as router:
                 assert "CERTIFICATE_VERIFY_FAILED" in await failed.wait()
                 assert router.pool.ready() == []
@@ -151,7 +151,7 @@ async def test_a_wss_backend_that_asks_for_a_client_certificate(tmp_path: Path, 
             assert "result" in new, new  # the client's own link presented the certificate too
         assert [m["method"] for m in backend.received if "method" in m].count("session/new") == 1
         without = {"id": "a", "url": backend.url, "tls_ca": str(pki.ca_file)}
-        with LogWatch.on("router.server.control", "control link failed") as failed:
+        with LogWatch.on("router.server.links.control", "control link failed") as failed:
             async with start_router([without], wait_for=0) as router:
                 await failed.wait()
                 assert router.pool.ready() == []
@@ -170,7 +170,7 @@ async def test_metrics_on_a_separate_listen_address(tmp_path: Path) -> None:
         )
         async with run_cli("serve", "--config", str(config)) as serve:
             front = serve.first_line.removeprefix("acp-router listening on ")
-            open_door = "WARNING router.server.serving: no [auth] section"
+            open_door = "WARNING router.server.process.serving: no [auth] section"
             await serve.wait_for_log(open_door)
             line = await serve.wait_for_log("metrics on http://")
             match = re.search(r"metrics on (http://\S+)", line)

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from router.server.metrics import WORKER_UP
+from router.server.observability.metrics import WORKER_UP
 from tests.fleet import start_fleet
 from tests.server.support import documented_metrics
 from tests.support import WAIT, run_cli

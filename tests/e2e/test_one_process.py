@@ -17,7 +17,7 @@ import pytest
 from router.core.health import Health
 from router.core.locate import AdminState
 from router.protocol.ids import BackendId, SessionId
-from router.server.admin import set_admin_state
+from router.server.operator.admin import set_admin_state
 from tests.fleet import RouterUnderTest, start_router
 from tests.relay import Relay, start_relay
 from tests.support import AcpClient, answered_by, resume, start_agent

@@ -16,8 +16,8 @@ from typing import Any
 from router.core.health import Health
 from router.protocol.acp import ProbeResult
 from router.protocol.ids import BackendId, SessionId
-from router.server.app import RELOADER
-from router.server.reload import Reloaded, ReloadRefused
+from router.server.operator.reload import Reloaded, ReloadRefused
+from router.server.process.app import RELOADER
 from tests.e2e.support import (
     LISTEN,
     placed_by_a_new_client,

@@ -17,7 +17,7 @@ import pytest
 from router.core.health import Health
 from router.core.placement import Node, Ranking
 from router.protocol.ids import BackendId
-from router.server.serving import drain
+from router.server.process.serving import drain
 from tests.fleet import (
     backends_of,
     never_answer,

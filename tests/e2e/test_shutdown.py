@@ -19,9 +19,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from router.server.app_keys import CLIENTS, OpenClients
-from router.server.serving import drain
-from router.server.shutdown import close_spread
+from router.server.door.app_keys import CLIENTS, OpenClients
+from router.server.process.serving import drain
+from router.server.process.shutdown import close_spread
 from tests.e2e.support import router_url, wait_backends_up, write_config
 from tests.fleet import ScriptedBackend, start_fleet, start_router, start_scripted
 from tests.relay import Relay, start_relay
@@ -49,15 +49,15 @@ async def test_with_nothing_in_flight_sigterm_stops_at_once_and_says_so(tmp_path
                 assert await router.process.wait() == 0
             assert await router.stop() == 0  # the logs read to their end
         last = router.stderr.lines[-2:]
-        assert last[0].rstrip().endswith("router.server.shutdown: stopping"), last
-        assert last[1].rstrip().endswith("router.server.serving: stopped"), last
+        assert last[0].rstrip().endswith("router.server.process.shutdown: stopping"), last
+        assert last[1].rstrip().endswith("router.server.process.serving: stopped"), last
 
 
 #: a process whose event loop gets SIGTERM just after it puts SIGTERM's default action
 #: back, as a stop signal that comes while the router lets go of its handlers does
 LATE_SIGNAL = """
 import asyncio, os, signal
-from router.server.shutdown import StopSignals
+from router.server.process.shutdown import StopSignals
 
 class LateSignalLoop(asyncio.SelectorEventLoop):
     def remove_signal_handler(self, sig):

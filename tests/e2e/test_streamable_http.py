@@ -18,9 +18,9 @@ import pytest
 
 from router.core import hinted_ids
 from router.protocol.ids import ConnectionId
-from router.server.app_keys import CLIENTS, HTTP_FRONT, OpenClients
-from router.server.http_connection import HttpConnection
-from router.server.shutdown import close_spread
+from router.server.door.app_keys import CLIENTS, HTTP_FRONT, OpenClients
+from router.server.door.http_connection import HttpConnection
+from router.server.process.shutdown import close_spread
 from tests.e2e.support import EVENTS, INITIALIZE, JSON, HttpClient, rpc
 from tests.fleet import RouterUnderTest, backends_of, start_fleet, start_router
 from tests.raw_http import raw_connection, raw_post, status_of

@@ -27,9 +27,9 @@ import aiohttp
 import pytest
 import trustme
 
-from router.server.shutdown import StopSignals
-from router.server.supervisor import Supervisor, backoff, ended
-from router.server.workers import (
+from router.server.process.shutdown import StopSignals
+from router.server.process.supervisor import Supervisor, backoff, ended
+from router.server.process.workers import (
     Listeners,
     reuse_port_balances,
 )
@@ -68,7 +68,7 @@ async def wait_up_in_each_worker(router: CliProcess, agents: list[AgentProcess])
     for index in range(2):
         for agent in agents:
             await router.wait_for_log(
-                f"worker {index} router.server.control: backend {agent.agent_id} is up"
+                f"worker {index} router.server.links.control: backend {agent.agent_id} is up"
             )
 
 
@@ -176,11 +176,11 @@ async def test_sigterm_stops_every_worker_cleanly(tmp_path: Path) -> None:
             async with asyncio.timeout(WAIT):
                 assert await router.process.wait() == 0
         for index in range(2):
-            await router.wait_for_log(f"worker {index} router.server.shutdown: stopping")
-            await router.wait_for_log(f"worker {index} router.server.serving: stopped")
+            await router.wait_for_log(f"worker {index} router.server.process.shutdown: stopping")
+            await router.wait_for_log(f"worker {index} router.server.process.serving: stopped")
         await asyncio.gather(*(exited(pid) for pid in pids.values()))
         assert await router.stop() == 0  # the logs read to their end
-    assert router.stderr.lines[-1].rstrip().endswith("router.server.supervisor: stopped")
+    assert router.stderr.lines[-1].rstrip().endswith("router.server.process.supervisor: stopped")
     assert "Traceback" not in router.stderr.text, router.stderr.text
 
 
@@ -191,7 +191,9 @@ async def test_sighup_reloads_every_worker(tmp_path: Path) -> None:
             write_config(tmp_path / "router.toml", agents, 'listen = "127.0.0.1:0"\nworkers = 2')
             router.process.send_signal(signal.SIGHUP)
             for index in range(2):
-                line = await router.wait_for_log(f"worker {index} router.server.reload: config")
+                line = await router.wait_for_log(
+                    f"worker {index} router.server.operator.reload: config"
+                )
                 assert "added agent-2" in line, line
             await wait_up_in_each_worker(router, [second])
             found = samples(await scrape(f"{base_of(router_url(router))}/metrics"))
@@ -214,7 +216,7 @@ async def test_a_killed_worker_is_started_again(tmp_path: Path) -> None:
         start = next(i for i, line in enumerate(router.stderr.lines) if killed in line)
         again = await router.wait_for_log("is listening again", start=start)
         assert re.search(r"worker 1 \(pid \d+\) is listening again", again), again
-        up = "worker 1 router.server.control: backend agent-1 is up"
+        up = "worker 1 router.server.links.control: backend agent-1 is up"
         await router.wait_for_log(up, start=start)
         url = router_url(router)
         async with contextlib.AsyncExitStack() as stack:
@@ -276,7 +278,7 @@ async def test_workers_stop_when_their_parent_is_gone(tmp_path: Path) -> None:
         router.process.kill()
         for index in range(2):
             await router.wait_for_log(
-                f"worker {index} router.server.workers: the parent process is gone"
+                f"worker {index} router.server.process.workers: the parent process is gone"
             )
         await asyncio.gather(*(exited(pid) for pid in pids.values()))
     assert "Traceback" not in router.stderr.text, router.stderr.text
@@ -568,7 +570,7 @@ class Records(logging.Handler):
 @pytest.fixture
 def records() -> Iterator[Records]:
     handler = Records()
-    supervisor_log = logging.getLogger("router.server.supervisor")
+    supervisor_log = logging.getLogger("router.server.process.supervisor")
     supervisor_log.addHandler(handler)
     level = supervisor_log.level
     supervisor_log.setLevel(logging.INFO)

@@ -49,7 +49,7 @@ async def compose_topology_with_workers(workdir: Path) -> AsyncIterator[Topology
         for worker in range(2):
             for agent in agents:
                 up = f"backend {agent.agent_id} is up"
-                await router.wait_for_log(f"worker {worker} router.server.control: {up}")
+                await router.wait_for_log(f"worker {worker} router.server.links.control: {up}")
         url = router.first_line.removeprefix("acp-router listening on ")
         yield Topology(router, url, agents)
 

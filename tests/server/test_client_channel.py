@@ -1,4 +1,4 @@
-"""The client WebSocket's writer (:class:`router.server.websocket_channel.WebSocketChannel`),
+"""The client WebSocket's writer (:class:`router.server.connection.websocket_channel.WebSocketChannel`),
 on a real server (the router's own WebSocket on an asyncio server, after websockets'
 server handshake) and an aiohttp client over loopback: the frames a burst leads to (a
 read that brings a backend's several frames at once) are held until that read is done,
@@ -17,9 +17,9 @@ import aiohttp
 from websockets.protocol import OPEN, Protocol, Side
 from websockets.server import ServerProtocol
 
-from router.server.metrics import Metrics
-from router.server.websocket import WebSocket, text_frame
-from router.server.websocket_channel import WebSocketChannel
+from router.server.connection.websocket_channel import WebSocketChannel
+from router.server.links.websocket import WebSocket, text_frame
+from router.server.observability.metrics import Metrics
 from tests.sockets import KeptTransport, Receiver
 from tests.support import WAIT
 

@@ -16,8 +16,8 @@ from router.core.calls import Limits
 from router.core.directory import Bounds
 from router.core.locate import UnknownPolicy
 from router.protocol.errors import ConfigError
-from router.server.client import limits_of
 from router.server.config import Settings, load_settings, settings_from
+from router.server.connection.client import limits_of
 from router.server.pool.backends import bounds_of
 
 MINIMAL: dict[str, Any] = {"backends": [{"id": "a", "url": "ws://127.0.0.1:9001/acp"}]}

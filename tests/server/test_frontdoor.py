@@ -13,7 +13,7 @@ import pytest
 import websockets
 from websockets.asyncio.client import connect
 
-from router.server.app_keys import TOKENS
+from router.server.door.app_keys import TOKENS
 from tests.fleet import inactive, start_router, start_scripted
 from tests.server.support import TOKEN, bearer
 from tests.support import WAIT, AcpClient

@@ -1,4 +1,4 @@
-"""Running a frame's handler inline (:func:`router.server.inline.run_inline`): a coroutine
+"""Running a frame's handler inline (:func:`router.server.links.inline.run_inline`): a coroutine
 that never waits finishes in the call, with no task; one that waits is finished by a task
 from where it stopped, its result and its own exceptions as ``await`` would give them;
 cancelling that task cancels the coroutine where it waits."""
@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from router.server.inline import run_inline
+from router.server.links.inline import run_inline
 from tests.support import WAIT
 
 

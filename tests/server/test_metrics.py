@@ -7,7 +7,7 @@ from __future__ import annotations
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
-from router.server.metrics import (
+from router.server.observability.metrics import (
     LATENCY_BUCKETS,
     TO_BACKEND,
     TO_CLIENT,

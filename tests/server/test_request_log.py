@@ -7,8 +7,8 @@ import json
 
 from router.protocol.jsonrpc import Request
 from router.protocol.reading import parse
-from router.server.request_log import RequestLog
-from router.server.tracing import IdTracer
+from router.server.connection.request_log import RequestLog
+from router.server.observability.tracing import IdTracer
 from tests.server.support import (
     CLIENT_SPAN,
     CLIENT_TRACE,

@@ -1,4 +1,4 @@
-"""Where the router's secrets come from (router.server.auth, router.server.tls): every
+"""Where the router's secrets come from (router.server.door.auth, router.server.links.tls): every
 failure is one ConfigError naming the key, and never quoting a secret."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 
 from router.core.frontdoor import AuthOutcome
 from router.protocol.errors import ConfigError
-from router.server.auth import TokenSource, session_secret
 from router.server.config import AuthSection, BackendSection, RouterSection
-from router.server.tls import backend_context, server_context
+from router.server.door.auth import TokenSource, session_secret
+from router.server.links.tls import backend_context, server_context
 
 
 def auth(**fields: Any) -> AuthSection:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from router.server.event_stream import event
-from router.server.streamable_http import accepts_events
+from router.server.door.event_stream import event
+from router.server.door.streamable_http import accepts_events
 
 
 @pytest.mark.parametrize(

@@ -25,8 +25,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from router.server.otel import OtelTracer
-from router.server.request_log import REQUESTS_LOGGER
+from router.server.connection.request_log import REQUESTS_LOGGER
+from router.server.observability.otel import OtelTracer
 from tests.fleet import RouterUnderTest, ScriptedBackend, active, start_router, start_scripted
 from tests.server.support import (
     BAGGAGE,

@@ -1,5 +1,5 @@
 """The router's WebSocket reads whole final text frames itself and hands every other
-frame to websockets' sans-I/O protocol (:class:`router.server.websocket.WebSocket`): for
+frame to websockets' sans-I/O protocol (:class:`router.server.links.websocket.WebSocket`): for
 any stream of frames, cut into reads anywhere, it must see exactly what the protocol
 alone sees (the same messages, in order, the same binary frames) and write the same
 bytes back (pongs, the close echo, a failure's close frame); and a text frame it writes
@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from websockets.frames import Frame, Opcode
 from websockets.protocol import Protocol, Side
 
-from router.server.websocket import FAST_BYTES, WebSocket, text_frame
+from router.server.links.websocket import FAST_BYTES, WebSocket, text_frame
 from tests.sockets import KeptTransport, Receiver
 
 LIMIT = 1 << 20

@@ -18,10 +18,10 @@ import pytest
 from aiohttp import web
 from hypothesis import given, strategies as st
 
-from router.server.app import create_app
-from router.server.app_keys import DOOR, HTTP_FRONT, METRICS, TOKENS
-from router.server.metrics import Metrics, WorkersExposition, merge
-from router.server.workers import (
+from router.server.door.app_keys import DOOR, HTTP_FRONT, METRICS, TOKENS
+from router.server.observability.metrics import Metrics, WorkersExposition, merge
+from router.server.process.app import create_app
+from router.server.process.workers import (
     Affinity,
     Listeners,
     WorkerRole,

@@ -41,11 +41,11 @@ from router.core.placement import Node
 from router.protocol import acp
 from router.protocol.ids import BackendId, SessionId
 from router.server.config import BackendSection, Settings
-from router.server.control import ControlLink
-from router.server.metrics import Metrics
+from router.server.links.control import ControlLink
+from router.server.links.tls import backend_context
+from router.server.observability.metrics import Metrics
 from router.server.pool.probes import Prober
 from router.server.pool.roster import Roster, member_of
-from router.server.tls import backend_context
 
 logger = logging.getLogger(__name__)
 

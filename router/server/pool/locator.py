@@ -23,7 +23,7 @@ from router.core.split_brain import SplitBrainPolicy, Verdict
 from router.protocol.acp import ProbeResult
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
 from router.protocol.ids import BackendId, SessionId
-from router.server import log_context
+from router.server.observability import log_context
 from router.server.pool import waits
 from router.server.pool.backends import Pool
 from router.server.pool.healing import Healer

@@ -15,9 +15,9 @@ from router.core.health import Event, ProbeSilent
 from router.protocol import acp
 from router.protocol.acp import ProbeResult
 from router.protocol.ids import BackendId, SessionId, reserved_id
-from router.server import fanout
-from router.server.control import ControlLink
-from router.server.metrics import Metrics
+from router.server.links import fanout
+from router.server.links.control import ControlLink
+from router.server.observability.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class Prober:
     async def answers(
         self, backends: Iterable[BackendId], session_id: SessionId
     ) -> dict[BackendId, acp.StatusAnswer]:
-        """Ask each of ``backends`` that can be asked, in one round (:mod:`router.server.fanout`;
+        """Ask each of ``backends`` that can be asked, in one round (:mod:`router.server.links.fanout`;
         not one that has left the pool: its client links may still hold sessions there,
         but it is not probed)."""
         targets = [b for b in backends if self._fleet.can_ask(b, "status")]

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from router.core import split_brain
 from router.core.quotas import AuditBudget
 from router.protocol.ids import SessionId
-from router.server import log_context
+from router.server.observability import log_context
 from router.server.pool.backends import Pool
 from router.server.pool.healing import Healer
 

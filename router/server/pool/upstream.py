@@ -11,14 +11,14 @@ from dataclasses import dataclass
 import aiohttp
 
 from router.server.config import Settings
-from router.server.metrics import Metrics
+from router.server.observability.metrics import Metrics
+from router.server.observability.tracing import Tracer
 from router.server.pool.backends import Pool
 from router.server.pool.healing import Healer
 from router.server.pool.locator import Locator
 from router.server.pool.queries import Queries
 from router.server.pool.sweep import Sweep
 from router.server.pool.whereabouts import Whereabouts
-from router.server.tracing import Tracer
 
 
 @dataclass(frozen=True, slots=True)

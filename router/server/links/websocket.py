@@ -1,0 +1,255 @@
+"""The router's WebSocket, for its client connections and backend links: a
+:class:`~router.server.links.sansio_websocket.SansIoWebSocket` that reads and writes the one
+frame nearly all traffic is (a whole, final text frame of up to :data:`FAST_BYTES`)
+itself, and hands every other frame to websockets' protocol byte for byte
+(docs/architecture.md, "Every rule and its file").
+
+The messages a burst (a read that brought several frames) leads to are written once
+that read is done (:class:`Burst`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from websockets.protocol import OPEN, Protocol as Frames, Side
+
+try:  # websockets' C speedup, when it was built
+    from websockets.speedups import apply_mask
+except ImportError:  # pragma: no cover
+    from websockets.utils import apply_mask
+
+from router.server.links.sansio_websocket import Receiver, SansIoWebSocket
+
+#: websockets' own log lines for the router's connections ("connection open" at INFO for
+#: every one of them): warnings and errors only
+FRAMES_LOG = logging.getLogger(f"{__name__}.frames")
+FRAMES_LOG.setLevel(logging.WARNING)
+
+
+class WebSocket(SansIoWebSocket):
+    """One WebSocket connection (:class:`SansIoWebSocket`), whose whole final text frames
+    are read and written here."""
+
+    __slots__ = ("_batch", "_rest", "_through")
+
+    def __init__(self, frames: Frames, receiver: Receiver) -> None:
+        super().__init__(frames, receiver)
+        #: messages held while another WebSocket reads a burst (None: none are)
+        self._batch: list[bytes] | None = None
+        #: bytes read that do not make a whole frame yet
+        self._rest = b""
+        #: bytes still to come of the frame the protocol is reading
+        self._through = 0
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if not self._open or self.frames.extensions:  # opening, closing, or deflate: all its
+            if self._rest:
+                data, self._rest = self._rest + data, b""
+            super().data_received(data)
+            return
+        self._heard = True
+        if self._through:  # the rest of a frame the protocol has begun to read
+            data = self._pass(data)
+        elif self._rest:
+            data, self._rest = self._rest + data, b""
+        if not data:
+            return
+        if BURST.reading or not several(data):
+            self._split(data)
+            return
+        BURST.begin()  # what this read's frames lead to is written once it is read
+        try:
+            self._split(data)
+        finally:
+            BURST.end()
+
+    def _split(self, data: bytes) -> None:
+        """Read whole final text frames here (the frames nearly all traffic is); hand
+        every other frame to the protocol, byte for byte and in order, so that it only
+        ever starts reading at a frame's first byte."""
+        frames = self.frames
+        server = frames.side is Side.SERVER
+        limit = frames.max_message_size
+        fast = FAST_BYTES if limit is None else min(limit, FAST_BYTES)
+        i, end = 0, len(data)
+        while i < end:
+            if end - i < 2:
+                break
+            second = data[i + 1]
+            length = second & 0x7F
+            if length < 126:
+                head = 6 if second & 0x80 else 2
+            else:
+                bounds = frame_bounds(data, i)
+                if bounds is None:  # its header is not all here yet
+                    break
+                _, head, length = bounds
+            if (
+                data[i] == FINAL_TEXT
+                and (second >= 0x80) is server
+                and length <= fast
+                and self._open
+                and frames.current_size is None
+            ):
+                stop = i + head + length
+                if stop > end:
+                    break
+                payload = data[i + head : stop]
+                if server:
+                    payload = apply_mask(payload, data[i + head - 4 : i + head])
+                self._text(payload)
+                i = stop
+                continue
+            # the protocol's: this frame's bytes that are here, and the rest when they
+            # come; and, once it is no longer open, everything
+            self._through = head + length if self._open else end - i
+            data = self._pass(data[i:] if i else data)
+            i, end = 0, len(data)
+        self._rest = data[i:] if i < end else b""
+
+    def _pass(self, data: bytes) -> bytes:
+        """Hand the protocol the bytes of the frame it is reading (:attr:`_through` more
+        of them); what follows that frame, unread (none while the frame goes on, or once
+        the protocol has stopped reading frames)."""
+        take = self._through
+        mine, rest = (data, b"") if len(data) <= take else (data[:take], data[take:])
+        self._through = take - len(mine)
+        frames = self.frames
+        frames.receive_data(mine)
+        self.received(frames.events_received())
+        if self._through or frames.state is not OPEN:
+            if rest and frames.state is not OPEN:
+                frames.receive_data(rest)
+                self.received(frames.events_received())
+            return b""
+        return rest
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def send(self, text: str) -> bool:
+        """Write one text message, never waiting (see :attr:`paused`); False when the
+        connection is closing or closed (nothing is written).
+
+        Messages sent while another WebSocket reads a burst (several frames in one read:
+        a backend's streamed updates, ~25 to a read) are held and go out in one write
+        when that read is done (:class:`Burst`), instead of one system call and one TCP
+        segment each. Any other message (a prompt's answer, the first of a burst) is
+        written at once.
+        """
+        if not self._open:
+            return False
+        frames = self.frames
+        if frames.extensions or self.transport is None:
+            return super().send(text)
+        data = text_frame(text.encode(), masked=frames.side is Side.CLIENT)
+        if BURST.reading:
+            if self._batch is None:
+                self._batch = []
+                BURST.holding.append(self)
+            self._batch.append(data)
+            return True
+        self.transport.write(data)
+        return True
+
+    @property
+    def batched(self) -> int:
+        """Messages held until the burst being read is done (:meth:`send`)."""
+        return len(self._batch) if self._batch else 0
+
+    def write_batch(self) -> None:
+        """Write the messages held (the burst is done)."""
+        batch, self._batch = self._batch, None
+        if batch and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(batch))
+
+    def flush(self) -> None:
+        """Write the messages waiting in a batch, then what the protocol has to send."""
+        batch = self._batch
+        if batch:  # held messages go first (the burst's end then finds none)
+            transport = self.transport
+            if transport is not None and not transport.is_closing():
+                transport.write(b"".join(batch))
+            batch.clear()
+        super().flush()
+
+
+#: the first byte of a final, unfragmented text frame without extension bits
+FINAL_TEXT = 0x81
+#: the largest text frame read here; a longer one is the protocol's, which buffers it
+#: without copying what came before at every read
+FAST_BYTES = 64 * 1024
+
+
+def frame_bounds(data: bytes, i: int) -> tuple[int, int, int] | None:
+    """The frame starting at ``data[i]``: its first byte, the length of its header (the
+    mask key included) and of its payload; None when its header is not all there."""
+    end = len(data)
+    if end - i < 2:
+        return None
+    second = data[i + 1]
+    length, head = second & 0x7F, 2
+    if length == 126:
+        if end - i < 4:
+            return None
+        length, head = int.from_bytes(data[i + 2 : i + 4], "big"), 4
+    elif length == 127:
+        if end - i < 10:
+            return None
+        length, head = int.from_bytes(data[i + 2 : i + 10], "big"), 10
+    if second & 0x80:
+        head += 4
+    return data[i], head, length
+
+
+def several(data: bytes) -> bool:
+    """Whether ``data`` holds more than the first frame in it."""
+    bounds = frame_bounds(data, 0)
+    return bounds is not None and bounds[1] + bounds[2] < len(data)
+
+
+class Burst:
+    """While one WebSocket reads a burst (a read that brought several frames), the
+    messages any WebSocket sends are held (:meth:`WebSocket.send`), and written, one
+    write per WebSocket, when the read is done. The loop runs one callback at a time, so
+    one burst is read at a time; a handler that waits finishes outside it (its later
+    messages go out as they are sent)."""
+
+    __slots__ = ("holding", "reading")
+
+    def __init__(self) -> None:
+        self.reading = False
+        #: the WebSockets holding messages of this burst
+        self.holding: list[WebSocket] = []
+
+    def begin(self) -> None:
+        self.reading = True
+
+    def end(self) -> None:
+        self.reading = False
+        holding, self.holding = self.holding, []
+        for ws in holding:
+            ws.write_batch()
+
+
+#: the burst being read, if any (one per process: callbacks run one at a time)
+BURST = Burst()
+
+
+def text_frame(payload: bytes, *, masked: bool) -> bytes:
+    """One final text frame carrying ``payload`` (masked with a random key: a client's)."""
+    length = len(payload)
+    flag = 0x80 if masked else 0
+    if length < 126:
+        head = bytes((FINAL_TEXT, flag | length))
+    elif length < 65536:
+        head = bytes((FINAL_TEXT, flag | 126)) + length.to_bytes(2, "big")
+    else:
+        head = bytes((FINAL_TEXT, flag | 127)) + length.to_bytes(8, "big")
+    if not masked:
+        return head + payload
+    key = os.urandom(4)
+    return head + key + apply_mask(payload, key)
