@@ -33,11 +33,48 @@ from router.server.process.serving import app_runner
 from tests.support import WAIT, AgentProcess, start_agent
 
 
+def pulsing(method: Callable[..., Any], event: asyncio.Event) -> Callable[..., Any]:
+    """``method``, which pulses ``event`` each time it has returned."""
+
+    def pulsed(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        finally:
+            event.set()
+            event.clear()
+
+    return pulsed
+
+
+def pulsing_async(
+    method: Callable[..., Awaitable[Any]], event: asyncio.Event
+) -> Callable[..., Awaitable[Any]]:
+    """``method``, a coroutine function, which pulses ``event`` each time it has returned."""
+
+    async def pulsed(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await method(*args, **kwargs)
+        finally:
+            event.set()
+            event.clear()
+
+    return pulsed
+
+
 @dataclass
 class RouterUnderTest:
     url: str
     app: web.Application
     metrics: Metrics
+    #: pulsed after the router records sessions attached or detached, or a client link
+    #: opened or ended (the test's own watch on ``Pool.record`` and ``Pool.pin``: the
+    #: router keeps no event for tests)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        pool = self.pool
+        for name in ("record", "pin"):
+            setattr(pool, name, pulsing(getattr(pool, name), self.changed))
 
     @property
     def pool(self) -> Pool:
@@ -71,7 +108,7 @@ class RouterUnderTest:
         """Wait until no session is attached on any connection (the clients have left)."""
         async with asyncio.timeout(WAIT):
             while sum(self.pool.directory.attached.values()):
-                await self.pool.attached_changed.wait()
+                await self.changed.wait()
 
     async def wait_clients(self, count: int) -> None:
         """Wait until exactly ``count`` client connections are open (a connection that
@@ -86,7 +123,7 @@ class RouterUnderTest:
         backend (``Pool.pinned``)."""
         async with asyncio.timeout(WAIT):
             while self.pool.directory.pinned != pinned:
-                await self.pool.pinned_changed.wait()
+                await self.changed.wait()
 
     async def wait_health(self, backend: str, health: Health) -> None:
         """Wait until ``backend`` is in ``health`` (the pool re-reads it on every event)."""

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from tests.fleet import RouterUnderTest, start_router, start_scripted
+from tests.fleet import RouterUnderTest, pulsing_async, start_router, start_scripted
 from tests.support import WAIT, AcpClient, JsonObject, resume
 
 
@@ -43,7 +43,9 @@ async def test_a_second_active_instance_is_seen_by_the_audit_once_the_hint_needs
             await _resume_through(router, "sess_split")  # a fan-out finds it on "a"
             assert router.probes(names) == 3
             rogue["active"] = True
-            audited = router.upstream.locator.audit.audited
+            audit = router.upstream.locator.audit
+            audited = asyncio.Event()
+            audit._audit = pulsing_async(audit._audit, audited)  # type: ignore[method-assign,assignment]
             async with asyncio.timeout(WAIT):
                 audit_done = asyncio.ensure_future(audited.wait())
                 await _resume_through(router, "sess_split")

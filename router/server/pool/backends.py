@@ -88,10 +88,6 @@ class Pool:
         metrics.watch_cache(self.directory.hints.__len__)
         #: pulsed whenever a backend's health or the membership changes
         self.ready_changed = asyncio.Event()
-        #: pulsed whenever the sessions attached through this router change
-        self.attached_changed = asyncio.Event()
-        #: pulsed whenever the client links this router holds change
-        self.pinned_changed = asyncio.Event()
         #: the configured backends, those each discovery source found, those that left
         self.roster = Roster(settings.backends)
         self._controls: dict[BackendId, asyncio.Task[None]] = {}
@@ -343,14 +339,12 @@ class Pool:
                 self.metrics.attached_sessions.remove(backend)
             else:
                 self.metrics.attached_sessions.labels(backend).set(count)
-        self._pulse(self.attached_changed)
 
     def pin(self, backend: BackendId, delta: int) -> None:
         """A client connection opened (+1) or ended (-1) its link to ``backend``. When the
         last link to a backend that left the pool ends, what was kept of it goes: its
         address and every series still labelled with it."""
         self.directory.pin(backend, delta)
-        self._pulse(self.pinned_changed)
         if backend not in self.links and backend not in self.directory.pinned:
             self.roster.forget_retired(backend)
             self.metrics.forget_backend(

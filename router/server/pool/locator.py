@@ -233,8 +233,6 @@ class Audit:
         self._queue: OrderedDict[SessionId, None] = OrderedDict()
         self._budget = AuditBudget(pool.now())
         self._wake = asyncio.Event()
-        #: pulsed after each audit (tests wait on it)
-        self.audited = asyncio.Event()
 
     def request(self, session_id: SessionId) -> None:
         self._budget.earn()  # the probes the trusted locate did not send
@@ -275,5 +273,3 @@ class Audit:
             logger.exception("auditing session %s failed", session_id)
             outcome = "error"
         pool.metrics.audits.labels(outcome).inc()
-        self.audited.set()
-        self.audited.clear()
