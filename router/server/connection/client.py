@@ -9,7 +9,8 @@ loop wait: each link has its own outbox and writer), links are opened and closed
 work that waits on the pool (locates, pool-wide status and list, a failover's wait)
 runs in tasks this connection owns, so one slow locate or one slow backend never stalls
 another session's traffic; their outcomes go back to the core, whose effects are
-carried out in turn. Its links to backends are :class:`router.server.connection.client_links.ClientLinks`.
+carried out in turn. It makes no routing decision of its own: every rule is the core's.
+Its links to backends are :class:`router.server.connection.client_links.ClientLinks`.
 The client connection closes only for the client's own faults (an oversize frame:
 1009, by its WebSocket; binary frames are ignored) or on shutdown (1012). When the client goes, every
 task and link of the connection is cancelled and closed; a prompt turn it leaves running
