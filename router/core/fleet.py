@@ -163,6 +163,11 @@ class Fleet:
         """Backends that are up: probed, and new sessions may go there."""
         return [b for b in self.members() if self.health(b, now) is Health.UP]
 
+    def listable(self, now: float) -> set[BackendId]:
+        """Backends a ``session/list`` page asks: up, and listing
+        (:mod:`router.core.listing` says what their pages make)."""
+        return {b for b in self.ready(now) if self.can_ask(b, "list")}
+
     def unreachable(self, now: float) -> list[BackendId]:
         """Backends that are not up but not gone (:mod:`router.core.health`)."""
         return [b for b in self.members() if self.health(b, now) is Health.UNKNOWN]

@@ -16,7 +16,7 @@ from typing import Any
 
 from router import __version__
 from router.protocol import acp
-from router.protocol.errors import InvalidParams, LocateInconclusive
+from router.protocol.errors import BackendLinkLost, InvalidParams, LocateInconclusive
 from router.protocol.ids import BackendId
 from router.protocol.jsontext import dumps, loads
 
@@ -109,24 +109,39 @@ class ListPage:
         return merged
 
 
+#: a backend's page that did not come: it is left out of this page (``silent``), for this
+#: page only; any other failure is the client's answer
+UNANSWERED = (TimeoutError, BackendLinkLost)
+
+
 def listed(
     page: ListPage,
-    results: Mapping[BackendId, Any],
-    silent: Collection[BackendId],
+    answers: Mapping[BackendId, Any],
     members: Sequence[BackendId],
     listable: Collection[BackendId],
 ) -> dict[str, Any]:
-    """The router's ``session/list`` answer from the backends' ``results``.
+    """The router's ``session/list`` answer from the backends' ``answers`` (each its
+    page's result, or the exception its call ended with).
 
-    A backend that did not answer in time (``silent``) is left out of the page and
-    named in ``_meta.unlistedBackends``, in pool order, with the other ``members`` the
-    router could not ask (not ``listable``: not up, or not listing); when no backend
-    that lists answered, the client gets the retryable ``-32012``.
+    A backend that did not answer in time or whose link was lost (:data:`UNANSWERED`:
+    silent) is left out of the page and named in ``_meta.unlistedBackends``, in pool
+    order, with the other ``members`` the router could not ask (not ``listable``: not up,
+    or not listing); when no backend that lists answered, the client gets the retryable
+    ``-32012``. Any other exception (a backend's refusal, in its own words) is raised.
     """
+    results: dict[BackendId, Any] = {}
+    silent: list[BackendId] = []
+    for backend, answer in answers.items():
+        if isinstance(answer, UNANSWERED):
+            silent.append(backend)
+        elif isinstance(answer, BaseException):
+            raise answer
+        else:
+            results[backend] = answer
     if silent and not results:
         raise LocateInconclusive(
             "No agent backend answered session/list in time; retry later",
-            {"backends": list(silent)},
+            {"backends": silent},
         )
     merged = page.merge(results)
     missing = [b for b in members if b not in listable or b in silent]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from router.core.fencing import FenceRound, Fencing
 from router.core.health import Health
 from router.core.hints import Hint
 from router.core.locate import Ask, Candidate, Located, LocateRound, Outcome, Snapshot
@@ -206,6 +207,22 @@ def test_without_epochs_a_returning_copy_is_stale_where_the_session_lives_elsewh
     assert fence(A, {A: _active(), B: _active()}, order=ORDER) == (A,)
     assert fence(A, {A: _active()}, order=ORDER, hinted=A) == ()
     assert fence(A, {A: _inactive()}, order=ORDER, hinted=B) == ()  # nothing in memory
+
+
+def test_a_fence_asks_the_rest_of_the_pool_only_where_the_returning_copy_is_active() -> None:
+    round_ = FenceRound(A, [A, B, C], order=ORDER, hinted=B)
+    assert round_.start() == Ask((A,))
+    assert round_.hear({A: _inactive()}) == Fencing((), {})  # nothing in memory: no probes
+    round_ = FenceRound(A, [A, B, C], order=ORDER)
+    round_.start()
+    assert round_.hear({A: _active(3)}) == Ask((B, C))
+    assert round_.hear({B: _active(7), C: _inactive()}) == Fencing((A,), {A: 3})
+
+
+def test_a_fence_with_nobody_else_up_rules_on_what_this_replica_knows() -> None:
+    round_ = FenceRound(A, [A], order=ORDER, attached=[B])
+    round_.start()
+    assert round_.hear({A: _active()}) == Fencing((A,), {A: None})
 
 
 # -- the check of attached sessions ------------------------------------------------------------------

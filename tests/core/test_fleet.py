@@ -75,3 +75,15 @@ def test_an_initialize_waits_for_one_member_only_and_not_past_the_window() -> No
     assert fleet.first_contact(101.0, WITHIN) == FirstContact((A,), 105.0)  # a locate waits
     silent = started()
     assert silent.first_contact(106.0, WITHIN, any_one=True) is None  # never answered: no wait
+
+
+def test_a_list_page_asks_the_members_that_are_up_and_list() -> None:
+    fleet = started()
+    answer(fleet, A, 101.0)
+    answer(fleet, B, 101.0)
+    assert fleet.listable(102.0) == set()  # neither advertised session/list
+    fleet.capabilities[A] = {"agentCapabilities": {"sessionCapabilities": {"list": {}}}}
+    fleet.capabilities[B] = {"agentCapabilities": {"sessionCapabilities": {"list": {}}}}
+    assert fleet.listable(102.0) == {A, B}
+    fleet.hear(B, LinkDown(), 103.0)
+    assert fleet.listable(103.0) == {A}

@@ -9,8 +9,20 @@ import orjson
 import pytest
 
 from router import __version__
-from router.core.listing import MAX_CURSOR_CHARS, MAX_CWD_CHARS, ListPage, merge_capabilities
-from router.protocol.errors import InvalidParams
+from router.core.listing import (
+    MAX_CURSOR_CHARS,
+    MAX_CWD_CHARS,
+    ListPage,
+    listed,
+    merge_capabilities,
+)
+from router.protocol.errors import (
+    BackendLinkLost,
+    BackendRefused,
+    ErrorObject,
+    InvalidParams,
+    LocateInconclusive,
+)
 from router.protocol.ids import BackendId
 
 POOL = ["a", "b", "c"]
@@ -95,6 +107,26 @@ def test_garbage_cursors_are_invalid_params(cursor: str) -> None:
         ListPage.from_params({"cursor": cursor}, POOL)
     assert caught.value.code == -32602
     assert caught.value.to_error()["code"] == -32602
+
+
+# -- listed: what each backend's page, or its failure, makes of the answer --------------------------
+
+
+def test_a_page_that_did_not_come_leaves_its_backend_out_and_named() -> None:
+    page = ListPage.from_params({}, POOL)
+    answers = {"a": _page([_info("s1")]), "b": TimeoutError(), "c": BackendLinkLost()}
+    merged = listed(page, answers, [*POOL, "d"], listable={"a", "b", "c"})
+    assert merged == {"sessions": [_info("s1")], "_meta": {"unlistedBackends": ["b", "c", "d"]}}
+
+
+def test_no_page_at_all_is_retryable_and_a_refusal_is_the_clients() -> None:
+    page = ListPage.from_params({}, POOL)
+    with pytest.raises(LocateInconclusive) as silent:
+        listed(page, {"a": TimeoutError()}, POOL, listable={"a"})
+    assert silent.value.data == {"backends": ["a"], "retryable": True}
+    refusal = BackendRefused(BackendId("b"), ErrorObject(-32000, "no list for you"))
+    with pytest.raises(BackendRefused):
+        listed(page, {"a": _page([]), "b": refusal}, POOL, listable={"a", "b"})
 
 
 # -- merge -----------------------------------------------------------------------------------------

@@ -312,9 +312,6 @@ class Pool:
         """The pool's one backend, when it has one and it is up and open to sessions."""
         return self.fleet.only_backend(self._clock())
 
-    def can_list(self, backend: BackendId) -> bool:
-        return self.fleet.can_ask(backend, "list")
-
     def can_probe(self, backend: BackendId) -> bool:
         return self.fleet.can_ask(backend, "status")
 

@@ -9,11 +9,11 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from router.core import split_brain
+from router.core.fencing import FenceRound, Fencing
 from router.core.health import Fenced
+from router.core.locate import Ask
 from router.core.split_brain import How, SplitBrainPolicy, StaleMarks
 from router.protocol import acp
-from router.protocol.acp import ProbeResult
 from router.protocol.errors import BackendLinkLost
 from router.protocol.ids import BackendId, SessionId
 from router.server.pool.backends import Pool
@@ -65,28 +65,27 @@ class Healer:
         pool.hear(backend, Fenced())
 
     async def _fence_one(self, backend: BackendId, session_id: SessionId) -> None:
-        """Ask ``backend`` about ``session_id``, and, where its copy is active, the rest of
-        the pool; close the copies the fencing rule finds stale
-        (:func:`router.core.split_brain.fence`): the returning one, or, where its epoch is
-        the highest (another replica resumed it there since), the others."""
+        """The probes of a fence of ``session_id`` on ``backend``
+        (:class:`router.core.fencing.FenceRound`), and the closes of the copies it finds
+        stale: the returning one, or, where its epoch is the highest (another replica
+        resumed it there since), the others."""
         pool = self._pool
-        answers = await pool.probe_answers([backend], session_id)
-        here = answers.get(backend)
-        if here is not None and here.result is ProbeResult.ACTIVE:
-            others = [b for b in pool.ready() if b != backend]
-            answers.update(await pool.probe_answers(others, session_id))
         directory = pool.directory
         hint = directory.hint(session_id)
-        stale = split_brain.fence(
+        round_ = FenceRound(
             backend,
-            answers,
+            pool.ready(),
             order=pool.fleet.ranking.rank(session_id),
             attached=directory.attached_to(session_id),
             hinted=hint.backend if hint is not None else None,
         )
+        step: Ask | Fencing = round_.start()
+        while isinstance(step, Ask):
+            step = round_.hear(await pool.probe_answers(step.backends, session_id))
+        stale = step.stale
         if not stale:
             return
-        directory.mark_stale(session_id, split_brain.mark(stale, answers))
+        directory.mark_stale(session_id, step.marks)
         for copy in stale:  # closed before the backend takes traffic
             if self._can_close(copy, session_id):
                 await self._close(session_id, copy, How.FENCED)

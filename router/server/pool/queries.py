@@ -12,7 +12,7 @@ from router.core import listing
 from router.core.locate import Ask
 from router.core.session_status import StatusRound
 from router.protocol import acp
-from router.protocol.errors import BackendLinkLost, BackendRefused
+from router.protocol.errors import BackendRefused
 from router.protocol.ids import BackendId, SessionId
 from router.server.pool import waits
 from router.server.pool.whereabouts import Whereabouts
@@ -37,29 +37,22 @@ class Queries:
     async def list_sessions(self, params: Any) -> dict[str, Any]:
         """``session/list`` over every backend that lists, merged behind one cursor.
 
-        A backend that refuses gets its own error passed on, naming it; one that does not
-        answer in time is left out (:func:`router.core.listing.listed`). Like a status, it
+        What each backend's page (or its failure) makes of the answer is
+        :func:`router.core.listing.listed`'s: a refusal is the client's, in the backend's
+        words; a page that did not come leaves that backend out. Like a status, it
         waits first for the backends a router just started has not heard from.
         """
         pool = self._pool
         await waits.first_contact(pool, "a session/list page")
         ready = pool.ready()
-        listable = {b for b in ready if pool.can_list(b)}
+        listable = pool.fleet.listable(pool.now())
         page = listing.ListPage.from_params(params, ready)
         targets = page.asked(listable)
         answers = await asyncio.gather(
             *(self._list_one(b, page.backend_params(b)) for b in targets), return_exceptions=True
         )
-        results: dict[BackendId, Any] = {}
-        silent: list[BackendId] = []
-        for backend, answer in zip(targets, answers, strict=True):
-            if isinstance(answer, TimeoutError | BackendLinkLost):
-                silent.append(backend)
-            elif isinstance(answer, BaseException):
-                raise answer
-            else:
-                results[backend] = answer
-        return listing.listed(page, results, silent, list(pool.links), listable)
+        heard = dict(zip(targets, answers, strict=True))
+        return listing.listed(page, heard, list(pool.links), listable)
 
     async def _list_one(self, backend: BackendId, params: dict[str, Any]) -> Any:
         """One backend's page. A list may take a while (it may read a store), so it gets
