@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from router.core.health import BackendState, Event, Health, Transition, transition
+from router.core.health import BackendState, CameUp, Event, Health, Transition, transition
 from router.core.hints import Hint
 from router.core.locate import AdminState, Candidate
 from router.core.placement import Node, Ranking
@@ -145,6 +145,8 @@ class Fleet:
         """A link to ``backend`` saw ``event``: its state moves (the caller checked it is
         a member)."""
         before = self.states[backend]
+        if isinstance(event, CameUp) and event.capabilities is not None:
+            self.capabilities[backend] = event.capabilities
         step = transition(before, event, now=now, grace=self.grace)
         self.states[backend] = step.state
         return Heard(before, step)

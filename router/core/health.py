@@ -91,9 +91,11 @@ class Instance:
 
 @dataclass(frozen=True, slots=True)
 class CameUp:
-    """The control link is up: ``initialize`` answered."""
+    """The control link is up: ``initialize`` answered (``capabilities``: its result,
+    what the fleet knows the backend offers from now on)."""
 
     instance: Instance
+    capabilities: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

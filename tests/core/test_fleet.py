@@ -87,3 +87,13 @@ def test_a_list_page_asks_the_members_that_are_up_and_list() -> None:
     assert fleet.listable(102.0) == {A, B}
     fleet.hear(B, LinkDown(), 103.0)
     assert fleet.listable(103.0) == {A}
+
+
+def test_what_a_backend_offers_is_what_its_control_link_came_up_with() -> None:
+    fleet = started()
+    listing = {"agentCapabilities": {"sessionCapabilities": {"list": {}}}}
+    fleet.hear(A, CameUp(Instance.of({"_meta": {}}), listing), 101.0)
+    assert fleet.can_ask(A, "list")
+    assert not fleet.can_ask(B, "list")  # not heard from
+    fleet.hear(A, CameUp(Instance.of({"_meta": {}}), {"agentCapabilities": {}}), 102.0)
+    assert not fleet.can_ask(A, "list")  # it came up again without it

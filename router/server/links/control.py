@@ -2,7 +2,8 @@
 backend, used for probes and pool-wide requests (``session/status``,
 ``session/list``).
 
-It learns the backend's capabilities from ``initialize``, reconnects with
+It reads the backend's capabilities from ``initialize`` (reported with the link's
+coming up, :class:`router.core.health.CameUp`), reconnects with
 exponential backoff and jitter (the first attempt included, so a fleet restart
 does not hammer a backend in step), never pausing longer than the grace allows
 (:mod:`router.core.reconnect`), and reports what it sees to the pool as
@@ -106,7 +107,6 @@ class ControlLink:
         self._overflowed = False
         self._wake = asyncio.Event()
         self._next_id = 0
-        self.capabilities: dict[str, Any] | None = None  # the last initialize result seen
         self.up = False
         #: the outage in progress: when the link went down (or the first attempt failed),
         #: and the attempts that failed since; None while up, or before the first attempt
@@ -176,7 +176,6 @@ class ControlLink:
                     )
                 if response.error is not None or not isinstance(response.result, dict):
                     raise InvalidRequest(f"initialize failed: {response.text[:200]}")
-                self.capabilities = response.result
                 self._set_up(response.result)
                 # the link ends when the backend closes it (the reader) or a send fails
                 done, _ = await asyncio.wait((reader, writer), return_when=asyncio.FIRST_COMPLETED)
@@ -305,7 +304,7 @@ class ControlLink:
                 "attempt" if self._failed_attempts == 1 else "attempts",
             )
         self._down_since, self._failed_attempts = None, 0
-        self._on_event(self, CameUp(Instance.of(initialize_result)))
+        self._on_event(self, CameUp(Instance.of(initialize_result), initialize_result))
 
     def _set_down(self, event: LinkDown = _DOWN, *, stopping: bool = False) -> None:
         """The link is down, or a reconnect failed: every failed attempt is reported, so

@@ -29,7 +29,6 @@ from router.core.directory import Bounds, Directory
 from router.core.effects import Change
 from router.core.fleet import Fleet
 from router.core.health import (
-    CameUp,
     ClientLinkDown,
     ClientLinkUp,
     Event,
@@ -233,8 +232,6 @@ class Pool:
     def _link_event(self, link: ControlLink, event: Event) -> None:
         """A control link reported up or down: move the backend's state."""
         if self.links.get(link.id) is link:  # not a link the pool has let go of
-            if isinstance(event, CameUp):
-                self.fleet.capabilities[link.id] = link.capabilities
             self.hear(link.id, event)
 
     def client_link_up(self, backend: BackendId, initialize_result: Any) -> None:
