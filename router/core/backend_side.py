@@ -22,8 +22,6 @@ what it did to the call's session is read here:
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from router.core import outcomes
 from router.core.calls import PendingCall
 from router.core.client_side import ClientSide
@@ -139,7 +137,7 @@ def _resumed(
     request_id = call.request.id
     if _not_found(response) and len(call.tried) + 1 < routes.limits.max_resume_attempts:
         tried = (*call.tried, backend)
-        routes.calls[request_id] = replace(call, backend=None, tried=tried)
+        routes.relocating(request_id, call, tried)
         relocate = Locate(call.request, session_id, tried, call.internal, call.claimed)
         return (Resumed(backend, "not_found"), NotThere(session_id, backend), relocate)
     if call.internal:
@@ -283,8 +281,7 @@ def lost(
     if round_request is not None:
         failed.append(round_request.id)
     detached, orphaned = routes.sessions.lose(backend, orphan=routes.limits.failover)
-    if routes.last_backend == backend:
-        routes.last_backend = None
+    routes.unfollow(backend)
     effects: list[Effect] = [*detached, *routes.agent_requests.withdraw(backend)]
     for request_id in failed:
         call = routes.calls.get(request_id)

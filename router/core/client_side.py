@@ -103,6 +103,53 @@ class ClientSide:
         """Every session attached to this connection, and its backend."""
         return self.sessions.attached()
 
+    # -- its tables, written here only --------------------------------------------------------
+
+    def routed(self, request_id: RequestId, call: PendingCall, backend: BackendId) -> None:
+        """``call`` is on its way to ``backend`` (placed or located there)."""
+        self.calls[request_id] = replace(call, backend=backend)
+
+    def relocating(
+        self, request_id: RequestId, call: PendingCall, tried: tuple[BackendId, ...]
+    ) -> None:
+        """``call`` (a resume or load) is located again, skipping ``tried``."""
+        self.calls[request_id] = replace(call, backend=None, tried=tried)
+
+    def next_failover(self) -> int:
+        """The number of this connection's next failover (its resume's id)."""
+        self.failovers += 1
+        return self.failovers
+
+    def own_call(self, call: PendingCall) -> None:
+        """A call the router itself makes on this connection (a failover's resume)."""
+        self.calls[call.request.id] = call
+
+    def left_unanswered(self, request_id: RequestId, backend: BackendId) -> None:
+        """``request_id`` (a ``session/new``) is placed again: ``backend`` left it
+        unanswered, and its late answer is not the client's."""
+        self.unanswered_on[request_id] = backend
+
+    def unfollow(self, backend: BackendId) -> None:
+        """This connection's link to ``backend`` is gone: unrouted notifications no longer
+        follow it."""
+        if self.last_backend == backend:
+            self.last_backend = None
+
+    def stop(self) -> list[tuple[RequestId, PendingCall]]:
+        """The connection is ending: nothing more is taken, nothing waits, and every call
+        in flight is let go (those that awaited something are remembered as abandoned,
+        so their late answers are told apart); the calls, for their answers."""
+        self.stopping = True
+        self.held_notifications = 0
+        self.sessions.drop_waiting()
+        self.auth.round = None
+        calls = list(self.calls.items())
+        self.calls.clear()
+        for request_id, call in calls:
+            if call.awaits is not None:
+                self.abandoned[request_id] = call.awaits
+        return calls
+
     # -- from the client ---------------------------------------------------------------------
 
     def receive_client(

@@ -40,16 +40,9 @@ def abandon(
     every connection: another one holding the session goes too, so it does not keep
     the turn running (``why`` ``"stopping"``); one closed alone (``"client_gone"``: its
     token revoked, say) leaves a turn another connection holds to that one."""
-    side.stopping = True
     counted = _alone if why == "stopping" else attached_count
     effects: list[Effect] = list(abandoned_turns(side, why, counted))
-    side.held_notifications = 0
-    side.sessions.drop_waiting()
-    side.auth.round = None
-    for request_id in list(side.calls):
-        call = side.calls.pop(request_id)
-        if call.awaits is not None:
-            side.abandoned[request_id] = call.awaits
+    for request_id, call in side.stop():
         effects += side.links.done(request_id)
         if not call.internal:
             effects.append(refusal(request_id, error))

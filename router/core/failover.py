@@ -54,12 +54,11 @@ def _resume(routes: ClientSide, session_id: SessionId) -> Effects:
     by = routes.sessions.attached_by(session_id)
     if by is None or not routes.sessions.held_by(session_id, orphan_holder(session_id)):
         return NOTHING
-    routes.failovers += 1
     params = {**by.params, "sessionId": session_id} if isinstance(by.params, dict) else {}
     params.setdefault("sessionId", session_id)
-    request_id = f"{FAILOVER_ID}{routes.failovers}"
+    request_id = f"{FAILOVER_ID}{routes.next_failover()}"
     text = encode_request(request_id, acp.SESSION_RESUME, params)
     request = Request(request_id, acp.SESSION_RESUME, params, text)
-    routes.calls[request_id] = PendingCall(request, session_id, internal=True)
+    routes.own_call(PendingCall(request, session_id, internal=True))
     routes.sessions.resume(session_id, request_id)
     return (Locate(request, session_id, internal=True),)

@@ -5,7 +5,6 @@ own answer or error), turned into effects, sans-I/O. The rules are
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from router.core.client_side import ClientSide
@@ -50,7 +49,7 @@ def located(
     call = routes.calls.get(request_id)
     if call is None:  # answered meanwhile (the router is stopping)
         return routes.gone(request_id, "a location")
-    routes.calls[request_id] = replace(call, backend=backend)
+    routes.routed(request_id, call, backend)
     text = call.request.text
     if epoch is not None and call.request.method in acp.ATTACHING:
         text = put_member(text, EPOCH_PATH, epoch)
@@ -74,7 +73,7 @@ def replaced(
     call = routes.calls.get(request_id)
     if call is None or call.backend != unanswered or call.request.method != acp.SESSION_NEW:
         return NOTHING
-    routes.unanswered_on[request_id] = unanswered
+    routes.left_unanswered(request_id, unanswered)
     return located(routes, request_id, backend)
 
 

@@ -3,6 +3,8 @@ members a locate waits for, and whether the router knows what its pool offers.""
 
 from __future__ import annotations
 
+from typing import Any
+
 from router.core.fleet import FirstContact, Fleet
 from router.core.health import CameUp, Instance, LinkDown
 from router.core.placement import Node
@@ -91,7 +93,7 @@ def test_a_list_page_asks_the_members_that_are_up_and_list() -> None:
 
 def test_what_a_backend_offers_is_what_its_control_link_came_up_with() -> None:
     fleet = started()
-    listing = {"agentCapabilities": {"sessionCapabilities": {"list": {}}}}
+    listing: dict[str, Any] = {"agentCapabilities": {"sessionCapabilities": {"list": {}}}}
     fleet.hear(A, CameUp(Instance.of({"_meta": {}}), listing), 101.0)
     assert fleet.can_ask(A, "list")
     assert not fleet.can_ask(B, "list")  # not heard from
