@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, assert_never
 
 from router.core.effects import (
@@ -60,6 +60,7 @@ from router.core.effects import (
     refusal,
 )
 from router.core.frontdoor import Principal
+from router.core.gate import Gate, Refusal
 from router.core.placement import Asked
 from router.core.routes import ClientRoutes, Limits
 from router.core.split_brain import How, resume_epoch
@@ -76,7 +77,6 @@ from router.protocol.jsonrpc import Request, RequestId
 from router.protocol.reading import parse
 from router.server.config import Settings
 from router.server.connection.client_links import ClientChannel, ClientLinks
-from router.server.connection.gate import Gate, Refusal
 from router.server.connection.request_log import RequestLog
 from router.server.observability import log_context
 from router.server.observability.metrics import TO_CLIENT, Metrics, error_code_label
@@ -127,9 +127,12 @@ class ClientConnection:
         upstream: Upstream,
         gate: Gate,
         *,
+        clock: Callable[[], float],
         principal: Principal | None = None,
     ) -> None:
         self.channel = channel
+        #: the clock the rate limits run on (the application's)
+        self.clock = clock
         #: who the client came as (its token's principal): a reload that removes the
         #: token closes the connection
         self.principal = principal
@@ -203,10 +206,10 @@ class ClientConnection:
             observed = self.requests.arrived(message)
             if observed is not None:
                 await self.carry_out(
-                    self.routes.receive_client(observed, claimed, True, self.gate.clock())
+                    self.routes.receive_client(observed, claimed, True, self.clock())
                 )
                 return
-        await self.carry_out(self.routes.receive_client(message, claimed, now=self.gate.clock()))
+        await self.carry_out(self.routes.receive_client(message, claimed, now=self.clock()))
 
     async def _refuse(self, refusal: Refusal) -> None:
         if refusal.text is None:

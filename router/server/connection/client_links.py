@@ -17,11 +17,11 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from router.core.effects import CancelTurn, CloseLink, Effects, OpenLink
+from router.core.gate import Gate
 from router.core.routes import ClientRoutes
 from router.protocol.errors import BackendLinkLost, ErrorObject, HandshakeRefused
 from router.protocol.ids import BackendId
 from router.protocol.jsonrpc import Message, RequestId
-from router.server.connection.gate import Gate
 from router.server.links.backend_link import BackendLink
 from router.server.observability import log_context
 from router.server.observability.metrics import TO_BACKEND, TO_CLIENT

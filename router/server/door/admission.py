@@ -102,8 +102,11 @@ def open_client(
     metrics = app[METRICS]
     metrics.connections.labels("accepted").inc()
     metrics.active_connections.inc()
-    gate = app[GATEKEEPER].gate(address, admission.principal)
-    connection = ClientConnection(channel, app[UPSTREAM], gate, principal=admission.principal)
+    keeper = app[GATEKEEPER]
+    gate = keeper.gate(address, admission.principal)
+    connection = ClientConnection(
+        channel, app[UPSTREAM], gate, clock=keeper.clock, principal=admission.principal
+    )
     app[CLIENTS].add(connection)
     return connection
 
