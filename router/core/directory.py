@@ -20,7 +20,17 @@ from router.core import defaults
 from router.core.effects import Attach, Change
 from router.core.fleet import Heard
 from router.core.hints import Absences, Hint, LocationCache
-from router.core.locate import Candidate, Snapshot, UnknownPolicy, hint_after_answer, lasting
+from router.core.locate import (
+    Candidate,
+    Located,
+    LocateRound,
+    Snapshot,
+    UnknownPolicy,
+    hint_after,
+    hint_after_answer,
+    lasting,
+    moved_from,
+)
 from router.core.placement import Asked, Node, Spread
 from router.core.split_brain import StaleMarks
 from router.protocol.acp import ProbeResult, StatusAnswer
@@ -209,6 +219,39 @@ class Directory:
 
     def hint(self, session_id: SessionId) -> Hint | None:
         return self.hints.hint(session_id)
+
+    def located(
+        self,
+        round_: LocateRound,
+        located: Located | None,
+        *,
+        member: bool = True,
+        has_status: bool = True,
+    ) -> None:
+        """What a locate round taught this replica (``located``: what it found; None: it
+        failed): the backends that answered ``-32002`` in it (not those it remembered);
+        and, when it found the session, the backend it moved from (a fence asks that one
+        first) and the hint it leaves (:func:`~router.core.locate.hint_after`), on
+        ``located.backend`` while that is a ``member`` (``has_status``: it can be probed,
+        so the hint is a guess a probe checks, not the only memory)."""
+        snapshot = round_.snapshot
+        session_id = snapshot.session_id
+        heard = [
+            b
+            for b, answer in round_.answers.items()
+            if answer is ProbeResult.NOT_FOUND and b not in snapshot.absent
+        ]
+        self.absences.add(session_id, probed=heard)
+        if located is None:
+            return
+        moved = moved_from(snapshot, located)
+        if moved is not None:
+            self.moved_away(moved, [session_id])
+        checked = hint_after(round_, located)
+        if checked is not False and member:
+            self.remember(
+                session_id, located.backend, checked, lasting=lasting(has_status=has_status)
+            )
 
     def remember(
         self, session_id: SessionId, backend: BackendId, checked: float | None, *, lasting: bool

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
 
-from router.core.locate import Ask, Located, LocateRound, hint_after, moved_from
+from router.core.locate import Ask, Located, LocateRound
 from router.core.quotas import AuditBudget
 from router.core.split_brain import SplitBrainPolicy, Verdict
 from router.protocol.acp import ProbeResult
@@ -152,6 +152,7 @@ async def run_round(
     snapshot = where.snapshot(session_id, tried, ask_all=audit or ask_all, claimed=claimed)
     round_ = LocateRound(snapshot, now=pool.now(), verify_after=settings.verify_seconds)
     probes: list[tuple[BackendId, ProbeResult]] = []
+    step: Ask | Located | None = None
     try:
         step = round_.start()
         while isinstance(step, Ask):
@@ -164,18 +165,10 @@ async def run_round(
             pool.metrics.fanout.observe(round_.probes)
         if round_.fanned_out:
             pool.metrics.fanouts.inc()
-        heard = round_.answers.items()
-        absent = [b for b, r in heard if r is ProbeResult.NOT_FOUND]
-        known_before = round_.snapshot.absent  # remembered, not heard again
-        pool.directory.absences.add(session_id, probed=[b for b in absent if b not in known_before])
+        where.taught(round_, step if isinstance(step, Located) else None)
+    assert isinstance(step, Located)  # the round ends in a Located, or raised
     if step.verdict is not None:
         split_brain(pool, healer, session_id, step.verdict, round_.epochs)
-    moved = moved_from(snapshot, step)
-    if moved is not None:
-        pool.directory.moved_away(moved, [session_id])
-    checked = hint_after(round_, step)
-    if checked is not False:
-        where.remember(session_id, step.backend, checked)
     return replace(step, probes=tuple(probes)) if probes else step
 
 

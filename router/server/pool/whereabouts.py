@@ -6,7 +6,7 @@ will most likely go, where a new session goes, and what backends' answers teach 
 
 from __future__ import annotations
 
-from router.core.locate import Snapshot, first_guess, lasting
+from router.core.locate import Located, LocateRound, Snapshot, first_guess
 from router.core.placement import Asked
 from router.protocol.errors import NoBackendAvailable
 from router.protocol.ids import BackendId, SessionId
@@ -72,9 +72,14 @@ class Whereabouts:
             has_status = pool.can_probe(backend)
             pool.directory.learned(session_id, backend, created=created, has_status=has_status)
 
-    def remember(self, session_id: SessionId, backend: BackendId, checked: float | None) -> None:
-        """Keep a hint that ``session_id`` lives on ``backend`` (a member of the pool)."""
+    def taught(self, round_: LocateRound, located: Located | None) -> None:
+        """What a locate round teaches the directory (:meth:`Directory.located`), on a
+        backend still in the pool (not one that left while the answers were on their
+        way)."""
         pool = self.pool
-        if backend in pool.fleet:  # not one that left while the answer was on its way
-            lasts = lasting(has_status=pool.can_probe(backend))
-            pool.directory.remember(session_id, backend, checked, lasting=lasts)
+        if located is None:
+            pool.directory.located(round_, None)
+            return
+        backend = located.backend
+        member, has_status = backend in pool.fleet, pool.can_probe(backend)
+        pool.directory.located(round_, located, member=member, has_status=has_status)
