@@ -269,6 +269,13 @@ class Directory:
         if heard.step.lost_memory:
             self.forget_backend(backend, member=True)
 
+    def audited(self, session_id: SessionId, audit: Located) -> None:
+        """An audit of ``session_id`` (a locate of the whole pool, off the request path)
+        found ``audit``: where it saw a split brain, the session is a suspect for a while,
+        so its resumes ask everyone and take the copy every replica takes."""
+        if audit.split_brain:
+            self.suspects[session_id] = None
+
     def doubt(self, backend: BackendId) -> None:
         """``backend`` stopped answering (:attr:`router.core.fleet.Heard.faulted`): the
         sessions hinted or attached there are suspects for a while, so their next locate

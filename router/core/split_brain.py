@@ -44,6 +44,11 @@ class SplitBrainPolicy(enum.Enum):
     CLOSE_STALE = "close_stale"
     REPORT = "report"
 
+    def acts_on(self, stale: Sequence[BackendId]) -> tuple[BackendId, ...]:
+        """The stale copies the router acts on (keeps resumes off, closes, and detaches
+        its clients from): every one with ``close_stale``, none when it only reports."""
+        return tuple(stale) if self is SplitBrainPolicy.CLOSE_STALE else ()
+
 
 class How(enum.Enum):
     """Which rule chose the home (the ``how`` label of the resolved-split metric)."""

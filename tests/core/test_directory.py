@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from router.core.directory import Bounds, Directory
 from router.core.health import Health
-from router.core.locate import Ask, Candidate, Located, LocateRound, UnknownPolicy
+from router.core.locate import Ask, Candidate, Located, LocateRound, Outcome, UnknownPolicy
 from router.protocol.acp import ProbeResult, StatusAnswer
 from router.protocol.ids import BackendId, SessionId
 
@@ -69,3 +69,11 @@ def test_a_session_found_away_from_a_given_up_home_is_asked_about_at_its_fence()
     round_ = _round(directory, A)
     directory.located(round_, _found_on_b(round_))
     assert S in directory.to_fence(A)
+
+
+def test_an_audit_that_saw_a_split_makes_the_session_a_suspect_its_resumes_ask_everyone() -> None:
+    directory = _directory()
+    directory.audited(S, Located(B, Outcome.ACTIVE))
+    assert not _round(directory).snapshot.ask_all  # a clean audit: nothing changes
+    directory.audited(S, Located(B, Outcome.ACTIVE, split_brain=(A,)))
+    assert _round(directory).snapshot.ask_all

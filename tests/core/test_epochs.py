@@ -15,6 +15,7 @@ from router.core.locate import Ask, Candidate, Located, LocateRound, Outcome, Sn
 from router.core.split_brain import (
     Checked,
     How,
+    SplitBrainPolicy,
     Verdict,
     check_attached,
     fence,
@@ -254,3 +255,8 @@ def test_a_mixed_backend_or_one_that_does_not_answer_denies_nothing() -> None:
 def test_a_clean_check_finds_nothing() -> None:
     answers = {A: _active(3), B: _inactive(2), C: StatusAnswer(ProbeResult.NOT_FOUND)}
     assert check_attached(answers, order=ORDER, attached=[A]) == Checked()
+
+
+def test_report_only_acts_on_no_stale_copy_and_close_stale_on_every_one() -> None:
+    assert SplitBrainPolicy.CLOSE_STALE.acts_on([A, B]) == (A, B)
+    assert SplitBrainPolicy.REPORT.acts_on([A, B]) == ()

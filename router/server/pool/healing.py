@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from router.core.fencing import FenceRound, Fencing
 from router.core.health import Fenced
 from router.core.locate import Ask
-from router.core.split_brain import How, SplitBrainPolicy, StaleMarks
+from router.core.split_brain import How, StaleMarks
 from router.protocol import acp
 from router.protocol.errors import BackendLinkLost
 from router.protocol.ids import BackendId, SessionId
@@ -100,12 +100,13 @@ class Healer:
         closed (in the background), and this replica's clients attached to them are told
         to resume again."""
         pool = self._pool
-        if pool.settings.router.split_brain_policy is SplitBrainPolicy.REPORT:
+        acted = pool.settings.router.split_brain_policy.acts_on(stale)
+        if not acted:
             return
-        pool.directory.mark_stale(session_id, marks)
-        for backend in stale:
+        pool.directory.mark_stale(session_id, {b: marks.get(b) for b in acted})
+        for backend in acted:
             self.close_stale(session_id, backend, how)
-        pool.detach_stale(session_id, stale)
+        pool.detach_stale(session_id, acted)
 
     # -- stale copies --------------------------------------------------------------------------
 

@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from router.core.locate import Ask, Located, LocateRound
 from router.core.quotas import AuditBudget
-from router.core.split_brain import SplitBrainPolicy, Verdict
+from router.core.split_brain import Verdict
 from router.protocol.acp import ProbeResult
 from router.protocol.errors import LocateInconclusive, NoBackendAvailable, SessionNotFound
 from router.protocol.ids import BackendId, SessionId
@@ -183,7 +183,7 @@ def split_brain(
     as ``router.split_brain`` says (:mod:`router.core.split_brain`)."""
     pool.metrics.split_brain.inc()
     stale = ", ".join(verdict.stale)
-    if pool.settings.router.split_brain_policy is SplitBrainPolicy.REPORT:
+    if not pool.settings.router.split_brain_policy.acts_on(verdict.stale):
         logger.warning(
             "split brain: session %s is active on %s too; routing to %s (by %s; reported only)",
             session_id,
@@ -257,9 +257,9 @@ class Audit:
         outcome = "clean"
         try:
             located = await run_round(self._where, self._healer, session_id, audit=True)
+            pool.directory.audited(session_id, located)
             if located.split_brain:
                 outcome = "split"
-                pool.directory.suspects[session_id] = None
         except (LocateInconclusive, NoBackendAvailable, SessionNotFound):
             outcome = "inconclusive"
         except Exception:  # the audit's boundary: it must not stop auditing
