@@ -1,4 +1,5 @@
-"""The end of one client connection, sans-I/O: its client gone, or the router closing it.
+"""The end of one client connection, sans-I/O: its client gone, or the router closing it
+(:class:`Ending`: stopping, a token revoked, no ``initialize`` in time).
 
 Either way the prompt turns the client leaves running are cancelled on their backends
 (:func:`abandoned_turns`), unless another client connection of this router still has
@@ -8,12 +9,45 @@ in flight gets its one answer first (:func:`abandon`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from router.core.calls import AttachedCount
 from router.core.client_side import ClientSide
 from router.core.effects import Answered, CancelTurn, Effect, Effects, TurnEnd, cancel_turn, refusal
+from router.core.frontdoor import Credentials, Principal
 from router.protocol import acp
 from router.protocol.errors import JsonRpcError
 from router.protocol.ids import BackendId, SessionId
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """Why the router ends one client connection itself: the close code it sends (RFC
+    6455, on either transport), the reason, and what the turns the connection leaves
+    running do (:func:`abandoned_turns`: ``"stopping"`` cancels one another connection
+    holds too)."""
+
+    code: int
+    reason: str
+    why: TurnEnd = "client_gone"
+
+
+#: the router is stopping (1012, service restart: come back to another replica)
+STOPPING = Ending(1012, "router shutting down", "stopping")
+#: a reload removed the token the connection came with (1008, policy violation)
+REVOKED = Ending(1008, "token revoked")
+
+
+def no_initialize(within_ms: int) -> Ending:
+    """The client sent no ``initialize`` within ``router.initialize_timeout_ms`` (1008)."""
+    return Ending(1008, f"no initialize within {within_ms} ms")
+
+
+def revoked(principal: Principal | None, credentials: Credentials | None) -> bool:
+    """Whether a connection that came as ``principal`` ends when the tokens become
+    ``credentials`` (a reload; None: no ``[auth]``, nothing is revoked): its token is
+    no longer among them."""
+    return credentials is not None and principal is not None and not credentials.admits(principal)
 
 
 def client_gone(side: ClientSide, attached_count: AttachedCount) -> Effects:

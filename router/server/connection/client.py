@@ -56,9 +56,9 @@ from router.core.effects import (
     Resumed,
     ResumeSent,
     Send,
-    TurnEnd,
     refusal,
 )
+from router.core.ending import Ending
 from router.core.frontdoor import Principal
 from router.core.gate import Gate, Refusal
 from router.core.placement import Asked
@@ -84,9 +84,6 @@ from router.server.pool import waits
 from router.server.pool.upstream import Upstream
 
 logger = logging.getLogger(__name__)
-
-#: the close code of a router that stops (its clients come back after the restart)
-SERVICE_RESTART = 1012
 
 #: what the core learned, for the shell to record
 Noted = (
@@ -153,17 +150,16 @@ class ClientConnection:
         """Whether the client has sent ``initialize``."""
         return self.routes.initialize is not None
 
-    async def shut(self, code: int, reason: str) -> None:
-        """Close the client's connection (the router is stopping: 1012), after answering
-        every request still in flight with the retryable -32013 (:class:`RouterStopping`),
-        so the client waits on nothing; a request that comes meanwhile gets the same.
-        The turns it leaves running are cancelled, and the cancels leave its links
-        before the close."""
-        why: TurnEnd = "stopping" if code == SERVICE_RESTART else "client_gone"
+    async def shut(self, ending: Ending) -> None:
+        """Close the client's connection for ``ending``'s reason, after answering every
+        request still in flight with the retryable -32013 (:class:`RouterStopping`), so
+        the client waits on nothing; a request that comes meanwhile gets the same. The
+        turns it leaves running are cancelled (:func:`router.core.ending.abandon`), and
+        the cancels leave its links before the close."""
         attached_count = self.pool.directory.attached_count
-        await self.carry_out(self.routes.abandon(RouterStopping(), attached_count, why))
+        await self.carry_out(self.routes.abandon(RouterStopping(), attached_count, ending.why))
         await self.links.sent()
-        await self.channel.close(code, reason)
+        await self.channel.close(ending.code, ending.reason)
 
     async def ended(self) -> None:
         """The client has gone: cancel the turns it leaves running, stop every task and

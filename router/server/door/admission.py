@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import logging
 
-import aiohttp
 from aiohttp import hdrs, web
 
+from router.core import ending
 from router.core.frontdoor import Admitted, Credentials
 from router.core.quotas import Client, Seat, Taken
 from router.protocol import acp
@@ -166,14 +166,10 @@ def revoke(app: web.Application, credentials: Credentials | None) -> int:
     """Close (1008) every client connection that came with a token not in
     ``credentials`` (a reload removed it); how many. The closes run in the background,
     in tasks the clients' set owns until they end."""
-    if credentials is None:
-        return 0
-    revoked = [
-        c for c in app[CLIENTS] if c.principal is not None and not credentials.admits(c.principal)
-    ]
+    revoked = [c for c in app[CLIENTS] if ending.revoked(c.principal, credentials)]
     for connection in revoked:
         app[METRICS].connections.labels("revoked").inc()
-        app[CLIENTS].closing(connection.shut(aiohttp.WSCloseCode.POLICY_VIOLATION, "token revoked"))
+        app[CLIENTS].closing(connection.shut(ending.REVOKED))
     if revoked:
         logger.warning("closed %d client connection(s) whose token a reload removed", len(revoked))
     return len(revoked)

@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any, NamedTuple, cast
 
-import aiohttp
 from aiohttp import hdrs, web
 from websockets.extensions.permessage_deflate import ServerPerMessageDeflateFactory
 from websockets.http11 import Request as WsRequest
 from websockets.protocol import Protocol
 from websockets.server import ServerProtocol
 
+from router.core import ending
 from router.core.frontdoor import Admitted
 from router.core.quotas import Seat
 from router.protocol import acp
@@ -219,5 +219,4 @@ def _initialize_deadline_passed(
     """Close ``connection`` (1008) if it has not sent ``initialize`` by now."""
     if not connection.initialized:
         app[METRICS].connections.labels("initialize_timeout").inc()
-        reason = f"no initialize within {ms} ms"
-        app[CLIENTS].closing(connection.shut(aiohttp.WSCloseCode.POLICY_VIOLATION, reason))
+        app[CLIENTS].closing(connection.shut(ending.no_initialize(ms)))

@@ -18,8 +18,7 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Protocol
 
-import aiohttp
-
+from router.core.ending import STOPPING, Ending
 from router.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
@@ -110,12 +109,12 @@ async def wait_unless(hurry: asyncio.Event, seconds: float) -> bool:
 class Closable(Protocol):
     """A client connection, on any transport."""
 
-    async def shut(self, code: int, reason: str) -> None: ...
+    async def shut(self, ending: Ending) -> None: ...
 
 
 async def close_restart(client: Closable) -> None:
     """Close one client with 1012 (service restart)."""
-    await client.shut(aiohttp.WSCloseCode.SERVICE_RESTART, "router shutting down")
+    await client.shut(STOPPING)
 
 
 async def close_spread(clients: Sequence[Closable], window: float, hurry: asyncio.Event) -> None:
