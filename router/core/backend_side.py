@@ -229,12 +229,9 @@ def _lives_on(routes: ClientSide, session_id: SessionId, backend: BackendId) -> 
     """Attached to ``backend`` here, or being resumed there (its answer not yet in)."""
     if routes.sessions.backend(session_id) == backend:
         return True
-    return any(
-        call.session_id == session_id
-        and call.backend == backend
-        and call.request.method in acp.ATTACHING
-        for call in routes.calls.values()
-    )
+    resume = routes.sessions.resuming(session_id)
+    call = routes.calls.get(resume) if resume is not None else None
+    return call is not None and call.backend == backend
 
 
 def _agent_request(routes: ClientSide, backend: BackendId, request: Request) -> Effects:

@@ -188,6 +188,11 @@ class SessionTable:
         """Whether a frame for ``session_id`` must wait behind a holder."""
         return isinstance(self._table.get(session_id), Holding)
 
+    def resuming(self, session_id: SessionId) -> RequestId | None:
+        """The resume or load ``session_id`` is attaching by, while its answer is out."""
+        state = self._table.get(session_id)
+        return state.holder if isinstance(state, Attaching) else None
+
     def held_by(self, session_id: SessionId, holder: RequestId) -> bool:
         state = self._table.get(session_id)
         return isinstance(state, Holding) and state.holder == holder

@@ -25,6 +25,7 @@ from tests.routes_driver import (
     reply,
     request,
     result,
+    resume,
     sid,
 )
 
@@ -255,6 +256,20 @@ def test_a_child_announcement_a_cancel_and_answers_are_not_relayed_as_they_came(
     assert not routes.relays(parse(request(1, "fs/x", {})))
     chunk = {"sessionUpdate": "agent_message_chunk"}
     assert routes.relays(parse(notification("session/update", {"sessionId": "p", "update": chunk})))
+
+
+def test_a_child_announced_while_its_parent_is_resumed_there_is_attached_there() -> None:
+    """The parent's resume went to ``b`` and its answer is not in: ``b`` is where the
+    parent lives for its children; ``a`` is not."""
+    client = Client()
+    client.send(resume(5, "p"))
+    client.located(5, "b")
+    child = {"sessionUpdate": "subagent_update", "sessionId": "c"}
+    text = notification("session/update", {"sessionId": "p", "update": child})
+    client.backend("a", text)
+    assert "c" not in client.routes.attached()
+    client.backend("b", text)
+    assert client.routes.attached() == {"c": "b"}
 
 
 def test_a_child_announced_by_its_parents_backend_is_attached_there() -> None:
