@@ -34,7 +34,7 @@ from router.core.effects import (
     refusal,
 )
 from router.core.links import Links
-from router.core.phases import Frame, Phase, SessionTable
+from router.core.phases import Frame, Phase, SessionTable, Waiting
 from router.protocol import acp
 from router.protocol.errors import (
     InvalidParams,
@@ -199,7 +199,7 @@ class ClientSide:
             request, queue_of, held=True, claimed=claimed, observed=observed, arrived=now
         )
         self.calls[request.id] = call
-        self.sessions.wait(queue_of, request)
+        self.sessions.wait(queue_of, request.id)
         return NOTHING
 
     def _route_request(
@@ -448,7 +448,7 @@ class ClientSide:
         _, waiting = self.sessions.settle(session_id, holder)
         return self._rerun(waiting)
 
-    def _rerun(self, waiting: Iterable[Frame] | None) -> Effects:
+    def _rerun(self, waiting: Iterable[Waiting] | None) -> Effects:
         """Route frames that waited, in arrival order, as if they had just arrived (one
         may hold the session again: those behind it wait on)."""
         if not waiting:
@@ -459,9 +459,9 @@ class ClientSide:
                 self.held_notifications -= 1
                 effects += self._client_notification(frame)
             else:
-                waited = self.calls.pop(frame.id)
+                waited = self.calls.pop(frame)
                 effects += self._route_or_hold(
-                    frame, waited.claimed, waited.observed, waited.arrived
+                    waited.request, waited.claimed, waited.observed, waited.arrived
                 )
         return tuple(effects)
 

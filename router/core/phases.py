@@ -26,8 +26,11 @@ from router.core.effects import Attach, Change, Detach
 from router.protocol.ids import BackendId, SessionId, reserved_id
 from router.protocol.jsonrpc import Notification, Request, RequestId
 
-#: a frame that waits behind its session's holder
+#: a frame that may wait behind its session's holder
 Frame = Request | Notification
+#: what waits: a notification itself, or a request's id (the request is recorded once,
+#: with its call, in :attr:`router.core.client_side.ClientSide.calls`)
+Waiting = Notification | RequestId
 
 
 class Phase(enum.Enum):
@@ -112,14 +115,14 @@ class Attaching:
     #: where it is attached meanwhile (a resume of an attached session), if anywhere
     backend: BackendId | None = None
     by: Request | None = None
-    waiting: deque[Frame] | None = None  # made on the first frame that waits
+    waiting: deque[Waiting] | None = None  # made on the first frame that waits
 
 
 @dataclass(slots=True)
 class ClosingElsewhere:
     phase: ClassVar[Phase] = Phase.CLOSING_ELSEWHERE
     holder: RequestId
-    waiting: deque[Frame] | None = None
+    waiting: deque[Waiting] | None = None
 
 
 @dataclass(slots=True)
@@ -127,7 +130,7 @@ class Orphaned:
     phase: ClassVar[Phase] = Phase.ORPHANED
     holder: RequestId
     by: Request
-    waiting: deque[Frame] | None = None
+    waiting: deque[Waiting] | None = None
 
 
 State = Attached | Closing | Attaching | ClosingElsewhere | Orphaned
@@ -278,7 +281,7 @@ class SessionTable:
         holder: RequestId,
         attach_to: BackendId | None = None,
         by: Request | None = None,
-    ) -> tuple[tuple[Change, ...], deque[Frame] | None]:
+    ) -> tuple[tuple[Change, ...], deque[Waiting] | None]:
         """``holder`` is answered. If it held ``session_id``, the session is attached to
         ``attach_to`` (a resume or load that succeeded, ``by`` it), or else rests where it
         was (attached, or detached); what changed, and the frames that waited, in arrival
@@ -297,8 +300,9 @@ class SessionTable:
             self._move(session_id, Move.SETTLE, None)
         return (), state.waiting
 
-    def wait(self, session_id: SessionId, frame: Frame) -> None:
-        """``frame`` waits behind the holder of ``session_id`` (:meth:`holding`)."""
+    def wait(self, session_id: SessionId, frame: Waiting) -> None:
+        """``frame`` (a notification, or a request's id) waits behind the holder of
+        ``session_id`` (:meth:`holding`)."""
         state = self._table.get(session_id)
         if not isinstance(state, Holding):
             raise InvalidMove(f"{session_id}: a frame waits behind no holder")

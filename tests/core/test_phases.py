@@ -12,11 +12,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from router.core.effects import Attach, Detach
 from router.core.phases import (
     TRANSITIONS,
-    Frame,
     InvalidMove,
     Move,
     Phase,
     SessionTable,
+    Waiting,
     orphan_holder,
 )
 from router.protocol.ids import BackendId, SessionId
@@ -34,12 +34,16 @@ def by(request_id: RequestId) -> Request:
     return message
 
 
-def frame(n: int, session_id: str = "s1") -> Frame:
-    """A frame for ``session_id`` that can wait: a prompt, or a cancel (odd, even ``n``)."""
-    cancel = notification("session/cancel", {"sessionId": session_id, "n": n})
-    message = parse(prompt(n, session_id) if n % 2 else cancel)
-    assert isinstance(message, Request | Notification)
-    return message
+def frame(n: int, session_id: str = "s1") -> Waiting:
+    """What waits for ``session_id``: a prompt's id (its request is its call's), or a
+    cancel (odd, even ``n``)."""
+    if n % 2:
+        message = parse(prompt(n, session_id))
+        assert isinstance(message, Request)
+        return message.id
+    cancel = parse(notification("session/cancel", {"sessionId": session_id, "n": n}))
+    assert isinstance(cancel, Notification)
+    return cancel
 
 
 # -- the table of moves ----------------------------------------------------------------------------
@@ -323,7 +327,7 @@ class Expected:
     backend: BackendId | None = None
     holder: RequestId | None = None
     by: Request | None = None
-    waiting: list[Frame] = field(default_factory=list)
+    waiting: list[Waiting] = field(default_factory=list)
     #: a held session that was attached when it was held, and still is
     attached_meanwhile: bool = False
 
@@ -338,9 +342,9 @@ class Sessions(RuleBasedStateMachine):
         self.table = SessionTable()
         self.model: dict[SessionId, Expected] = {s: Expected() for s in SESSIONS}
         self.counter = 0
-        self.back: list[Frame] = []  # frames that came back, in the order they did
-        self.dropped: list[Frame] = []
-        self.waited: list[Frame] = []
+        self.back: list[Waiting] = []  # frames that came back, in the order they did
+        self.dropped: list[Waiting] = []
+        self.waited: list[Waiting] = []
 
     def _next(self) -> int:
         self.counter += 1
@@ -567,9 +571,14 @@ class Sessions(RuleBasedStateMachine):
     @invariant()
     def every_frame_that_waited_comes_back_once(self) -> None:
         still = [f for m in self.model.values() for f in m.waiting]
-        texts = [f.text for f in (*self.back, *self.dropped, *still)]
-        assert sorted(texts) == sorted(f.text for f in self.waited)
+        texts = [_text(f) for f in (*self.back, *self.dropped, *still)]
+        assert sorted(texts) == sorted(_text(f) for f in self.waited)
         assert len(set(texts)) == len(texts)
+
+
+def _text(waiting: Waiting) -> str:
+    """What tells waiting frames apart: a notification's text, a request's id."""
+    return waiting.text if isinstance(waiting, Notification) else f"request {waiting!r}"
 
 
 def _detach(s: SessionId, backend: BackendId | None) -> tuple[Detach, ...]:
