@@ -34,7 +34,7 @@ from router.core.effects import (
     refusal,
 )
 from router.core.links import Links
-from router.core.phases import Frame, Phase, SessionTable, Waiting
+from router.core.phases import Connection, Frame, Phase, SessionTable, Waiting
 from router.protocol import acp
 from router.protocol.errors import (
     InvalidParams,
@@ -73,8 +73,8 @@ class ClientSide:
         self.limits = limits = limits or Limits()
         #: the client's share of the rate limits (None: unlimited)
         self.budget = budget
-        #: the client's ``initialize``: replayed on every link opened
-        self.initialize: Request | None = None
+        #: the connection's own phase, and its ``initialize`` (replayed on every link)
+        self.connection = Connection()
         self.auth = Authentication()
         self.links = Links()
         self.sessions = SessionTable()
@@ -83,8 +83,6 @@ class ClientSide:
         self.agent_requests = AgentRequests(limits.max_agent_requests)
         self.held_notifications = 0
         self.failovers = 0
-        #: the router is stopping: every request gets RouterStopping
-        self.stopping = False
         #: the calls :meth:`abandon` answered, and what each awaited: an answer that
         #: comes for one later is dropped and counted (:class:`~router.core.effects.Late`)
         self.abandoned: dict[RequestId, Awaited] = {}
@@ -93,6 +91,11 @@ class ClientSide:
         #: late answer makes a session nobody uses, which is closed; until it comes (or
         #: its link ends) the id counts as in flight
         self.unanswered_on: dict[RequestId, BackendId] = {}
+
+    @property
+    def initialize(self) -> Request | None:
+        """The client's ``initialize``, once routed: replayed on every link opened."""
+        return self.connection.initialize
 
     @property
     def authenticate(self) -> Request | None:
@@ -139,7 +142,7 @@ class ClientSide:
         """The connection is ending: nothing more is taken, nothing waits, and every call
         in flight is let go (those that awaited something are remembered as abandoned,
         so their late answers are told apart); the calls, for their answers."""
-        self.stopping = True
+        self.connection.stop()
         self.held_notifications = 0
         self.sessions.drop_waiting()
         self.auth.round = None
@@ -173,7 +176,7 @@ class ClientSide:
     def _client_request(
         self, request: Request, claimed: BackendId | None, observed: bool, now: float
     ) -> Effects:
-        if self.stopping:
+        if self.connection.closed:
             return observing.refused(
                 request, RouterStopping(), observed, self.limits.max_session_id_chars
             )
@@ -250,7 +253,7 @@ class ClientSide:
     ) -> tuple[PendingCall, Effects]:
         method = request.method
         if method == acp.INITIALIZE:
-            self.initialize = request
+            self.connection.initialized(request)
             return PendingCall(request, None), (Initialize(request),)
         if self.initialize is None:
             raise InvalidRequest(f"send initialize before {method}")

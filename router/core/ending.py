@@ -54,6 +54,7 @@ def client_gone(side: ClientSide, attached_count: AttachedCount) -> Effects:
     """The client connection is gone: the prompt turns it leaves running are cancelled
     (the shell lets the cancels leave on its links before they close), and every session
     is detached."""
+    side.connection.gone()
     cancels = abandoned_turns(side, "client_gone", attached_count)
     gone = tuple(
         Answered(call.request, call.session_id, call.backend, gone=True)

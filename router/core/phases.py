@@ -92,6 +92,65 @@ class InvalidMove(AssertionError):
     """A move :data:`TRANSITIONS` does not allow: a bug in the core, never the peer's doing."""
 
 
+class Lifecycle(enum.Enum):
+    """A client connection's own phase (its sessions' are :class:`SessionTable`'s)."""
+
+    NEW = "new"  # no initialize yet: nothing but initialize is routed
+    OPEN = "open"  # initialized: frames are routed
+    STOPPING = "stopping"  # the router closes it: every request gets RouterStopping
+    GONE = "gone"  # its client has gone: nothing more comes or goes
+
+
+class ConnectionMove(enum.Enum):
+    INITIALIZE = "initialize"  # an initialize is routed (the first, or one again)
+    STOP = "stop"  # the router closes it (ending.abandon)
+    GO = "go"  # the client has gone (ending.client_gone)
+
+
+#: (phase, move) -> the phase it leads to: the one table of every move a connection makes
+LIFECYCLE: Mapping[tuple[Lifecycle, ConnectionMove], Lifecycle] = {
+    (Lifecycle.NEW, ConnectionMove.INITIALIZE): Lifecycle.OPEN,
+    (Lifecycle.OPEN, ConnectionMove.INITIALIZE): Lifecycle.OPEN,  # replayed on new links
+    (Lifecycle.NEW, ConnectionMove.STOP): Lifecycle.STOPPING,
+    (Lifecycle.OPEN, ConnectionMove.STOP): Lifecycle.STOPPING,
+    (Lifecycle.STOPPING, ConnectionMove.STOP): Lifecycle.STOPPING,  # closed twice at once
+    (Lifecycle.NEW, ConnectionMove.GO): Lifecycle.GONE,
+    (Lifecycle.OPEN, ConnectionMove.GO): Lifecycle.GONE,
+    (Lifecycle.STOPPING, ConnectionMove.GO): Lifecycle.GONE,
+}
+
+
+class Connection:
+    """One client connection's phase (:data:`LIFECYCLE`), and its ``initialize``, the
+    data of the open phase (replayed on every link opened)."""
+
+    def __init__(self) -> None:
+        self.phase = Lifecycle.NEW
+        self.initialize: Request | None = None
+
+    @property
+    def closed(self) -> bool:
+        """Whether it takes no more requests (the router closes it, or its client went)."""
+        return self.phase in (Lifecycle.STOPPING, Lifecycle.GONE)
+
+    def initialized(self, request: Request) -> None:
+        """``request``, an ``initialize``, is routed."""
+        self._move(ConnectionMove.INITIALIZE)
+        self.initialize = request
+
+    def stop(self) -> None:
+        self._move(ConnectionMove.STOP)
+
+    def gone(self) -> None:
+        self._move(ConnectionMove.GO)
+
+    def _move(self, move: ConnectionMove) -> None:
+        after = LIFECYCLE.get((self.phase, move))
+        if after is None:
+            raise InvalidMove(f"connection: {move.value} from {self.phase.value}")
+        self.phase = after
+
+
 @dataclass(slots=True)
 class Attached:
     phase: ClassVar[Phase] = Phase.ATTACHED

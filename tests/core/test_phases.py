@@ -11,8 +11,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from router.core.effects import Attach, Detach
 from router.core.phases import (
+    LIFECYCLE,
     TRANSITIONS,
+    Connection,
     InvalidMove,
+    Lifecycle,
     Move,
     Phase,
     SessionTable,
@@ -587,3 +590,32 @@ def _detach(s: SessionId, backend: BackendId | None) -> tuple[Detach, ...]:
 
 Sessions.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
 test_sessions = Sessions.TestCase
+
+
+# -- a connection's own lifecycle ------------------------------------------------------------------
+
+
+def test_a_connection_opens_with_initialize_and_ends_once_closed_or_gone() -> None:
+    reached = set(LIFECYCLE.values())
+    assert reached == set(Lifecycle) - {Lifecycle.NEW}  # nothing goes back to new
+    assert {phase for phase, _ in LIFECYCLE} == set(Lifecycle) - {Lifecycle.GONE}  # the end
+    connection = Connection()
+    phases = [(connection.phase, connection.closed)]
+    first = by("init")
+    connection.initialized(first)
+    assert connection.initialize is first
+    phases.append((connection.phase, connection.closed))
+    connection.stop()
+    phases.append((connection.phase, connection.closed))
+    with pytest.raises(InvalidMove):
+        connection.initialized(by("again"))  # a stopping connection routes nothing
+    connection.gone()
+    phases.append((connection.phase, connection.closed))
+    assert phases == [
+        (Lifecycle.NEW, False),
+        (Lifecycle.OPEN, False),
+        (Lifecycle.STOPPING, True),
+        (Lifecycle.GONE, True),
+    ]
+    with pytest.raises(InvalidMove):
+        connection.stop()

@@ -10,6 +10,7 @@ import pytest
 
 from router.core.effects import Deliver, Initialize, OpenLink, Place, Send
 from router.core.routes import Limits
+from router.protocol.errors import RouterStopping
 from router.protocol.ids import BackendId
 from router.protocol.jsonrpc import Request, RequestId
 from router.protocol.reading import parse
@@ -22,6 +23,7 @@ from tests.routes_driver import (
     error_reply,
     new_params,
     notification,
+    prompt,
     reply,
     request,
     result,
@@ -283,3 +285,16 @@ def test_a_child_announced_by_its_parents_backend_is_attached_there() -> None:
     assert client.routes.attached() == {"p": "b", "c": "b"}
     cancel = notification("session/cancel", sid("c"))
     assert client.send(cancel) == (Send(BackendId("b"), cancel),)
+
+
+def test_a_request_after_the_connection_stops_or_its_client_went_is_refused() -> None:
+    """Nothing is routed once the connection is closed: a request that comes after the
+    router began to close it, or after its client went, opens no link and goes nowhere."""
+    for end in ("abandon", "client_gone"):
+        client = Client()
+        client.new_session(1, "a", "s1")
+        if end == "abandon":
+            client.abandon(RouterStopping())
+        else:
+            client.client_gone()
+        error_reply(client.send(prompt(2, "s1")), 2, RouterStopping.code)
