@@ -253,6 +253,12 @@ class Directory:
                 session_id, located.backend, checked, lasting=lasting(has_status=has_status)
             )
 
+    def not_there(self, session_id: SessionId, backend: BackendId) -> None:
+        """``backend`` answered a resume of ``session_id`` ``-32002``: the hint is wrong,
+        and ``backend`` counts as tried for its next resumes a while."""
+        self.forget(session_id)
+        self.absences.add(session_id, resumed=[backend])
+
     def remember(
         self, session_id: SessionId, backend: BackendId, checked: float | None, *, lasting: bool
     ) -> None:

@@ -77,3 +77,11 @@ def test_an_audit_that_saw_a_split_makes_the_session_a_suspect_its_resumes_ask_e
     assert not _round(directory).snapshot.ask_all  # a clean audit: nothing changes
     directory.audited(S, Located(B, Outcome.ACTIVE, split_brain=(A,)))
     assert _round(directory).snapshot.ask_all
+
+
+def test_a_resume_answered_not_there_forgets_the_hint_and_counts_that_backend_tried() -> None:
+    directory = _directory()
+    directory.remember(S, A, None, lasting=False)
+    directory.not_there(S, A)
+    assert directory.hint(S) is None
+    assert _round(directory).snapshot.tried == (A,)

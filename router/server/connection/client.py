@@ -259,8 +259,7 @@ class ClientConnection:
             case MovedAway(backend, sessions):
                 directory.moved_away(backend, sessions)
             case NotThere(session_id, backend):
-                directory.forget(session_id)
-                directory.absences.add(session_id, resumed=[backend])
+                directory.not_there(session_id, backend)
             case ResumeSent(retry):
                 self.metrics.resume_attempts.labels("retry" if retry else "first").inc()
             case Resumed(backend, result):
