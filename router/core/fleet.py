@@ -16,7 +16,7 @@ from typing import Any
 
 from router.core.health import BackendState, CameUp, Event, Health, Transition, transition
 from router.core.hints import Hint
-from router.core.locate import AdminState, Candidate
+from router.core.locate import AdminState, Candidate, first_guess
 from router.core.placement import Node, Ranking
 from router.protocol import acp
 from router.protocol.ids import BackendId, SessionId
@@ -222,12 +222,19 @@ class Fleet:
         return members[0]
 
     def likely(
-        self, session_id: SessionId, attached: Collection[BackendId], hint: Hint | None, now: float
+        self,
+        session_id: SessionId,
+        attached: Collection[BackendId],
+        hint: Hint | None,
+        now: float,
+        claimed: BackendId | None = None,
     ) -> BackendId | None:
         """Where a resume of ``session_id`` will most likely go, known without asking
-        anyone: a backend it is attached to here, else the hinted one, else the pool's
+        anyone: a backend it is attached to here, else the hinted one, else the home its
+        client's hinted id named (``claimed``, when that is a member), else the pool's
         only backend; None when there is no such guess or it is not open to the session.
         Its link is opened while the locate runs (docs/architecture.md, "Links")."""
+        hint = first_guess(hint, claimed if claimed in self else None)
         if attached:
             backend = min(attached)
         elif hint is not None:

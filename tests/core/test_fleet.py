@@ -8,7 +8,7 @@ from typing import Any
 from router.core.fleet import FirstContact, Fleet
 from router.core.health import CameUp, Instance, LinkDown
 from router.core.placement import Node
-from router.protocol.ids import BackendId
+from router.protocol.ids import BackendId, SessionId
 
 A, B = BackendId("a"), BackendId("b")
 GRACE = 30.0
@@ -99,3 +99,13 @@ def test_what_a_backend_offers_is_what_its_control_link_came_up_with() -> None:
     assert not fleet.can_ask(B, "list")  # not heard from
     fleet.hear(A, CameUp(Instance.of({"_meta": {}}), {"agentCapabilities": {}}), 102.0)
     assert not fleet.can_ask(A, "list")  # it came up again without it
+
+
+def test_a_claimed_home_is_a_likely_one_only_when_it_is_a_member() -> None:
+    fleet = started()
+    answer(fleet, A, 101.0)
+    answer(fleet, B, 101.0)
+    session = SessionId("s")
+    assert fleet.likely(session, (), None, 102.0, claimed=B) == B
+    assert fleet.likely(session, (), None, 102.0, claimed=BackendId("stranger")) is None
+    assert fleet.likely(session, (A,), None, 102.0, claimed=B) == A  # attached here first

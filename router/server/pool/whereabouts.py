@@ -6,7 +6,7 @@ will most likely go, where a new session goes, and what backends' answers teach 
 
 from __future__ import annotations
 
-from router.core.locate import Located, LocateRound, Snapshot, first_guess
+from router.core.locate import Located, LocateRound, Snapshot
 from router.core.placement import Asked
 from router.protocol.errors import NoBackendAvailable
 from router.protocol.ids import BackendId, SessionId
@@ -48,12 +48,8 @@ class Whereabouts:
         ``claimed``: the home its client's hinted id named."""
         pool = self.pool
         directory = pool.directory
-        hint = first_guess(directory.hint(session_id), self._member(claimed))
-        return pool.fleet.likely(session_id, directory.attached_to(session_id), hint, pool.now())
-
-    def _member(self, claimed: BackendId | None) -> BackendId | None:
-        """A client's claim, when it names a member of the pool."""
-        return claimed if claimed in self.pool.links else None
+        attached, hint = directory.attached_to(session_id), directory.hint(session_id)
+        return pool.fleet.likely(session_id, attached, hint, pool.now(), claimed)
 
     def place_new(self, asked: Asked | None = None) -> BackendId:
         """A backend for a new session (:meth:`router.core.placement.Spread.place`), with
