@@ -52,7 +52,7 @@ def result_of(response: JsonObject) -> Any:
     return response["result"]
 
 
-def active(response: JsonObject) -> bool:
+def answered_active(response: JsonObject) -> bool:
     """An ``active`` status answer, which also says when the session last did anything
     (``_meta.lastActivity``, milliseconds since the epoch)."""
     result = result_of(response)
@@ -269,7 +269,7 @@ async def test_list_rejects_an_invalid_cursor(client: AcpClient) -> None:
 
 async def test_close_leaves_the_session_inactive(client: AcpClient) -> None:
     session_id = await client.new_session()
-    assert active(await client.status(session_id))
+    assert answered_active(await client.status(session_id))
 
     assert result_of(await client.request("session/close", {"sessionId": session_id})) == {}
 
@@ -331,7 +331,7 @@ async def test_status_has_no_side_effects(
 ) -> None:
     session_id = await client.new_session()
     async with AcpClient.connect(agent.url) as other:
-        assert active(await other.status(session_id))
+        assert answered_active(await other.status(session_id))
         error = error_of(await other.prompt(session_id, "hi"))  # status did not attach it
         assert error["code"] == -32602
         assert error["message"] == f"session {session_id} {RESUME_FIRST}"
@@ -418,7 +418,7 @@ async def test_a_turn_ends_when_the_connection_that_sent_it_closes(agent: AgentP
     async with AcpClient.connect(agent.url) as again:
         result_of(await again.request("session/resume", load_params(session_id)))
         assert result_of(await again.prompt(session_id, "retried")) == {"stopReason": "end_turn"}
-        assert active(await again.status(session_id))
+        assert answered_active(await again.status(session_id))
 
 
 async def test_close_cancels_a_running_turn(client: AcpClient) -> None:
@@ -588,7 +588,7 @@ async def test_a_failing_handler_answers_internal_error_and_the_connection_lives
     response = await client.prompt(session_id, "hi")
 
     assert error_of(response) == {"code": -32603, "message": "Internal error"}
-    assert active(await client.status(session_id))
+    assert answered_active(await client.status(session_id))
     assert (await client.new_session()).startswith("sess_")
 
 
@@ -619,7 +619,7 @@ async def test_idle_sessions_are_evicted_but_attached_ones_stay(store: Path) -> 
             left = await leaver.new_session()
         await agent.wait_for_log(f"session {left} evicted after idle timeout")
         assert result_of(await keeper.status(left))["status"] == "inactive"
-        assert active(await keeper.status(kept))
+        assert answered_active(await keeper.status(kept))
         result_of(await keeper.prompt(kept, "still here"))
 
 
@@ -655,7 +655,7 @@ async def test_instances_sharing_a_store_can_resume_each_others_sessions(store: 
             assert [entry["sessionId"] for entry in listed] == [session_id]
 
             result_of(await on_b.request("session/resume", load_params(session_id)))
-            assert active(await on_b.status(session_id))
+            assert answered_active(await on_b.status(session_id))
             result_of(await on_b.prompt(session_id, "hello again"))
             assert text_chunks(on_b.drain_incoming()) == [
                 ("agent_message_chunk", "[agent-b] hello again")
@@ -696,7 +696,7 @@ async def test_a_session_resumed_elsewhere_is_dropped_here_not_appended_to(store
             result_of(await on_b.request("session/resume", load_params(session_id)))
 
             assert result_of(await on_a.status(session_id))["status"] == "inactive"
-            assert active(await on_b.status(session_id))
+            assert answered_active(await on_b.status(session_id))
             before = records_of(store, session_id)
             error = error_of(await on_a.prompt(session_id, "two"))
             assert (error["code"], error["message"]) == (-32010, moved(session_id))
