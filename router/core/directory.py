@@ -321,14 +321,6 @@ class Directory:
         self._given_up_count -= len(sessions)
         return sorted(sessions)
 
-    def lives_elsewhere(self, session_id: SessionId, backend: BackendId) -> bool:
-        """Whether this replica knows ``session_id`` to live on another backend than
-        ``backend`` now: attached there, or hinted there."""
-        if any(b != backend for b in self.attached_to(session_id)):
-            return True
-        hint = self.hints.hint(session_id)
-        return hint is not None and hint.backend != backend
-
     def mark_stale(self, session_id: SessionId, marks: StaleMarks) -> None:
         """The copies of ``session_id`` in ``marks`` are stale (another is its home), up to
         the epoch each had (:func:`router.core.split_brain.still_stale`)."""

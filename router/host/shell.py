@@ -77,7 +77,6 @@ class Host:
         self.clients: dict[ClientId, ClientLink] = {}
         self.agent: AgentProcess | None = None
         self.ready = asyncio.Event()
-        self.restarts = 0
 
     # -- the agent process --------------------------------------------------------------------------
 
@@ -135,7 +134,6 @@ class Host:
                 except AgentStartFailed as exc:
                     logger.error("restarting the agent failed: %s", exc)
                     continue
-                self.restarts += 1
                 break
 
     async def _run(self, agent: AgentProcess) -> int | None:

@@ -55,10 +55,6 @@ class TraceContext:
         return cls(f"{trace_id:032x}", f"{span_id:016x}", flags & KNOWN_FLAGS)
 
     @property
-    def sampled(self) -> bool:
-        return bool(self.flags & SAMPLED)
-
-    @property
     def traceparent(self) -> str:
         """This context as a version ``00`` ``traceparent``: a child of this span names
         it as its parent so."""
