@@ -145,6 +145,9 @@ def announced_child(note: Notification) -> SessionId | None:
     """
     if note.method != SESSION_UPDATE:
         return None
+    text = note.text
+    if SUBAGENT_UPDATE not in text and "\\u" not in text:
+        return None  # neither the name nor an escape that could spell it: no second read
     if note.member("params", "update", "sessionUpdate") != SUBAGENT_UPDATE:
         return None
     child = note.member("params", "update", "sessionId")

@@ -260,6 +260,36 @@ def test_a_child_announcement_a_cancel_and_answers_are_not_relayed_as_they_came(
     assert routes.relays(parse(notification("session/update", {"sessionId": "p", "update": chunk})))
 
 
+@pytest.mark.parametrize(
+    "spelled",
+    [
+        '"subagent_update"',
+        '"subagent\\u005fupdate"',  # an escape spells the same name
+        '"\\u0073ubagent_update"',
+    ],
+)
+def test_a_child_announcement_is_read_however_its_name_is_spelled(spelled: str) -> None:
+    client = Client()
+    client.new_session(1, "b", "p")
+    text = (
+        '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"p",'
+        f'"update":{{"sessionUpdate":{spelled},"sessionId":"c"}}}}}}'
+    )
+    assert not client.routes.relays(parse(text))
+    client.backend("b", text)
+    assert client.routes.attached() == {"p": "b", "c": "b"}
+
+
+def test_an_update_that_only_mentions_the_name_is_relayed_as_it_came() -> None:
+    client = Client()
+    client.new_session(1, "b", "p")
+    chunk = {"sessionUpdate": "agent_message_chunk", "content": "a subagent_update, said"}
+    text = notification("session/update", {"sessionId": "p", "update": chunk})
+    assert client.routes.relays(parse(text))
+    assert client.backend("b", text) == (Deliver(text),)
+    assert client.routes.attached() == {"p": "b"}
+
+
 def test_a_child_announced_while_its_parent_is_resumed_there_is_attached_there() -> None:
     """The parent's resume went to ``b`` and its answer is not in: ``b`` is where the
     parent lives for its children; ``a`` is not."""

@@ -83,6 +83,11 @@ class WebSocket(SansIoWebSocket):
             length = second & 0x7F
             if length < 126:
                 head = 6 if second & 0x80 else 2
+            elif length == 126:  # 126 to 65,535 bytes: most updates
+                if end - i < 4:
+                    break
+                length = (data[i + 2] << 8) | data[i + 3]
+                head = 8 if second & 0x80 else 4
             else:
                 bounds = frame_bounds(data, i)
                 if bounds is None:  # its header is not all here yet
@@ -145,7 +150,11 @@ class WebSocket(SansIoWebSocket):
         frames = self.frames
         if frames.extensions or self.transport is None:
             return super().send(text)
-        data = text_frame(text.encode(), masked=frames.side is Side.CLIENT)
+        payload = text.encode()
+        if frames.side is Side.CLIENT:
+            data = text_frame(payload, masked=True)
+        else:
+            data = text_header(len(payload)) + payload
         if BURST.reading:
             if self._batch is None:
                 self._batch = []
@@ -239,17 +248,19 @@ class Burst:
 BURST = Burst()
 
 
+def text_header(length: int, flag: int = 0) -> bytes:
+    """The header of a final text frame of ``length`` bytes (``flag`` 0x80: masked, the
+    key to follow)."""
+    if length < 126:
+        return bytes((FINAL_TEXT, flag | length))
+    if length < 65536:
+        return bytes((FINAL_TEXT, flag | 126, length >> 8, length & 0xFF))
+    return bytes((FINAL_TEXT, flag | 127)) + length.to_bytes(8, "big")
+
+
 def text_frame(payload: bytes, *, masked: bool) -> bytes:
     """One final text frame carrying ``payload`` (masked with a random key: a client's)."""
-    length = len(payload)
-    flag = 0x80 if masked else 0
-    if length < 126:
-        head = bytes((FINAL_TEXT, flag | length))
-    elif length < 65536:
-        head = bytes((FINAL_TEXT, flag | 126)) + length.to_bytes(2, "big")
-    else:
-        head = bytes((FINAL_TEXT, flag | 127)) + length.to_bytes(8, "big")
     if not masked:
-        return head + payload
+        return text_header(len(payload)) + payload
     key = os.urandom(4)
-    return head + key + apply_mask(payload, key)
+    return text_header(len(payload), 0x80) + key + apply_mask(payload, key)
