@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from router.protocol.ids import SessionId
-from router.protocol.jsonrpc import Notification, Request, Response
+from router.protocol.jsonrpc import UPDATE_KIND, Notification, Request, Response
 
 PROTOCOL_VERSION: Final = 1
 
@@ -145,10 +145,7 @@ def announced_child(note: Notification) -> SessionId | None:
     """
     if note.method != SESSION_UPDATE:
         return None
-    text = note.text
-    if SUBAGENT_UPDATE not in text and "\\u" not in text:
-        return None  # neither the name nor an escape that could spell it: no second read
-    if note.member("params", "update", "sessionUpdate") != SUBAGENT_UPDATE:
+    if not note.member_is(UPDATE_KIND, SUBAGENT_UPDATE):
         return None
     child = note.member("params", "update", "sessionId")
     return SessionId(child) if isinstance(child, str) else None

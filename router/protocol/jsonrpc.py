@@ -43,6 +43,9 @@ class Unread:
 
 UNREAD: Final = Unread()
 
+#: where a ``session/update`` names what it is (``params.update.sessionUpdate``)
+UPDATE_KIND: Final = ("params", "update", "sessionUpdate")
+
 
 class Members(Protocol):
     """What a parser kept of a frame (:class:`router.protocol.reading.Frame`), to read
@@ -53,6 +56,9 @@ class Members(Protocol):
 
     def whole(self, name: str) -> Any:
         """The top-level member ``name`` decoded in full."""
+
+    def member_is(self, path: tuple[str, ...], value: str) -> bool:
+        """Whether the value at ``path`` is the string ``value``."""
 
     def overriding(self, path: tuple[str, ...], value: Any) -> Members:
         """The same frame, with the member at ``path`` read as ``value``."""
@@ -75,7 +81,6 @@ class Request:
         method: str,
         params: Params | Unread,
         text: str,
-        *,
         frame: Members | None = None,
     ) -> None:
         self.id = id
@@ -132,7 +137,7 @@ class Notification:
     __slots__ = ("_frame", "_params", "method", "text")
 
     def __init__(
-        self, method: str, params: Params | Unread, text: str, *, frame: Members | None = None
+        self, method: str, params: Params | Unread, text: str, frame: Members | None = None
     ) -> None:
         self.method = method
         self._params = params
@@ -151,6 +156,13 @@ class Notification:
     def member(self, *path: str) -> Any:
         """The value at ``path``, decoding only that member; None when absent."""
         return _member_of(self, path)
+
+    def member_is(self, path: tuple[str, ...], value: str) -> bool:
+        """Whether the value at ``path`` is the string ``value`` (its text compared as it
+        came where it can be: nothing decoded for a frame's most read member)."""
+        if self._frame is not None and isinstance(self._params, Unread):
+            return self._frame.member_is(path, value)
+        return bool(_member_of(self, path) == value)
 
     def with_param(self, name: str, value: Any) -> Notification:
         """This notification with ``params[name]`` spliced to ``value`` (as
@@ -185,7 +197,6 @@ class Response:
         result: Any,
         error: ErrorObject | tuple[int, str] | None,
         text: str,
-        *,
         frame: Members | None = None,
     ) -> None:
         self.id = id

@@ -32,6 +32,7 @@ from router.protocol import jsontext
 from router.protocol.errors import InvalidRequest, NestingTooDeep, ParseError, ProtocolError
 from router.protocol.jsonrpc import (
     UNREAD,
+    UPDATE_KIND,
     Message,
     Notification,
     Params,
@@ -118,29 +119,19 @@ _ANY = msgspec.json.Decoder(msgspec.Raw)
 _ID_RANGE = range(-(2**63), 2**64)
 
 
-class Frame:
-    """What :func:`parse` read of one frame: the routed members, still as text."""
+class Frame(msgspec.Struct, gc=False):
+    """What :func:`parse` read of one frame: the routed members, still as text (a struct:
+    made once per frame, in C)."""
 
-    __slots__ = ("_readable", "data", "overrides", "params", "result", "shifted", "text")
-
-    def __init__(
-        self,
-        text: str,
-        readable: str | bytes,
-        shifted: bool,
-        params: _Params | _PlainParams | None,
-        result: _Result | None,
-        data: _Member,
-    ) -> None:
-        self.text = text
-        #: what msgspec reads: the text, or its shifted copy (jsontext.shift)
-        self._readable = readable
-        self.shifted = shifted
-        self.params = params
-        self.result = result
-        self.data = data
-        #: members spliced since the frame was read (:meth:`Request.with_param`)
-        self.overrides: dict[tuple[str, ...], Any] | None = None
+    text: str
+    #: what msgspec reads: the text, or its shifted copy (jsontext.shift)
+    _readable: str | bytes
+    shifted: bool
+    params: _Params | _PlainParams | None
+    result: _Result | None
+    data: _Member
+    #: members spliced since the frame was read (:meth:`Request.with_param`)
+    overrides: dict[tuple[str, ...], Any] | None = None
 
     def overriding(self, path: tuple[str, ...], value: Any) -> Frame:
         """This frame, with the member at ``path`` read as ``value`` from now on."""
@@ -182,6 +173,27 @@ class Frame:
                 return self.value(self.data)
         return self.value(self.lookup(path))
 
+    def member_is(self, path: tuple[str, ...], value: str) -> bool:
+        """Whether the value at ``path`` is the string ``value``. A member parse read (an
+        update's ``sessionUpdate``, on every frame an agent streams) is read as a string
+        only, in one call (escapes and all)."""
+        params = self.params
+        if (
+            path == UPDATE_KIND
+            and self.overrides is None
+            and not self.shifted
+            and type(params) is _Params
+        ):
+            update = params.update
+            raw = update.sessionUpdate if type(update) is _Update else None
+            if type(raw) is not msgspec.Raw:
+                return False  # no such member
+            try:
+                return _STRING.decode(raw) == value
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                return False  # no string
+        return bool(self.member(path) == value)
+
     def lookup(self, path: tuple[str, ...]) -> msgspec.Raw | None:
         """The text of the member at ``path``, read in one pass that builds nothing else."""
         try:
@@ -193,6 +205,10 @@ class Frame:
                 return None
             found = getattr(found, "member", None)
         return found if isinstance(found, msgspec.Raw) else None
+
+
+#: a member read as a string, and only as one (:meth:`Frame.member_is`)
+_STRING: Final = msgspec.json.Decoder(str)
 
 
 @functools.lru_cache(maxsize=64)
@@ -234,7 +250,7 @@ def parse(frame: str | bytes) -> Message:
     if envelope.id is _UNSET and type(method) is str and envelope.jsonrpc == "2.0":
         # a notification (what _classify would make of it): most frames an agent sends
         unread = None if params is None or params is _UNSET else UNREAD
-        return Notification(method, unread, text, frame=frame_read)
+        return Notification(method, unread, text, frame_read)
     code: Any = None
     message: Any = None
     if isinstance(error, _TypedError):
@@ -346,19 +362,19 @@ def _classify(
         if isinstance(params, msgspec.Raw):
             raise _invalid('"params" must be an object or an array', known_id)
         if request_id is _UNSET:
-            return Notification(method, params, frame.text, frame=frame)
+            return Notification(method, params, frame.text, frame)
         if known_id is None:
             raise _invalid('"id" must be a string or an integer')
-        return Request(known_id, method, params, frame.text, frame=frame)
+        return Request(known_id, method, params, frame.text, frame)
     if request_id is _UNSET or (known_id is None and request_id is not None):
         raise _invalid('a message without "method" is a response and needs a valid "id"')
     if has_result == has_error:
         raise _invalid('a response has exactly one of "result" and "error"', known_id)
     if has_result:
-        return Response(known_id, UNREAD, None, frame.text, frame=frame)
+        return Response(known_id, UNREAD, None, frame.text, frame)
     if not isinstance(code, int) or isinstance(code, bool) or not isinstance(message, str):
         raise _invalid('"error" must be an object with an integer code and a string message')
-    return Response(known_id, None, (code, message), frame.text, frame=frame)
+    return Response(known_id, None, (code, message), frame.text, frame)
 
 
 def _request_id(value: Any) -> RequestId | None:

@@ -856,3 +856,39 @@ def test_an_empty_frame_is_a_parse_error_that_says_it_is_empty(frame: str | byte
     assert caught.value.code == -32700
     assert "an empty message" in caught.value.message
     assert "truncated" not in caught.value.message  # msgspec's words, misleading here
+
+
+def _spelled(value: str, escaped: list[bool]) -> str:
+    """``value`` as a JSON string, each character escaped (\\uXXXX) where ``escaped`` says."""
+    out = []
+    for char, escape in zip(value, escaped + [False] * len(value), strict=False):
+        if escape and ord(char) < 0x10000:
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(json.dumps(char)[1:-1])
+    return '"' + "".join(out) + '"'
+
+
+@given(
+    st.one_of(st.just("subagent_update"), st.just("agent_message_chunk"), st.text(max_size=20)),
+    st.lists(st.booleans(), max_size=20),
+)
+def test_an_update_kind_is_told_however_it_is_spelled(kind: str, escaped: list[bool]) -> None:
+    text = (
+        '{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s",'
+        f'"update":{{"sessionUpdate":{_spelled(kind, escaped)},"x":1}}}}}}'
+    )
+    note = parse(text)
+    assert isinstance(note, Notification)
+    path = ("params", "update", "sessionUpdate")
+    assert note.member_is(path, "subagent_update") == (kind == "subagent_update")
+    assert note.member_is(path, kind)
+    assert note.member(*path) == kind
+
+
+@pytest.mark.parametrize("update", ['{"sessionUpdate":7}', '{"sessionUpdate":null}', "[]", '"x"'])
+def test_an_update_kind_that_is_no_string_is_no_kind(update: str) -> None:
+    text = f'{{"jsonrpc":"2.0","method":"session/update","params":{{"update":{update}}}}}'
+    note = parse(text)
+    assert isinstance(note, Notification)
+    assert not note.member_is(("params", "update", "sessionUpdate"), "subagent_update")
