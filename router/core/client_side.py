@@ -9,7 +9,8 @@ and which requests cost a locate :mod:`router.core.quotas`.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
+
+from msgspec.structs import replace
 
 from router.core import observing, quotas
 from router.core.agent_requests import AgentRequests
@@ -289,9 +290,9 @@ class ClientSide:
                 f" {self.limits.max_session_id_chars} characters"
             )
         backend = self.sessions.backend(session_id)
-        call = PendingCall(request, session_id, claimed=claimed)
         if request.method == acp.SESSION_STATUS:
             self._spend_locate(request, backend is not None, now)
+            call = PendingCall(request, session_id, claimed=claimed)
             return call, (AskPool(Query.STATUS, request, session_id),)
         if backend is not None:
             if request.method in acp.CREATING:  # a fork: a new session, of one attached here
@@ -302,6 +303,7 @@ class ClientSide:
         elif request.method not in acp.RELEASING:
             raise SessionNotAttached(session_id)
         self._spend_locate(request, False, now)
+        call = PendingCall(request, session_id, claimed=claimed)
         return call, (Locate(request, session_id, claimed=claimed),)
 
     def _spend_locate(self, request: Request, attached: bool, now: float) -> None:

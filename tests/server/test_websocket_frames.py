@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from websockets.frames import Frame, Opcode
 from websockets.protocol import Protocol, Side
 
-from router.server.links.websocket import FAST_BYTES, WebSocket, text_frame
+from router.server.links.websocket import FAST_BYTES, MaskKeys, WebSocket, text_frame
 from tests.sockets import KeptTransport, Receiver
 
 LIMIT = 1 << 20
@@ -147,3 +147,18 @@ def test_a_text_frame_written_here_reads_as_the_protocols_own(size: int, masked:
     [frame] = reader.events_received()
     assert isinstance(frame, Frame)
     assert (frame.opcode, frame.fin, bytes(frame.data)) == (Opcode.TEXT, True, payload)
+
+
+def test_masking_keys_are_fresh_for_every_frame_and_after_a_fork() -> None:
+    keys = MaskKeys()
+    drawn = [keys.next() for _ in range(3000)]  # past the first 4 KiB of random bytes
+    assert all(len(key) == 4 for key in drawn)
+    assert len(set(drawn)) > 2900  # 32-bit keys: a repeat in 3,000 is rare, many are not
+    keys.reset()
+    assert keys.next() not in drawn[-5:]  # fresh bytes, not the pool's rest
+    reader = Protocol(Side.SERVER, max_size=None)
+    first, second = text_frame(b"same", masked=True), text_frame(b"same", masked=True)
+    assert first != second  # another key for each frame
+    reader.receive_data(first + second)
+    read = [bytes(f.data) for f in reader.events_received() if isinstance(f, Frame)]
+    assert read == [b"same", b"same"]

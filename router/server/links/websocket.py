@@ -258,9 +258,37 @@ def text_header(length: int, flag: int = 0) -> bytes:
     return bytes((FINAL_TEXT, flag | 127)) + length.to_bytes(8, "big")
 
 
+class MaskKeys:
+    """Masking keys for the frames a client side sends (RFC 6455 5.3: fresh and
+    unpredictable): the system's random bytes, read 4 KiB at a time, so that a frame costs
+    a slice, not a system call."""
+
+    __slots__ = ("_at", "_pool")
+
+    def __init__(self) -> None:
+        self._pool = b""
+        self._at = 0
+
+    def reset(self) -> None:
+        """Read fresh bytes for the next key (a forked process must not repeat its
+        parent's)."""
+        self._pool, self._at = b"", 0
+
+    def next(self) -> bytes:
+        at = self._at
+        if at >= len(self._pool):
+            self._pool, at = os.urandom(4096), 0
+        self._at = at + 4
+        return self._pool[at : at + 4]
+
+
+MASK_KEYS = MaskKeys()
+os.register_at_fork(after_in_child=MASK_KEYS.reset)
+
+
 def text_frame(payload: bytes, *, masked: bool) -> bytes:
     """One final text frame carrying ``payload`` (masked with a random key: a client's)."""
     if not masked:
         return text_header(len(payload)) + payload
-    key = os.urandom(4)
+    key = MASK_KEYS.next()
     return text_header(len(payload), 0x80) + key + apply_mask(payload, key)
