@@ -56,6 +56,12 @@ class Gate:
         self._ownership = ownership
         self._hinted = hinted
 
+    @property
+    def rewrites(self) -> bool:
+        """Whether frames change on their way (sealed or hinted ids): if not,
+        :meth:`outbound` returns every message as it is."""
+        return self._ownership is not None or self._hinted is not None
+
     def inbound(self, message: Message) -> Passed | Refusal:
         """A client's message as the router routes it (and the home its hinted session id
         named), or why it goes no further."""

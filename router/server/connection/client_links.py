@@ -200,18 +200,22 @@ class ClientLinks:
         """What ``link`` hands each message from its backend to: nothing is left to run
         when it was delivered at once (an update, written without waiting); else the
         coroutine that carries it out."""
-        backend, routes, metrics, channel = link.backend, self.routes, self.metrics, self.channel
+        backend, routes, channel = link.backend, self.routes, self.channel
         links, gate, carry_out = self.open, self.gate, self._carry_out
+        # looked up once per link, not per frame (this runs for every update an agent streams)
+        rewrites, relays = gate.rewrites, routes.relays
+        count, write = self.metrics.count_frame, channel.write
 
         def route(message: Message) -> Coroutine[Any, Any, None] | None:
             if links.get(backend) is not link:  # a link given up says nothing more
                 return None
-            message = gate.outbound(message, backend)
-            if routes.relays(message):
+            if rewrites:
+                message = gate.outbound(message, backend)
+            if relays(message):
                 # nearly every frame from a backend (an update): delivered as it came,
                 # what carry_out would do with receive_backend's Deliver, with nothing built
-                metrics.count_frame(TO_CLIENT, message.text)
-                if channel.write(message.text):
+                count(TO_CLIENT, message.text)
+                if write(message.text):
                     return None
                 return channel.send(message.text, message)
             return carry_out(routes.receive_backend(backend, message))

@@ -32,7 +32,7 @@ class WebSocket(SansIoWebSocket):
     """One WebSocket connection (:class:`SansIoWebSocket`), whose whole final text frames
     are read and written here."""
 
-    __slots__ = ("_batch", "_rest", "_through")
+    __slots__ = ("_batch", "_masked", "_rest", "_through")
 
     def __init__(self, frames: Frames, receiver: Receiver) -> None:
         super().__init__(frames, receiver)
@@ -42,6 +42,8 @@ class WebSocket(SansIoWebSocket):
         self._rest = b""
         #: bytes still to come of the frame the protocol is reading
         self._through = 0
+        #: a client side masks the frames it sends
+        self._masked = frames.side is Side.CLIENT
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -151,15 +153,16 @@ class WebSocket(SansIoWebSocket):
         if frames.extensions or self.transport is None:
             return super().send(text)
         payload = text.encode()
-        if frames.side is Side.CLIENT:
+        if self._masked:
             data = text_frame(payload, masked=True)
         else:
             data = text_header(len(payload)) + payload
         if BURST.reading:
-            if self._batch is None:
-                self._batch = []
+            batch = self._batch
+            if batch is None:
+                batch = self._batch = []
                 BURST.holding.append(self)
-            self._batch.append(data)
+            batch.append(data)
             return True
         self.transport.write(data)
         return True
