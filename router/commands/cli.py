@@ -391,16 +391,17 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "demo":
-        import asyncio
-
         from router.commands.demo import run_demo
+        from router.server.loops import default_event_loop, runner
 
         if not 1 <= args.agents <= 64:
             raise ConfigError("--agents: expected 1 to 64")
         _freeze_the_start()
-        asyncio.run(
-            run_demo(args.agents, args.port, token=args.token, admin_token=args.admin_token)
-        )
+        # the loop a router gets by default (uvloop where it installs), agents and all
+        with runner(default_event_loop()) as loop:
+            loop.run(
+                run_demo(args.agents, args.port, token=args.token, admin_token=args.admin_token)
+            )
         return 0
     if args.command == "serve":
         return _serve(args)

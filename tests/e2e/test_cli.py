@@ -252,6 +252,8 @@ async def test_demo_serves_and_stops_cleanly_on_ctrl_c() -> None:
         assert await asyncio.to_thread(store.is_dir)
         for agent_id in agent_urls:
             await demo.wait_for_log(f"backend {agent_id} is up")
+        # the demo runs on the loop a router gets by default (uvloop: installed with it)
+        await demo.wait_for_log(f"event loop: uvloop, Python {platform.python_version()}")
 
         async with AcpClient.connect(front) as client:
             await client.initialize()
