@@ -15,6 +15,7 @@ from router.core.calls import AttachedCount
 from router.core.client_side import ClientSide
 from router.core.effects import Answered, CancelTurn, Effect, Effects, TurnEnd, cancel_turn, refusal
 from router.core.frontdoor import Credentials, Principal
+from router.core.phases import Lifecycle
 from router.protocol import acp
 from router.protocol.errors import JsonRpcError
 from router.protocol.ids import BackendId, SessionId
@@ -75,6 +76,8 @@ def abandon(
     every connection: another one holding the session goes too, so it does not keep
     the turn running (``why`` ``"stopping"``); one closed alone (``"client_gone"``: its
     token revoked, say) leaves a turn another connection holds to that one."""
+    if side.connection.phase is Lifecycle.GONE:
+        return ()  # its client went first: its turns were cancelled then, nobody to answer
     counted = _alone if why == "stopping" else attached_count
     effects: list[Effect] = list(abandoned_turns(side, why, counted))
     for request_id, call in side.stop():

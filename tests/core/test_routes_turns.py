@@ -131,6 +131,18 @@ def test_a_prompt_in_flight_is_cancelled_when_its_client_goes() -> None:
     assert Detach(SessionId("s1"), BackendId("a")) in gone
 
 
+def test_a_connection_closed_by_the_router_after_its_client_went_cancels_nothing_twice() -> None:
+    """A stop or a revoked token reaches a connection whose client has just gone (its end
+    still under way): the turn was cancelled once, and the close adds nothing."""
+    connection = turn_running(Replica())
+    assert cancels(connection.gone()) == [("s1", "a", "client_gone")]
+    assert connection.abandoned() == ()
+    # the other order: closed by the router, then its client goes: one cancel in all
+    connection = turn_running(Replica())
+    assert cancels(connection.abandoned()) == [("s1", "a", "stopping")]
+    assert cancels(connection.gone()) == []
+
+
 def test_prompts_in_flight_on_several_backends_are_each_cancelled_once() -> None:
     connection = Replica().connect()
     connection.new_session(1, "a", "s1")
