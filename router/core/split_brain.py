@@ -44,10 +44,11 @@ class SplitBrainPolicy(enum.Enum):
     CLOSE_STALE = "close_stale"
     REPORT = "report"
 
-    def acts_on(self, stale: Sequence[BackendId]) -> tuple[BackendId, ...]:
-        """The stale copies the router acts on (keeps resumes off, closes, and detaches
-        its clients from): every one with ``close_stale``, none when it only reports."""
-        return tuple(stale) if self is SplitBrainPolicy.CLOSE_STALE else ()
+    @property
+    def acts(self) -> bool:
+        """Whether the router acts on stale copies (keeps resumes off them, closes them,
+        detaches its clients from them), or only reports them."""
+        return self is SplitBrainPolicy.CLOSE_STALE
 
 
 class How(enum.Enum):

@@ -100,13 +100,12 @@ class Healer:
         closed (in the background), and this replica's clients attached to them are told
         to resume again."""
         pool = self._pool
-        acted = pool.settings.router.split_brain_policy.acts_on(stale)
-        if not acted:
+        if not pool.settings.router.split_brain_policy.acts:
             return
-        pool.directory.mark_stale(session_id, {b: marks.get(b) for b in acted})
-        for backend in acted:
+        pool.directory.mark_stale(session_id, marks)
+        for backend in stale:
             self.close_stale(session_id, backend, how)
-        pool.detach_stale(session_id, acted)
+        pool.detach_stale(session_id, stale)
 
     # -- stale copies --------------------------------------------------------------------------
 

@@ -183,7 +183,7 @@ def split_brain(
     as ``router.split_brain`` says (:mod:`router.core.split_brain`)."""
     pool.metrics.split_brain.inc()
     stale = ", ".join(verdict.stale)
-    if not pool.settings.router.split_brain_policy.acts_on(verdict.stale):
+    if not pool.settings.router.split_brain_policy.acts:
         logger.warning(
             "split brain: session %s is active on %s too; routing to %s (by %s; reported only)",
             session_id,
