@@ -116,7 +116,7 @@ _ERROR = msgspec.json.Decoder(_Error)
 _ANY = msgspec.json.Decoder(msgspec.Raw)
 
 #: request ids are integers that fit 64 bits (as orjson reads them) or strings
-_ID_RANGE = range(-(2**63), 2**64)
+_ID_LOW, _ID_HIGH = -(2**63), 2**64
 
 
 class Frame(msgspec.Struct, gc=False):
@@ -229,8 +229,11 @@ def _path_decoder(path: tuple[str, ...]) -> msgspec.json.Decoder[Any]:
 
 def parse(frame: str | bytes) -> Message:
     """Parse one frame. Raises :class:`ParseError` or :class:`InvalidRequest` only."""
+    # ``type(x) is T`` where ``isinstance`` would do: what msgspec decodes is of exactly
+    # the type asked for, and a failed isinstance costs a lookup of ``__class__`` (two
+    # of these run for every frame the router relays)
     try:
-        text = frame if isinstance(frame, str) else frame.decode()
+        text = frame if type(frame) is str or isinstance(frame, str) else frame.decode()
     except UnicodeDecodeError as exc:
         raise ParseError(f"Parse error: {exc}") from None
     try:
@@ -240,23 +243,42 @@ def parse(frame: str | bytes) -> Message:
     except (msgspec.DecodeError, UnicodeEncodeError, RecursionError):
         return _parse_flat(text)  # odd, invalid or too deep: the slow path says which
     params, result, error = envelope.params, envelope.result, envelope.error
+    typed_error = error if type(error) is _TypedError else None
     frame_read = Frame(
         text,
         text,
         False,
-        params if isinstance(params, _Params) else None,
-        result if isinstance(result, _Result) else None,
-        error.data if isinstance(error, _TypedError) else _UNSET,
+        params if type(params) is _Params else None,
+        result if type(result) is _Result else None,
+        typed_error.data if typed_error is not None else _UNSET,
     )
     method = envelope.method
-    if envelope.id is _UNSET and type(method) is str and envelope.jsonrpc == "2.0":
-        # a notification (what _classify would make of it): most frames an agent sends
+    request_id = envelope.id
+    if type(method) is str and envelope.jsonrpc == "2.0":
         unread = None if params is None or params is _UNSET else UNREAD
-        return Notification(method, unread, text, frame_read)
+        if request_id is _UNSET:
+            # a notification (what _classify would make of it): most frames an agent sends
+            return Notification(method, unread, text, frame_read)
+        if type(request_id) is int or type(request_id) is str:
+            # a request with a plain id (what _classify would make of it)
+            known_id = _request_id(request_id)
+            if known_id is not None:
+                return Request(known_id, method, unread, text, frame_read)
+    elif (
+        method is _UNSET
+        and result is not _UNSET
+        and error is _UNSET
+        and envelope.jsonrpc == "2.0"
+        and (type(request_id) is int or type(request_id) is str)
+    ):
+        # a result with a plain id (what _classify would make of it): a call's answer
+        known_id = _request_id(request_id)
+        if known_id is not None:
+            return Response(known_id, UNREAD, None, text, frame_read)
     code: Any = None
     message: Any = None
-    if isinstance(error, _TypedError):
-        code, message = error.code, error.message
+    if typed_error is not None:
+        code, message = typed_error.code, typed_error.message
     return _classify(
         frame_read,
         envelope.jsonrpc,
@@ -380,9 +402,9 @@ def _classify(
 
 
 def _request_id(value: Any) -> RequestId | None:
-    if isinstance(value, str):
+    if type(value) is str or isinstance(value, str):
         return value
-    if isinstance(value, int) and not isinstance(value, bool) and value in _ID_RANGE:
+    if isinstance(value, int) and not isinstance(value, bool) and _ID_LOW <= value < _ID_HIGH:
         return value
     return None
 

@@ -141,7 +141,7 @@ class ClientConnection:
         settings = pool.settings.router
         self.routes = ClientRoutes(limits_of(pool.settings), gate.budget)
         self.tasks: set[asyncio.Task[None]] = set()
-        self.links = ClientLinks(pool, channel, gate, self.routes, self._spawn, self.carry_out)
+        self.links = ClientLinks(pool, channel, gate, self.routes, self._spawn, self.carried)
         #: the request log and trace context (None: both off, nothing observed)
         self.requests = RequestLog.of(settings, upstream.tracer)
 
@@ -188,24 +188,28 @@ class ClientConnection:
 
     async def receive(self, text: str) -> None:
         """One text frame from the client."""
+        finishing = self.received(text)
+        if finishing is not None:
+            await finishing
+
+    def received(self, text: str) -> Coroutine[Any, Any, None] | None:
+        """One text frame from the client, carried out at once as far as that needs no
+        waiting (:meth:`carried`); the coroutine that carries out the rest, if any."""
         try:
             message = parse(text)
         except ProtocolError as exc:
-            await self.carry_out((refusal(exc.request_id, exc),))
-            return
+            return self.carry_out((refusal(exc.request_id, exc),))
         passed = self.gate.inbound(message)
         if isinstance(passed, Refusal):
-            await self._refuse(passed)
-            return
+            return self._refuse(passed)
         message, claimed = passed
-        if self.requests is not None and isinstance(message, Request):
+        if self.requests is not None and type(message) is Request:
             observed = self.requests.arrived(message)
             if observed is not None:
-                await self.carry_out(
+                return self.carried(
                     self.routes.receive_client(observed, claimed, True, self.clock())
                 )
-                return
-        await self.carry_out(self.routes.receive_client(message, claimed, now=self.clock()))
+        return self.carried(self.routes.receive_client(message, claimed, now=self.clock()))
 
     async def _refuse(self, refusal: Refusal) -> None:
         if refusal.text is None:
@@ -214,13 +218,36 @@ class ClientConnection:
         self.metrics.client_errors.labels(error_code_label(refusal.code)).inc()
         await self.channel.send(refusal.text, answers=refusal.answers)  # never gate.reply
 
+    def carried(self, effects: Effects) -> Coroutine[Any, Any, None] | None:
+        """Carry out the core's effects, in order, here and now while they are frames
+        that need no waiting (a prompt and its answer: nearly every frame); the coroutine
+        that carries out the rest (:meth:`carry_out`), None when none is left."""
+        for index, effect in enumerate(effects):
+            if type(effect) is Send:
+                losing = self.links.send(effect.backend, effect.text)
+                if losing is not None:
+                    return self._after(losing, effects[index + 1 :])
+            elif type(effect) is Deliver:
+                if not self.channel.write(effect.text):  # it has to wait: the rest too
+                    return self.carry_out(effects[index:])
+                self.metrics.count_frame(TO_CLIENT, effect.text)
+            else:
+                return self.carry_out(effects[index:])
+        return None
+
+    async def _after(self, first: Coroutine[Any, Any, None], effects: Effects) -> None:
+        await first
+        await self.carry_out(effects)
+
     async def carry_out(self, effects: Effects) -> None:
         """Carry out the core's effects, in order (docs/architecture.md, "The effects
         channel"): the frames, then what they opened, then what was learned."""
         for effect in effects:
             match effect:  # the per-frame cases first
                 case Send(backend, text):
-                    await self.links.send(backend, text)
+                    losing = self.links.send(backend, text)
+                    if losing is not None:
+                        await losing
                 case Deliver(text, message):
                     self.metrics.count_frame(TO_CLIENT, text)
                     await self.channel.send(text, message)

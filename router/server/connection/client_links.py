@@ -69,7 +69,7 @@ class ClientLinks:
         gate: Gate,
         routes: ClientRoutes,
         spawn: Spawn,
-        carry_out: Callable[[Effects], Coroutine[Any, Any, None]],
+        carry_out: Callable[[Effects], Coroutine[Any, Any, None] | None],
     ) -> None:
         self.pool = pool
         self.metrics = pool.metrics
@@ -94,16 +94,18 @@ class ClientLinks:
         for link in links.values():  # an open link lives on its socket, not in a task
             link.close(reason)
 
-    async def send(self, backend: BackendId, text: str) -> None:
+    def send(self, backend: BackendId, text: str) -> Coroutine[Any, Any, None] | None:
         """Queue ``text`` on the link to ``backend`` (the core opened it): never waits on
-        the backend."""
+        the backend. None when it is queued (or dropped: the link was given up since);
+        the coroutine that gives the link up when it takes no more."""
         link = self.open.get(backend)
         if link is None:  # given up since the core routed there: its calls are answered
             logger.debug("dropped a frame for backend %s: its link has ended", backend)
-            return
+            return None
         self.metrics.count_frame(TO_BACKEND, text)
-        if not await link.forward(text):
-            await self._lose(link, link.ended or "closed")
+        if link.forward(text):
+            return None
+        return self._lose(link, link.ended or "closed")
 
     def cancel_turn(self, turn: CancelTurn) -> None:
         """Queue the core's ``session/cancel`` on the link to its backend: never waits
@@ -233,4 +235,6 @@ class ClientLinks:
         logger.warning(
             "link to backend %s ended: %s", link.backend, reason, extra={"outcome": reason}
         )
-        await self._carry_out(self.routes.backend_lost(link.backend, refused, reason))
+        finishing = self._carry_out(self.routes.backend_lost(link.backend, refused, reason))
+        if finishing is not None:
+            await finishing

@@ -73,9 +73,9 @@ class WebSocketChannel:
 
     # -- Receiver ------------------------------------------------------------------------------
 
-    def received_text(self, text: str) -> Coroutine[Any, Any, None]:
+    def received_text(self, text: str) -> Coroutine[Any, Any, None] | None:
         assert self.connection is not None
-        return self.connection.receive(text)
+        return self.connection.received(text)
 
     def received_binary(self) -> None:
         self._metrics.client_frames_ignored.labels("binary").inc()

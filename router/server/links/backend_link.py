@@ -172,7 +172,7 @@ class BackendLink:
         self._flush()
         return True
 
-    async def forward(self, text: str) -> bool:
+    def forward(self, text: str) -> bool:
         """:meth:`offer`, written straight to the socket when nothing waits in the
         outbox and the transport takes more; the same answer as :meth:`offer`."""
         ws = self._ws

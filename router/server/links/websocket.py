@@ -60,19 +60,21 @@ class WebSocket(SansIoWebSocket):
             data, self._rest = self._rest + data, b""
         if not data:
             return
-        if BURST.reading or not several(data):
+        if BURST.reading:
             self._split(data)
             return
-        BURST.begin()  # what this read's frames lead to is written once it is read
         try:
             self._split(data)
         finally:
-            BURST.end()
+            if BURST.reading:
+                BURST.end()
 
     def _split(self, data: bytes) -> None:
         """Read whole final text frames here (the frames nearly all traffic is); hand
         every other frame to the protocol, byte for byte and in order, so that it only
-        ever starts reading at a frame's first byte."""
+        ever starts reading at a frame's first byte. A whole frame with more bytes after
+        it begins a burst (:class:`Burst`), unless one is being read: what the rest of
+        this read leads to is written once it is read (:meth:`data_received` ends it)."""
         frames = self.frames
         server = frames.side is Side.SERVER
         limit = frames.max_message_size
@@ -105,6 +107,8 @@ class WebSocket(SansIoWebSocket):
                 stop = i + head + length
                 if stop > end:
                     break
+                if stop < end and not BURST.reading:
+                    BURST.begin()  # several frames in one read
                 payload = data[i + head : stop]
                 if server:
                     payload = apply_mask(payload, data[i + head - 4 : i + head])
@@ -215,12 +219,6 @@ def frame_bounds(data: bytes, i: int) -> tuple[int, int, int] | None:
     if second & 0x80:
         head += 4
     return data[i], head, length
-
-
-def several(data: bytes) -> bool:
-    """Whether ``data`` holds more than the first frame in it."""
-    bounds = frame_bounds(data, 0)
-    return bounds is not None and bounds[1] + bounds[2] < len(data)
 
 
 class Burst:
