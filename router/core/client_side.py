@@ -196,9 +196,11 @@ class ClientSide:
     def _route_or_hold(
         self, request: Request, claimed: BackendId | None, observed: bool, now: float
     ) -> Effects:
-        queue_of = self._held_session(request)
+        # the session a request names is read once (each read decodes it again)
+        session_id = acp.session_id_of(request) if request.method in acp.SESSION_SCOPED else None
+        queue_of = self._held_session(request, session_id)
         if queue_of is None:
-            return self._route_request(request, claimed, observed, now)
+            return self._route_request(request, session_id, claimed, observed, now)
         call = PendingCall(
             request, queue_of, held=True, claimed=claimed, observed=observed, arrived=now
         )
@@ -207,10 +209,15 @@ class ClientSide:
         return NOTHING
 
     def _route_request(
-        self, request: Request, claimed: BackendId | None, observed: bool, now: float
+        self,
+        request: Request,
+        session_id: SessionId | None,
+        claimed: BackendId | None,
+        observed: bool,
+        now: float,
     ) -> Effects:
         try:
-            call, effects = self._classify(request, claimed, now)
+            call, effects = self._classify(request, session_id, claimed, now)
         except JsonRpcError as exc:
             refused = observing.refused(request, exc, observed, self.limits.max_session_id_chars)
             if isinstance(exc, RateLimited):
@@ -231,15 +238,13 @@ class ClientSide:
     def _in_flight(self) -> int:
         return len(self.calls) + self.held_notifications + len(self.unanswered_on)
 
-    def _held_session(self, message: Frame) -> SessionId | None:
-        """The session ``message`` must wait behind, if that session is held."""
+    def _held_session(self, message: Frame, session_id: SessionId | None) -> SessionId | None:
+        """The session ``message`` (naming ``session_id``, when session-scoped) must wait
+        behind, if that session is held."""
         if isinstance(message, Notification) and message.method == acp.CANCEL_REQUEST:
             named = _named_request(message)
             call = self.calls.get(named) if named is not None else None
             return call.session_id if call is not None and call.held else None
-        if message.method not in acp.SESSION_SCOPED:
-            return None
-        session_id = acp.session_id_of(message)
         if session_id is None or not self.sessions.holding(session_id):
             return None
         if (
@@ -250,7 +255,7 @@ class ClientSide:
         return session_id
 
     def _classify(
-        self, request: Request, claimed: BackendId | None, now: float
+        self, request: Request, session_id: SessionId | None, claimed: BackendId | None, now: float
     ) -> tuple[PendingCall, Effects]:
         method = request.method
         if method == acp.INITIALIZE:
@@ -273,15 +278,18 @@ class ClientSide:
             self._spend_locate(request, False, now)
             return PendingCall(request, None), (AskPool(Query.LIST, request),)
         if method in acp.SESSION_SCOPED:
-            return self._session_request(request, claimed, now)
+            return self._session_request(request, session_id, claimed, now)
         if self.last_backend is None:
             raise MethodNotFound(method)
         return self._forwarded(request, None, self.last_backend)
 
     def _session_request(
-        self, request: Request, claimed: BackendId | None, now: float
+        self,
+        request: Request,
+        session_id: SessionId | None,
+        claimed: BackendId | None,
+        now: float,
     ) -> tuple[PendingCall, Effects]:
-        session_id = acp.session_id_of(request)
         if session_id is None:
             raise InvalidParams(f"{request.method} needs params.sessionId as a string")
         if len(session_id) > self.limits.max_session_id_chars:
@@ -359,7 +367,8 @@ class ClientSide:
         return (self._open_link(backend, ahead_for=request_id),)
 
     def _client_notification(self, note: Notification) -> Effects:
-        queue_of = self._held_session(note)
+        scoped = note.method in acp.SESSION_SCOPED
+        queue_of = self._held_session(note, acp.session_id_of(note) if scoped else None)
         if queue_of is None:
             return self._route_notification(note)
         if self._in_flight() >= self.limits.max_in_flight:

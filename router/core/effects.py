@@ -24,8 +24,9 @@ else (docs/architecture.md, "The effects channel"). Four kinds:
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
 from typing import Literal
+
+import msgspec
 
 from router.protocol import acp
 from router.protocol.errors import ErrorObject, JsonRpcError
@@ -35,8 +36,7 @@ from router.protocol.jsonrpc import Message, Request, RequestId, encode_error, e
 # -- frames ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
+class Reply(msgspec.Struct, frozen=True):
     """Write ``text``, a message the router made, to the client.
 
     ``answers``: the request it answers (None: a notification). ``error``: the JSON-RPC
@@ -64,26 +64,31 @@ def refusal(request_id: RequestId | None, error: JsonRpcError | ErrorObject) -> 
     return Reply(encode_error(request_id, error), request_id, error.code, session_id)
 
 
-@dataclass(frozen=True, slots=True)
-class Notify:
+class Notify(msgspec.Struct, frozen=True):
     """Write ``text``, a notification the router made, to the client (a withdrawn agent
     request's ``$/cancel_request``)."""
 
     text: str
 
 
-@dataclass(frozen=True, slots=True)
-class Deliver:
+class Deliver(msgspec.Struct, frozen=True, eq=False):
     """Write a backend's frame ``text`` to the client, as it came (ids spliced);
     ``message`` is what was parsed of it (a transport may route by it)."""
 
     text: str
     #: derived from ``text`` (not compared): parsed once, read again by no one
-    message: Message | None = field(default=None, compare=False)
+    message: Message | None = None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Deliver):
+            return NotImplemented
+        return self.text == other.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
 
 
-@dataclass(frozen=True, slots=True)
-class Send:
+class Send(msgspec.Struct, frozen=True):
     """Write ``text`` to ``backend`` on this connection's link to it."""
 
     backend: BackendId
@@ -94,8 +99,7 @@ class Send:
 TurnEnd = Literal["client_gone", "stopping"]
 
 
-@dataclass(frozen=True, slots=True)
-class CancelTurn:
+class CancelTurn(msgspec.Struct, frozen=True):
     """Write ``text``, a ``session/cancel`` of ``session_id``, to ``backend`` on this
     connection's link to it, which sends it before it closes: the client connection that
     sent the session's ``session/prompt`` is gone (``why``) before its answer, and no
@@ -116,8 +120,7 @@ def cancel_turn(session_id: SessionId, backend: BackendId, why: TurnEnd) -> Canc
 # -- links -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class OpenLink:
+class OpenLink(msgspec.Struct, frozen=True):
     """Open this connection's link to ``backend``: replay ``initialize`` (and the accepted
     ``authenticate``), then send ``first`` before anything routed there."""
 
@@ -127,8 +130,7 @@ class OpenLink:
     first: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class CloseLink:
+class CloseLink(msgspec.Struct, frozen=True):
     """Close this connection's link to ``backend`` quietly: nothing was ever routed on it,
     so nothing is owed (a link opened ahead that the call did not need)."""
 
@@ -139,16 +141,14 @@ class CloseLink:
 # -- work that waits on the pool ---------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Initialize:
+class Initialize(msgspec.Struct, frozen=True):
     """Answer the client's ``initialize``: the shell brings what the pool advertises and
     the pool's only backend (:meth:`~router.core.routes.ClientRoutes.initialized`)."""
 
     request: Request
 
 
-@dataclass(frozen=True, slots=True)
-class Place:
+class Place(msgspec.Struct, frozen=True):
     """Choose the backend a new session would go to now, for ``request`` (a
     ``session/new``, or an ``authenticate`` on a connection with no link yet); then
     :meth:`~router.core.routes.ClientRoutes.placed`, or ``fail``."""
@@ -156,8 +156,7 @@ class Place:
     request: Request
 
 
-@dataclass(frozen=True, slots=True)
-class Locate:
+class Locate(msgspec.Struct, frozen=True):
     """Find where ``session_id`` lives, skipping the backends in ``tried`` (they answered
     this call ``-32002``); then :meth:`~router.core.routes.ClientRoutes.located`, or
     ``fail``. The router's own calls (a failover's resume) are ``internal``; ``claimed``
@@ -178,8 +177,7 @@ class Query(enum.Enum):
     LIST = "list"  # session/list
 
 
-@dataclass(frozen=True, slots=True)
-class AskPool:
+class AskPool(msgspec.Struct, frozen=True):
     """Answer ``request`` from the whole pool (``query``); then ``answer`` or ``fail``."""
 
     query: Query
@@ -187,8 +185,7 @@ class AskPool:
     session_id: SessionId | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class AwaitBackend:
+class AwaitBackend(msgspec.Struct, frozen=True):
     """``sessions`` lost their link to ``backend`` and wait for a failover: once the
     backend is known to be back, or gone, or the wait is over, the shell hands its health
     to :meth:`~router.core.routes.ClientRoutes.backend_known`."""
@@ -200,16 +197,14 @@ class AwaitBackend:
 # -- what the router learned -------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Attach:
+class Attach(msgspec.Struct, frozen=True):
     """``session_id`` is now routed to ``backend`` on this connection."""
 
     session_id: SessionId
     backend: BackendId
 
 
-@dataclass(frozen=True, slots=True)
-class Detach:
+class Detach(msgspec.Struct, frozen=True):
     """``session_id`` is no longer routed to ``backend`` on this connection."""
 
     session_id: SessionId
@@ -219,8 +214,7 @@ class Detach:
 Change = Attach | Detach
 
 
-@dataclass(frozen=True, slots=True)
-class Learned:
+class Learned(msgspec.Struct, frozen=True):
     """An answer shows ``session_id`` living on ``backend`` (a location worth keeping);
     ``created``: it made the session there (a new id lives nowhere else)."""
 
@@ -229,8 +223,7 @@ class Learned:
     created: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class MovedAway:
+class MovedAway(msgspec.Struct, frozen=True):
     """``sessions`` are resumed elsewhere because ``backend`` was given up: should it come
     back as the same process, it is asked about them first (a fence)."""
 
@@ -238,15 +231,13 @@ class MovedAway:
     sessions: tuple[SessionId, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Released:
+class Released(msgspec.Struct, frozen=True):
     """``session_id`` was closed through this router: it weighs on no backend now."""
 
     session_id: SessionId
 
 
-@dataclass(frozen=True, slots=True)
-class NotThere:
+class NotThere(msgspec.Struct, frozen=True):
     """``backend`` answered a forwarded resume of ``session_id`` with ``-32002``: the
     location hint was wrong, and the backend is to be skipped for a while."""
 
@@ -258,31 +249,27 @@ class NotThere:
 ResumeResult = Literal["ok", "not_found", "error", "link_lost"]
 
 
-@dataclass(frozen=True, slots=True)
-class ResumeSent:
+class ResumeSent(msgspec.Struct, frozen=True):
     """A resume or load goes out; ``retry``: located again after a ``-32002``."""
 
     retry: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Resumed:
+class Resumed(msgspec.Struct, frozen=True):
     """A resume or load forwarded to ``backend`` came to ``result``."""
 
     backend: BackendId
     result: ResumeResult
 
 
-@dataclass(frozen=True, slots=True)
-class FailedOver:
+class FailedOver(msgspec.Struct, frozen=True):
     """A failover's resume came to ``result``: ``ok``, ``failed`` or ``timeout``."""
 
     result: Literal["ok", "failed", "timeout"]
     session_id: SessionId | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Abandoned:
+class Abandoned(msgspec.Struct, frozen=True):
     """``backend`` answered a ``session/new`` the router had placed elsewhere when
     ``backend`` left it unanswered: the session it made there (``session_id``) is
     nobody's, and is closed (on its control link)."""
@@ -291,8 +278,7 @@ class Abandoned:
     session_id: SessionId
 
 
-@dataclass(frozen=True, slots=True)
-class Forwarded:
+class Forwarded(msgspec.Struct, frozen=True):
     """An observed client ``request`` goes to ``backend`` now (again, after a
     ``-32002``). Made only for the requests the shell said it observes."""
 
@@ -300,8 +286,7 @@ class Forwarded:
     backend: BackendId
 
 
-@dataclass(frozen=True, slots=True)
-class Answered:
+class Answered(msgspec.Struct, frozen=True):
     """An observed client ``request`` got its one answer (it comes just before in the
     same tuple), or its client left first (``gone``): what the request log and the
     request's span say of it. ``backend``: where it was last sent (None: the router
@@ -316,15 +301,13 @@ class Answered:
     gone: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Dropped:
+class Dropped(msgspec.Struct, frozen=True):
     """A frame was ignored, for ``reason`` (logged at debug level)."""
 
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Limited:
+class Limited(msgspec.Struct, frozen=True):
     """A request was refused by a rate limit of the client's budget
     (:class:`~router.core.quotas.Budget`): ``kind`` what it limits, ``scope`` whose limit
     it was (counted by the shell)."""
@@ -337,8 +320,7 @@ class Limited:
 Awaited = Literal["status", "list", "locate", "backend"]
 
 
-@dataclass(frozen=True, slots=True)
-class Late:
+class Late(msgspec.Struct, frozen=True):
     """An answer to a call the connection abandoned (the router is stopping, or closes
     it) came in: it is dropped quietly, and counted by what the call awaited (``kind``)."""
 

@@ -402,7 +402,12 @@ def _classify(
 
 
 def _request_id(value: Any) -> RequestId | None:
-    if type(value) is str or isinstance(value, str):
+    kind = type(value)  # what the envelope read: exactly a str or an int, or neither
+    if kind is str:
+        return value  # type: ignore[no-any-return]
+    if kind is int:
+        return value if _ID_LOW <= value < _ID_HIGH else None
+    if isinstance(value, str):
         return value
     if isinstance(value, int) and not isinstance(value, bool) and _ID_LOW <= value < _ID_HIGH:
         return value

@@ -330,9 +330,9 @@ class FrontDoor(asyncio.Protocol):
         handler.connection_made(transport)
         handler.data_received(head)
 
-    def _hand_to(self, inner: asyncio.BaseProtocol) -> None:
+    def _hand_to(self, inner: asyncio.BaseProtocol | None) -> None:
         self._inner = inner
-        self._inner_data = cast(asyncio.Protocol, inner).data_received
+        self._inner_data = None if inner is None else cast(asyncio.Protocol, inner).data_received
 
     def adopt(self, websocket: asyncio.BaseProtocol) -> None:
         """From now on the connection's bytes go to ``websocket`` (an upgrade that the

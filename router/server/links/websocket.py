@@ -66,7 +66,7 @@ class WebSocket(SansIoWebSocket):
         try:
             self._split(data)
         finally:
-            if BURST.reading:
+            if BURST.holding or BURST.reading:  # _split began one
                 BURST.end()
 
     def _split(self, data: bytes) -> None:
