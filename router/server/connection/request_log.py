@@ -80,6 +80,9 @@ class RequestLog:
         self._bound = bound
         self._sample = sample
         self._seen: dict[int, _Seen] = {}
+        #: only a request that names a trace is observed (no sampling, nothing always
+        #: traced): nearly every request is then told apart by one substring search
+        self._only_named = fraction == 0 and tracing == "continue"
         if fraction > 0:
             logger.setLevel(logging.INFO)  # "on" means written, whatever --log-level says
 
@@ -98,6 +101,8 @@ class RequestLog:
         """Observe ``request``, just in from the client, if it is logged or traced:
         the request to route (with the router's ``traceparent`` when it is traced and
         may be forwarded); None when it is not observed."""
+        if self._only_named and _MARK not in request.text:
+            return None
         logged = self._fraction >= 1.0 or (self._fraction > 0 and self._sample() < self._fraction)
         parent = self._parent(request) if self._tracing != "off" else None
         traced = parent is not None or self._tracing == "always"
