@@ -32,7 +32,7 @@ class WebSocket(SansIoWebSocket):
     """One WebSocket connection (:class:`SansIoWebSocket`), whose whole final text frames
     are read and written here."""
 
-    __slots__ = ("_batch", "_masked", "_rest", "_through")
+    __slots__ = ("_batch", "_fast", "_masked", "_rest", "_through")
 
     def __init__(self, frames: Frames, receiver: Receiver) -> None:
         super().__init__(frames, receiver)
@@ -44,6 +44,9 @@ class WebSocket(SansIoWebSocket):
         self._through = 0
         #: a client side masks the frames it sends
         self._masked = frames.side is Side.CLIENT
+        #: the longest text frame read here (the protocol's limits outlive its handshake)
+        limit = frames.max_message_size
+        self._fast = FAST_BYTES if limit is None else min(limit, FAST_BYTES)
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -76,9 +79,8 @@ class WebSocket(SansIoWebSocket):
         it begins a burst (:class:`Burst`), unless one is being read: what the rest of
         this read leads to is written once it is read (:meth:`data_received` ends it)."""
         frames = self.frames
-        server = frames.side is Side.SERVER
-        limit = frames.max_message_size
-        fast = FAST_BYTES if limit is None else min(limit, FAST_BYTES)
+        server = not self._masked
+        fast = self._fast
         i, end = 0, len(data)
         while i < end:
             if end - i < 2:
