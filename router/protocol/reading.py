@@ -259,21 +259,12 @@ def parse(frame: str | bytes) -> Message:
         if request_id is _UNSET:
             # a notification (what _classify would make of it): most frames an agent sends
             return Notification(method, unread, text, frame_read)
-        if type(request_id) is int or type(request_id) is str:
-            # a request with a plain id (what _classify would make of it)
-            known_id = _request_id(request_id)
-            if known_id is not None:
-                return Request(known_id, method, unread, text, frame_read)
-    elif (
-        method is _UNSET
-        and result is not _UNSET
-        and error is _UNSET
-        and envelope.jsonrpc == "2.0"
-        and (type(request_id) is int or type(request_id) is str)
-    ):
-        # a result with a plain id (what _classify would make of it): a call's answer
         known_id = _request_id(request_id)
-        if known_id is not None:
+        if known_id is not None:  # a request (what _classify would make of it)
+            return Request(known_id, method, unread, text, frame_read)
+    elif method is _UNSET and error is _UNSET and result is not _UNSET:
+        known_id = _request_id(request_id)
+        if known_id is not None and envelope.jsonrpc == "2.0":  # a call's answer, likewise
             return Response(known_id, UNREAD, None, text, frame_read)
     code: Any = None
     message: Any = None

@@ -277,16 +277,7 @@ class FrontDoor(asyncio.Protocol):
     callback on to whoever holds the connection.
     """
 
-    __slots__ = (
-        "_entry",
-        "_guard",
-        "_head",
-        "_http",
-        "_inner",
-        "_inner_data",
-        "_server",
-        "transport",
-    )
+    __slots__ = ("_entry", "_guard", "_head", "_http", "_inner", "_server", "transport")
 
     def __init__(
         self, guard: ConnectionGuard, server: web.Server, entry: WebSocketEntry | None
@@ -300,17 +291,15 @@ class FrontDoor(asyncio.Protocol):
         self._inner: asyncio.BaseProtocol | None = None
         #: the aiohttp request handler, once the connection is handed to one
         self._http: asyncio.BaseProtocol | None = None
-        #: ``_inner``'s data_received, bound once (it runs for every frame a client sends)
-        self._inner_data: Callable[[bytes], None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         self._guard.accepted(self, self.transport)
 
     def data_received(self, data: bytes) -> None:
-        inner_data = self._inner_data
-        if inner_data is not None:
-            inner_data(data)
+        inner = self._inner
+        if inner is not None:
+            cast(asyncio.Protocol, inner).data_received(data)
             return
         head = self._head + data if self._head else data
         end = head.find(b"\r\n\r\n")
@@ -322,22 +311,17 @@ class FrontDoor(asyncio.Protocol):
         assert transport is not None
         if end >= 0 and self._entry is not None and wants_websocket(head[:end]):
             self._guard.started(self)
-            self._hand_to(self._entry(transport, head))
+            self._inner = self._entry(transport, head)
             return
         handler = self._server()
-        self._hand_to(handler)
-        self._http = handler
+        self._inner = self._http = handler
         handler.connection_made(transport)
         handler.data_received(head)
-
-    def _hand_to(self, inner: asyncio.BaseProtocol | None) -> None:
-        self._inner = inner
-        self._inner_data = None if inner is None else cast(asyncio.Protocol, inner).data_received
 
     def adopt(self, websocket: asyncio.BaseProtocol) -> None:
         """From now on the connection's bytes go to ``websocket`` (an upgrade that the
         aiohttp handler read); the handler still hears when the connection is lost."""
-        self._hand_to(websocket)
+        self._inner = websocket
 
     def eof_received(self) -> bool | None:
         if self._inner is None:
@@ -356,7 +340,6 @@ class FrontDoor(asyncio.Protocol):
         self._guard.lost(self)
         inner, http = self._inner, self._http
         self._inner = self._http = None
-        self._inner_data = None
         if http is not None:
             http.connection_lost(exc)
         if inner is not None and inner is not http:
