@@ -70,6 +70,8 @@ class Fleet:
     profile: Path | None = None
     #: the routers' and agents' ``--log-level`` (their logs are in the run's folder)
     log_level: str = "WARNING"
+    #: what routers and the forwarder run under (``valgrind ...``: :mod:`bench.instructions`)
+    under: tuple[str, ...] = ()
 
     def router(
         self,
@@ -100,7 +102,7 @@ class Fleet:
 
     def passthrough(self, target: str) -> contextlib.AbstractAsyncContextManager[Child]:
         args = ["-m", "bench.passthrough", target]
-        return _child(self.folder, "passthrough", args, passthrough.READY)
+        return _child(self.folder, "passthrough", args, passthrough.READY, under=self.under)
 
     def haproxy(self, target: str) -> contextlib.AbstractAsyncContextManager[Child]:
         return _haproxy(self, target)
@@ -108,7 +110,11 @@ class Fleet:
 
 @contextlib.asynccontextmanager
 async def start_fleet(
-    agents: int, profile: Path | None = None, *, log_level: str = "WARNING"
+    agents: int,
+    profile: Path | None = None,
+    *,
+    log_level: str = "WARNING",
+    under: tuple[str, ...] = (),
 ) -> AsyncIterator[Fleet]:
     with tempfile.TemporaryDirectory(prefix="acp-bench-") as folder:
         root = Path(folder)
@@ -125,7 +131,7 @@ async def start_fleet(
                     for n in range(1, agents + 1)
                 )
             )
-            yield Fleet(root, http, list(started), profile, log_level)
+            yield Fleet(root, http, list(started), profile, log_level, under)
 
 
 def _agent(
@@ -164,7 +170,7 @@ async def _router(
         session = fleet.profile / f"{name}.pyisession"
         args = ["-m", "pyinstrument", "--interval", "0.0005", "-o", str(session), *args]
     # run from ``source``: ``python -m`` puts the working folder first on sys.path
-    starting = _child(fleet.folder, name, args, "acp-router listening on ", source)
+    starting = _child(fleet.folder, name, args, "acp-router listening on ", source, fleet.under)
     async with starting as router:
         await _wait_ready(fleet.http, router, len(backends))
         yield router
@@ -279,11 +285,17 @@ async def _until_accepting(port: int, process: asyncio.subprocess.Process, log: 
 
 @contextlib.asynccontextmanager
 async def _child(
-    root: Path, name: str, args: list[str], prefix: str, cwd: Path | None = None
+    root: Path,
+    name: str,
+    args: list[str],
+    prefix: str,
+    cwd: Path | None = None,
+    under: tuple[str, ...] = (),
 ) -> AsyncIterator[Child]:
     log = root / f"{name}.log"
     with log.open("wb") as errors:
         process = await asyncio.create_subprocess_exec(
+            *under,
             sys.executable,
             *args,
             stdin=asyncio.subprocess.DEVNULL,

@@ -27,9 +27,7 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
 
-from bench import fleet as fleet_module
 from bench.fleet import Child, Fleet, start_fleet
 from bench.hop import PROMPT, SESSION
 from bench.wire import AcpSocket, JsonObject, prompt_params, resume_params
@@ -63,25 +61,10 @@ def _counted(folder: Path, pid: int) -> int:
     return total
 
 
-@contextlib.contextmanager
-def _under_callgrind(marker: str, folder: Path) -> Any:
-    """Start the next child whose arguments include ``marker`` under callgrind, counting
-    nothing until told (:func:`_control`)."""
-    spawn = asyncio.create_subprocess_exec
-
-    async def wrapped(program: str, *args: str, **options: Any) -> Any:
-        if marker in args:
-            dump = f"--callgrind-out-file={folder}/callgrind.%p"
-            args = ("--tool=callgrind", "--instr-atstart=no", dump, program, *args)
-            program = "valgrind"
-        return await spawn(program, *args, **options)
-
-    # the fleet starts its children with asyncio's call: this one, for the while
-    setattr(asyncio, "create_subprocess_exec", wrapped)  # noqa: B010
-    try:
-        yield
-    finally:
-        setattr(asyncio, "create_subprocess_exec", spawn)  # noqa: B010
+def _callgrind(folder: Path) -> tuple[str, ...]:
+    """valgrind's callgrind, counting nothing until told (:func:`_control`)."""
+    dump = f"--callgrind-out-file={folder}/callgrind.%p"
+    return ("valgrind", "--tool=callgrind", "--instr-atstart=no", dump)
 
 
 @contextlib.asynccontextmanager
@@ -112,21 +95,21 @@ async def _per_trip(
 async def measure(side: str, source: Path | None, trips: int) -> tuple[float, float]:
     """Instructions per prompt round trip, and per streamed update, of one hop."""
     folder = Path(tempfile.mkdtemp(prefix="acp-callgrind-"))
-    marker = "bench.passthrough" if side == FORWARDER else "serve"
     try:
-        with _under_callgrind(marker, folder):
-            setattr(fleet_module, "WAIT", 600)  # noqa: B010 (start-up under valgrind is slow)
-            async with start_fleet(0) as fleet, fleet.scripted(1) as scripted:
-                url = scripted.backends(1)[0][1]
-                async with (
-                    _hop(fleet, side, url, source) as hop,
-                    AcpSocket.connect(fleet.http, hop.url) as socket,
-                ):
-                    await socket.call("session/resume", resume_params(SESSION))
-                    plain = prompt_params(SESSION, PROMPT)
-                    trip = await _per_trip(socket, hop.pid, plain, trips, folder)
-                    streaming = {**plain, "_meta": {"updates": UPDATES}}
-                    stream = await _per_trip(socket, hop.pid, streaming, trips // 10, folder)
+        async with (
+            start_fleet(0, under=_callgrind(folder)) as fleet,
+            fleet.scripted(1) as scripted,
+        ):
+            url = scripted.backends(1)[0][1]
+            async with (
+                _hop(fleet, side, url, source) as hop,
+                AcpSocket.connect(fleet.http, hop.url) as socket,
+            ):
+                await socket.call("session/resume", resume_params(SESSION))
+                plain = prompt_params(SESSION, PROMPT)
+                trip = await _per_trip(socket, hop.pid, plain, trips, folder)
+                streaming = {**plain, "_meta": {"updates": UPDATES}}
+                stream = await _per_trip(socket, hop.pid, streaming, trips // 10, folder)
         return trip, stream / (UPDATES + 2)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
