@@ -13,10 +13,15 @@ package (an older commit; named for its folder), in the same rounds.
 Per round, every side in an order drawn for the round (each side follows a different one
 from round to round; a fixed cycle made the router side always follow direct):
 
-* consecutive prompts: each side in turn sends a batch of prompts one after
-  another on its warm connection, and the next side starts when it is done; a
-  side's p50 minus direct's p50 is what its hop adds, and the hop's CPU time over
-  the batch, divided by its prompts, is its CPU per request-and-answer round trip.
+* consecutive prompts: each side in turn sends a slice of prompts one after
+  another on its warm connection, and the next side starts when it is done, the
+  sides taking turns slice by slice (``SLICES`` of them a round, in an order drawn
+  for each), so that a spell of load from elsewhere on the machine falls on every
+  side alike instead of on the one whose whole batch it overlapped; a side's p50
+  over its slices minus direct's is what its hop adds, and the hop's CPU time over
+  them, divided by its prompts, is its CPU per request-and-answer round trip (and,
+  from ``/proc/<pid>/stat``'s ticks, how much of it is user space and how much the
+  kernel: the router's against the forwarder's and HAProxy's says where it stands);
   This is the path an editor waits on, each side measured alone (taking turns prompt
   by prompt, below, adds every process's wake-up to every hop alike);
 * latency, alternating: prompts one at a time, the sides taking turns prompt by
@@ -37,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.fleet import Child, Fleet, Scripted, haproxy_missing
-from bench.observe import cpu_time
+from bench.observe import cpu_split, cpu_time
 from bench.ratios import Budget, Result, Target, micro, percentile, row, shuffled
 from bench.wire import AcpSocket, BenchError, prompt_params, resume_params
 
@@ -48,6 +53,8 @@ FORWARDER = "forwarder"
 SESSION = "b0-hop"
 PROMPT = "Say nothing: the backend answers at once."
 HAPROXY = "haproxy"
+#: turns a round's consecutive prompts are taken in, each side's slice one after another
+SLICES = 10
 ASYNCIO = "router on asyncio"
 #: the margin of issue 35: clearly cheaper than the forwarder, on any machine of the kind
 ADDED = Target(
@@ -88,6 +95,9 @@ class Round:
     batch_p50: dict[str, float]
     #: CPU seconds per request-and-answer round trip, per hop, over its batch
     trip_cpu: dict[str, float]
+    #: the same in user space and in the kernel (10 ms ticks over the round's batches)
+    trip_user: dict[str, float]
+    trip_kernel: dict[str, float]
     #: p50 of the prompts alternating between the sides
     p50: dict[str, float]
     #: CPU seconds per forwarded frame, per hop
@@ -141,18 +151,28 @@ def before_name(source: Path) -> str:
 
 
 async def _round(sides: list[Side], sizes: Sizes, index: int) -> Round:
-    batch_p50: dict[str, float] = {}
-    trip_cpu: dict[str, float] = {}
+    samples: dict[str, list[float]] = {side.name: [] for side in sides}
+    spent = {side.name: 0.0 for side in sides if side.pid is not None}
+    split = {side.name: cpu_split(side.pid) for side in sides if side.pid is not None}
+    for turn in range(SLICES):
+        for side in shuffled(sides, index * SLICES + turn):
+            spent_now = await _consecutive(side, sizes.consecutive // SLICES, samples[side.name])
+            if side.pid is not None:
+                spent[side.name] += spent_now
+    batch_p50 = {name: percentile(taken, 50) for name, taken in samples.items()}
+    trip_cpu = {name: seconds / len(samples[name]) for name, seconds in spent.items()}
+    user, kernel = {}, {}
+    for side in sides:
+        if side.pid is not None:  # idle while the other sides took their turns
+            (user_then, kernel_then), (user_now, kernel_now) = split[side.name], cpu_split(side.pid)
+            user[side.name] = (user_now - user_then) / len(samples[side.name])
+            kernel[side.name] = (kernel_now - kernel_then) / len(samples[side.name])
     order = shuffled(sides, index)
-    for side in order:
-        batch_p50[side.name], trip = await _consecutive(side, sizes.consecutive)
-        if trip is not None:
-            trip_cpu[side.name] = trip
     latency = await _latencies(order, sizes.latency)
     hops = [side for side in order if side.pid is not None]
     cpu = await _cpu_per_frame(hops, sizes)
     p50 = {name: percentile(samples, 50) for name, samples in latency.items()}
-    return Round(batch_p50, trip_cpu, p50, cpu)
+    return Round(batch_p50, trip_cpu, user, kernel, p50, cpu)
 
 
 def _rows(rounds: list[Round], hops: list[str], befores: list[str]) -> list[Result]:
@@ -169,6 +189,13 @@ def _rows(rounds: list[Round], hops: list[str], befores: list[str]) -> list[Resu
         pairs = [(_batch_added(r, ROUTER), _batch_added(r, HAPROXY)) for r in rounds]
         base = f"the same, {HAPROXY}"
         rows.append(row(BENCH, f"{consecutive}, router", base, micro(pairs), "us", HAPROXY_ADDED))
+    # where the router's CPU per request-and-answer goes, against the others': what
+    # stands between it and HAProxy (over every round at once: a round is a few ticks)
+    for where, figure in (("in user space", _trip_user), ("in the kernel", _trip_kernel)):
+        for other in (hop for hop in (FORWARDER, HAPROXY) if hop in hops):
+            pair = (_mean(rounds, figure, ROUTER), _mean(rounds, figure, other))
+            measure = f"CPU per request-and-answer {where}, all rounds, router"
+            rows.append(row(BENCH, measure, f"the same, {other}", micro([pair]), "us"))
     # what uvloop gains the router: the router as users get it against one on asyncio
     for what, figure in (
         ("CPU per request-and-answer", _trip_cpu),
@@ -216,22 +243,33 @@ def _trip_cpu(r: Round, hop: str) -> float:
     return r.trip_cpu[hop]
 
 
+def _mean(rounds: list[Round], figure: Callable[[Round, str], float], hop: str) -> float:
+    return sum(figure(r, hop) for r in rounds) / len(rounds)
+
+
+def _trip_user(r: Round, hop: str) -> float:
+    return r.trip_user[hop]
+
+
+def _trip_kernel(r: Round, hop: str) -> float:
+    return r.trip_kernel[hop]
+
+
 def _frame_cpu(r: Round, hop: str) -> float:
     return r.cpu[hop]
 
 
-async def _consecutive(side: Side, count: int) -> tuple[float, float | None]:
-    """``count`` prompts one after another on ``side`` alone: their p50 round trip, and
-    the hop's CPU seconds per round trip over the batch (None: direct, no hop)."""
+async def _consecutive(side: Side, count: int, samples: list[float]) -> float:
+    """``count`` prompts one after another on ``side`` alone, each one's round trip
+    (seconds) appended to ``samples``: the CPU seconds the hop spent on them (0: direct,
+    no hop)."""
     params = prompt_params(SESSION, PROMPT)
-    samples = []
     started_cpu = cpu_time(side.pid) if side.pid is not None else 0.0
     for _ in range(count):
         started = time.perf_counter()
         await side.socket.call("session/prompt", params)
         samples.append(time.perf_counter() - started)
-    cpu = None if side.pid is None else (cpu_time(side.pid) - started_cpu) / count
-    return percentile(samples, 50), cpu
+    return 0.0 if side.pid is None else cpu_time(side.pid) - started_cpu
 
 
 async def _latency(side: Side, count: int) -> list[float]:
