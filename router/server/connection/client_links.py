@@ -102,8 +102,9 @@ class ClientLinks:
         if link is None:  # given up since the core routed there: its calls are answered
             logger.debug("dropped a frame for backend %s: its link has ended", backend)
             return None
-        self.metrics.count_frame(TO_BACKEND, text)
-        if link.forward(text):
+        forwarded = link.forward(text)
+        self.metrics.count_frame(TO_BACKEND, text)  # once it is written: the prompt waits on it
+        if forwarded:
             return None
         return self._lose(link, link.ended or "closed")
 
@@ -216,8 +217,9 @@ class ClientLinks:
             if relays(message):
                 # nearly every frame from a backend (an update): delivered as it came,
                 # what carry_out would do with receive_backend's Deliver, with nothing built
-                count(TO_CLIENT, message.text)
-                if write(message.text):
+                written = write(message.text)
+                count(TO_CLIENT, message.text)  # once it is written, as carried counts
+                if written:
                     return None
                 return channel.send(message.text, message)
             return carry_out(routes.receive_backend(backend, message))
