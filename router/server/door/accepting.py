@@ -68,7 +68,7 @@ class _Accepted:
 #: how the app serves a WebSocket upgrade of ``/acp`` that a connection opened with: the
 #: transport and every byte read so far (the request's head and whatever followed); the
 #: protocol that takes the connection's bytes from then on (None: answered, closing)
-WebSocketEntry = Callable[[asyncio.Transport, bytes], asyncio.BaseProtocol | None]
+WebSocketEntry = Callable[[asyncio.Transport, bytes], asyncio.Protocol | None]
 WEBSOCKET: web.AppKey[WebSocketEntry] = web.AppKey("websocket")
 
 #: the longest first request head read here; a longer one is aiohttp's to refuse
@@ -288,7 +288,7 @@ class FrontDoor(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self._head = b""
         #: who takes the connection's bytes (None: its first head is still being read)
-        self._inner: asyncio.BaseProtocol | None = None
+        self._inner: asyncio.Protocol | None = None
         #: the aiohttp request handler, once the connection is handed to one
         self._http: asyncio.BaseProtocol | None = None
 
@@ -299,7 +299,7 @@ class FrontDoor(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         inner = self._inner
         if inner is not None:
-            cast(asyncio.Protocol, inner).data_received(data)
+            inner.data_received(data)
             return
         head = self._head + data if self._head else data
         end = head.find(b"\r\n\r\n")
@@ -318,7 +318,7 @@ class FrontDoor(asyncio.Protocol):
         handler.connection_made(transport)
         handler.data_received(head)
 
-    def adopt(self, websocket: asyncio.BaseProtocol) -> None:
+    def adopt(self, websocket: asyncio.Protocol) -> None:
         """From now on the connection's bytes go to ``websocket`` (an upgrade that the
         aiohttp handler read); the handler still hears when the connection is lost."""
         self._inner = websocket
@@ -326,7 +326,7 @@ class FrontDoor(asyncio.Protocol):
     def eof_received(self) -> bool | None:
         if self._inner is None:
             return None  # the transport closes
-        return cast(asyncio.Protocol, self._inner).eof_received()
+        return self._inner.eof_received()
 
     def pause_writing(self) -> None:
         if self._inner is not None:

@@ -84,7 +84,7 @@ def websocket_entry(app: web.Application) -> WebSocketEntry:
     front door hands it over with the bytes read so far): a refusal is answered and the
     connection closed."""
 
-    def entry(transport: asyncio.Transport, data: bytes) -> asyncio.BaseProtocol | None:
+    def entry(transport: asyncio.Transport, data: bytes) -> asyncio.Protocol | None:
         cut = data.find(b"\r\n\r\n") + 4  # the head; frames that follow are read once open
         accepted = _upgrade(app, transport, data[:cut])
         if not isinstance(accepted, web.Response):
