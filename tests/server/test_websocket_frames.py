@@ -9,6 +9,7 @@ itself must read back as the protocol's own.
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -118,6 +119,29 @@ def test_any_stream_of_frames_reads_as_the_protocol_alone_reads_it(
         frames.append(Frame(Opcode.TEXT, b"after the close"))
     data = client_frames(frames)
     assert asyncio.run(router_reads(data, cuts)) == reference(data)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(a_frame(), min_size=1, max_size=6), st.booleans())
+def test_frames_read_one_whole_frame_a_read_read_as_the_protocol_alone_reads_them(
+    stream: list[list[Frame]], closing: bool
+) -> None:
+    """Each read is one whole frame (how prompts and answers come): the reads the
+    router takes without splitting them."""
+    frames = [frame for group in stream for frame in group]
+    if closing:
+        frames.append(Frame(Opcode.CLOSE, b"\x03\xe8bye"))
+        frames.append(Frame(Opcode.TEXT, b"after the close"))
+    ends = list(itertools.accumulate(len(client_frames([frame])) for frame in frames))
+    data = client_frames(frames)
+    assert asyncio.run(router_reads(data, ends)) == reference(data)
+
+
+@pytest.mark.parametrize("size", [0, 1, 125, 126, 127, 65535, 65536, FAST_BYTES + 1])
+def test_a_whole_frame_in_one_read_reads_as_the_protocol_alone_reads_it(size: int) -> None:
+    data = client_frames([Frame(Opcode.TEXT, b"x" * size), Frame(Opcode.TEXT, b"next")])
+    first = len(client_frames([Frame(Opcode.TEXT, b"x" * size)]))
+    assert asyncio.run(router_reads(data, [first])) == reference(data)
 
 
 @pytest.mark.parametrize(
