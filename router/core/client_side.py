@@ -35,7 +35,7 @@ from router.core.effects import (
     refusal,
 )
 from router.core.links import Links
-from router.core.phases import Connection, Frame, Phase, SessionTable, Waiting
+from router.core.phases import CLOSED, Connection, Frame, Phase, SessionTable, Waiting
 from router.protocol import acp
 from router.protocol.errors import (
     InvalidParams,
@@ -177,7 +177,7 @@ class ClientSide:
     def _client_request(
         self, request: Request, claimed: BackendId | None, observed: bool, now: float
     ) -> Effects:
-        if self.connection.closed:
+        if self.connection.phase in CLOSED:  # connection.closed, read without a call
             return observing.refused(
                 request, RouterStopping(), observed, self.limits.max_session_id_chars
             )
@@ -261,7 +261,7 @@ class ClientSide:
         if method == acp.INITIALIZE:
             self.connection.initialized(request)
             return PendingCall(request, None), (Initialize(request),)
-        if self.initialize is None:
+        if self.connection.initialize is None:  # self.initialize, read without a call
             raise InvalidRequest(f"send initialize before {method}")
         if method == acp.AUTHENTICATE:
             if any(c.request.method == acp.AUTHENTICATE for c in self.calls.values()):

@@ -20,7 +20,7 @@ import enum
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Final
 
 from router.core.effects import Attach, Change, Detach
 from router.protocol.ids import BackendId, SessionId, reserved_id
@@ -101,6 +101,11 @@ class Lifecycle(enum.Enum):
     GONE = "gone"  # its client has gone: nothing more comes or goes
 
 
+#: the phases in which a connection takes no more requests (:attr:`Connection.closed`)
+#: (a tuple: ``in`` finds a member by identity, where a set calls Enum.__hash__, in Python)
+CLOSED: Final = (Lifecycle.STOPPING, Lifecycle.GONE)
+
+
 class ConnectionMove(enum.Enum):
     INITIALIZE = "initialize"  # an initialize is routed (the first, or one again)
     STOP = "stop"  # the router closes it (ending.abandon)
@@ -131,7 +136,7 @@ class Connection:
     @property
     def closed(self) -> bool:
         """Whether it takes no more requests (the router closes it, or its client went)."""
-        return self.phase in (Lifecycle.STOPPING, Lifecycle.GONE)
+        return self.phase in CLOSED
 
     def initialized(self, request: Request) -> None:
         """``request``, an ``initialize``, is routed."""

@@ -96,7 +96,7 @@ class Request:
 
     def param(self, name: str) -> Any:
         """``params[name]``; None when absent (or params is not an object)."""
-        return self.member("params", name)
+        return _member_of(self, ("params", name))
 
     def member(self, *path: str) -> Any:
         """The value at ``path`` (e.g. ``"params", "update", "sessionUpdate"``), decoding
@@ -151,7 +151,7 @@ class Notification:
 
     def param(self, name: str) -> Any:
         """``params[name]``; None when absent (or params is not an object)."""
-        return self.member("params", name)
+        return _member_of(self, ("params", name))
 
     def member(self, *path: str) -> Any:
         """The value at ``path``, decoding only that member; None when absent."""
@@ -189,7 +189,7 @@ class Notification:
 class Response:
     """An answer: a result, or an error."""
 
-    __slots__ = ("_error", "_frame", "_result", "id", "text")
+    __slots__ = ("_error", "_frame", "_result", "id", "ok", "text")
 
     def __init__(
         self,
@@ -203,12 +203,10 @@ class Response:
         self._result = result
         #: an error read by parse is (code, message) until its data is asked for
         self._error = error
+        #: a result, not an error (an attribute: the router asks it of every answer)
+        self.ok = error is None
         self.text = text
         self._frame = frame
-
-    @property
-    def ok(self) -> bool:
-        return self._error is None
 
     @property
     def result(self) -> Any:
