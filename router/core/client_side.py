@@ -447,7 +447,11 @@ class ClientSide:
         if attach_to is not None and not self.room_for(session_id):
             attach_to = None  # the backend holds it for us, but nothing more is routed
         changes, waiting = self.sessions.settle(session_id, request_id, attach_to, call.request)
-        return (*closed, *changes, *answered, *self._rerun(waiting))
+        if waiting:
+            return (*closed, *changes, *answered, *self._rerun(waiting))
+        if closed or changes:
+            return (*closed, *changes, *answered)
+        return answered  # nearly every answer: nothing else comes of it
 
     def room_for(self, session_id: SessionId) -> bool:
         """Whether ``session_id`` may be attached here: it is, or the limit is not reached."""
