@@ -35,13 +35,14 @@ from websockets.uri import parse_uri
 
 from router.outbox import Outbox
 from router.protocol import acp
-from router.protocol.errors import BackendLinkLost, HandshakeRefused
+from router.protocol.errors import BackendLinkLost, HandshakeRefused, ProtocolError
 from router.protocol.ids import BackendId, reserved_id
 from router.protocol.jsonrpc import Message, Request, Response
+from router.protocol.reading import parse
 from router.protocol.splice import replace_id, replace_param
 from router.server.links.faults import FOREIGN_FAILURES, describe
 from router.server.links.websocket import FRAMES_LOG, WebSocket
-from router.server.links.wire import TOO_BIG, read_text
+from router.server.links.wire import TOO_BIG, dropped
 from router.server.observability.metrics import Metrics
 
 logger = logging.getLogger(__name__)
@@ -332,8 +333,10 @@ class BackendLink:
     def received_text(self, text: str) -> Coroutine[Any, Any, None] | None:
         if self.ended is not None:  # a link given up says nothing more
             return None
-        message = read_text(text, self.backend, self._metrics)
-        if message is None:
+        try:  # read_text, without its call (this runs for every frame a backend sends)
+            message = parse(text)
+        except ProtocolError as exc:
+            dropped(exc, self.backend, self._metrics)
             return None
         if self._handshake is not None:
             self._shake(self._handshake, message)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
+from typing import Final
 
 from websockets.protocol import OPEN, Protocol as Frames, Side
 
@@ -190,10 +192,15 @@ class WebSocket(SansIoWebSocket):
         if frames.extensions or self.transport is None:
             return super().send(text)
         payload = text.encode()
+        length = len(payload)
         if self._masked:
             data = text_frame(payload, masked=True)
+        elif length < 126:  # text_header's first two cases, without its call: every update
+            data = bytes((FINAL_TEXT, length)) + payload
+        elif length < 65536:
+            data = _MID_HEADER(FINAL_TEXT, 126, length) + payload
         else:
-            data = text_header(len(payload)) + payload
+            data = text_header(length) + payload
         if BURST.reading:
             batch = self._batch
             if batch is None:
@@ -282,13 +289,17 @@ class Burst:
 BURST = Burst()
 
 
+#: a header of a text frame of 126 to 65,535 bytes: its first byte, its second, the length
+_MID_HEADER: Final = struct.Struct("!BBH").pack
+
+
 def text_header(length: int, flag: int = 0) -> bytes:
     """The header of a final text frame of ``length`` bytes (``flag`` 0x80: masked, the
     key to follow)."""
     if length < 126:
         return bytes((FINAL_TEXT, flag | length))
     if length < 65536:
-        return bytes((FINAL_TEXT, flag | 126, length >> 8, length & 0xFF))
+        return _MID_HEADER(FINAL_TEXT, flag | 126, length)
     return bytes((FINAL_TEXT, flag | 127)) + length.to_bytes(8, "big")
 
 

@@ -69,7 +69,12 @@ def read_text(text: str, backend: str, metrics: Metrics) -> Message | None:
     try:
         return parse(text)
     except ProtocolError as exc:
-        reason = _REASONS.get(type(exc), "not_jsonrpc")
-        metrics.drop_frame(backend, reason)
-        logger.warning("backend %s sent a frame that is not JSON-RPC (%s); dropped", backend, exc)
+        dropped(exc, backend, metrics)
         return None
+
+
+def dropped(exc: ProtocolError, backend: str, metrics: Metrics) -> None:
+    """Count and log a frame from ``backend`` that :func:`parse` refused with ``exc``."""
+    reason = _REASONS.get(type(exc), "not_jsonrpc")
+    metrics.drop_frame(backend, reason)
+    logger.warning("backend %s sent a frame that is not JSON-RPC (%s); dropped", backend, exc)
