@@ -86,7 +86,7 @@ def relayed(message: Message) -> bool:
 
 def _response(routes: ClientSide, backend: BackendId, response: Response) -> Effects:
     auth = routes.auth
-    if auth.round is not None and auth.answers(backend, response):  # a round in flight
+    if auth.answers(backend, response):
         ended = auth.heard(backend, response)
         if ended is None:
             return (Dropped(f"{backend} accepted authenticate; backends to go"),)

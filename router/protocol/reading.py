@@ -259,21 +259,11 @@ def parse(frame: str | bytes) -> Message:
         if request_id is _UNSET:
             # a notification (what _classify would make of it): most frames an agent sends
             return Notification(method, unread, text, frame_read)
-        known_id = (  # _request_id's, without its call for an id of exactly str or int
-            request_id
-            if type(request_id) is str
-            or (type(request_id) is int and _ID_LOW <= request_id < _ID_HIGH)
-            else _request_id(request_id)
-        )
+        known_id = _request_id(request_id)
         if known_id is not None:  # a request (what _classify would make of it)
             return Request(known_id, method, unread, text, frame_read)
     elif method is _UNSET and error is _UNSET and result is not _UNSET:
-        known_id = (  # _request_id's, without its call for an id of exactly str or int
-            request_id
-            if type(request_id) is str
-            or (type(request_id) is int and _ID_LOW <= request_id < _ID_HIGH)
-            else _request_id(request_id)
-        )
+        known_id = _request_id(request_id)
         if known_id is not None and envelope.jsonrpc == "2.0":  # a call's answer, likewise
             return Response(known_id, UNREAD, None, text, frame_read)
     code: Any = None

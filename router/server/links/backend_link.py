@@ -177,13 +177,12 @@ class BackendLink:
         """:meth:`offer`, written straight to the socket when nothing waits in the
         outbox and the transport takes more; the same answer as :meth:`offer`."""
         ws = self._ws
-        if (  # is_open and an empty outbox, read as attributes (this runs for every prompt)
+        if (
             ws is None
             or ws.paused
-            or self._handshake is not None
-            or self._on_end is None
-            or self.ended is not None
             or self._outbox.frames
+            or not self.is_open
+            or self.ended is not None
         ):
             return self.offer(text)
         if ws.send(text):

@@ -192,15 +192,10 @@ class WebSocket(SansIoWebSocket):
         if frames.extensions or self.transport is None:
             return super().send(text)
         payload = text.encode()
-        length = len(payload)
         if self._masked:
             data = text_frame(payload, masked=True)
-        elif length < 126:  # text_header's first two cases, without its call: every update
-            data = bytes((FINAL_TEXT, length)) + payload
-        elif length < 65536:
-            data = _MID_HEADER(FINAL_TEXT, 126, length) + payload
         else:
-            data = text_header(length) + payload
+            data = text_header(len(payload)) + payload
         if BURST.reading:
             batch = self._batch
             if batch is None:
