@@ -55,13 +55,25 @@ class _Update(msgspec.Struct):
 
 
 class _Params(msgspec.Struct):
+    """The params parse reads in its one pass: ``sessionId`` (asked of nearly every
+    request) as the string it must be, or null; any other value of it is left to
+    :class:`_FlatParams`."""
+
+    sessionId: str | msgspec.UnsetType | None = _UNSET
+    requestId: _Member = _UNSET
+    update: _Update | msgspec.UnsetType | None = _UNSET
+
+
+class _FlatParams(msgspec.Struct):
+    """:class:`_Params` with every member unread (a frame :class:`_Envelope` does not fit)."""
+
     sessionId: _Member = _UNSET
     requestId: _Member = _UNSET
     update: _Update | msgspec.UnsetType | None = _UNSET
 
 
 class _PlainParams(msgspec.Struct):
-    """:class:`_Params` when ``update`` is not an object."""
+    """:class:`_FlatParams` when ``update`` is not an object."""
 
     sessionId: _Member = _UNSET
     requestId: _Member = _UNSET
@@ -109,7 +121,7 @@ class _FlatEnvelope(msgspec.Struct):
 
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
 _FLAT_ENVELOPE = msgspec.json.Decoder(_FlatEnvelope)
-_PARAMS = msgspec.json.Decoder(_Params)
+_FLAT_PARAMS = msgspec.json.Decoder(_FlatParams)
 _PLAIN_PARAMS = msgspec.json.Decoder(_PlainParams)
 _RESULT = msgspec.json.Decoder(_Result)
 _ERROR = msgspec.json.Decoder(_Error)
@@ -127,7 +139,7 @@ class Frame(msgspec.Struct, gc=False):
     #: what msgspec reads: the text, or its shifted copy (jsontext.shift)
     _readable: str | bytes
     shifted: bool
-    params: _Params | _PlainParams | None
+    params: _Params | _FlatParams | _PlainParams | None
     result: _Result | None
     data: _Member
     #: members spliced since the frame was read (:meth:`Request.with_param`)
@@ -162,9 +174,10 @@ class Frame(msgspec.Struct, gc=False):
             return self.overrides[path]
         match path:
             case ("params", "sessionId" | "requestId" as name):
-                return self.value(getattr(self.params, name, None))
+                found = getattr(self.params, name, None)
+                return found if type(found) is str else self.value(found)
             case ("params", "update", "sessionUpdate" | "sessionId" as name) if isinstance(
-                self.params, _Params
+                self.params, _Params | _FlatParams
             ):
                 return self.value(getattr(self.params.update, name, None))
             case ("result", "sessionId"):
@@ -292,7 +305,7 @@ def _parse_flat(text: str) -> Message:
     except ValueError as exc:
         raise _read_error(exc, text) from None
     frame = Frame(text, shifted or text, shifted is not None, None, None, _UNSET)
-    frame.params = _object(_PARAMS, flat.params) or _object(_PLAIN_PARAMS, flat.params)
+    frame.params = _object(_FLAT_PARAMS, flat.params) or _object(_PLAIN_PARAMS, flat.params)
     frame.result = _object(_RESULT, flat.result)
     error = _object(_ERROR, flat.error)
     if isinstance(error, _Error):

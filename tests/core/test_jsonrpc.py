@@ -82,6 +82,35 @@ def test_notification_has_no_id() -> None:
     assert parse(text) == Notification("session/cancel", {"sessionId": "s"}, text)
 
 
+@pytest.mark.parametrize(
+    "session_id",
+    [
+        '"s-1"',
+        '"caf\\u00e9 \\"q\\""',
+        '"\\ud800"',
+        '""',
+        "null",
+        "7",
+        "1e400",
+        "true",
+        '{"sessionId":"inner"}',
+        '["s"]',
+    ],
+)
+@pytest.mark.parametrize("kind", ["request", "notification"])
+def test_params_session_id_of_any_json_type_reads_as_decoded(session_id: str, kind: str) -> None:
+    """parse reads params.sessionId (asked of nearly every request) as the string it must
+    be in its one pass; any other value reads as the whole frame decoded says it is."""
+    head = '"id":4,' if kind == "request" else ""
+    text = f'{{"jsonrpc":"2.0",{head}"method":"session/prompt","params":{{"sessionId":{session_id},"n":1}}}}'
+    message = parse(text)
+    assert isinstance(message, Request if kind == "request" else Notification)
+    assert message.method == "session/prompt"
+    expected = json.loads(text)["params"]["sessionId"]
+    assert message.param("sessionId") == expected
+    assert message.param("n") == 1
+
+
 def test_list_params_are_kept_but_have_no_named_params() -> None:
     message = parse('{"jsonrpc":"2.0","method":"m","params":[1,2]}')
     assert isinstance(message, Notification)
