@@ -3,7 +3,8 @@ frame to websockets' sans-I/O protocol (:class:`router.server.links.websocket.We
 any stream of frames, cut into reads anywhere, it must see exactly what the protocol
 alone sees (the same messages, in order, the same binary frames) and write the same
 bytes back (pongs, the close echo, a failure's close frame); and a text frame it writes
-itself must read back as the protocol's own.
+itself must read back as the protocol's own. A server's frame relayed as it came (the
+same text sent on) is written as the router would write that text anew.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from websockets.frames import Frame, Opcode
 from websockets.protocol import Protocol, Side
 
+from router.server.links.sansio_websocket import VERBATIM
 from router.server.links.websocket import FAST_BYTES, MaskKeys, WebSocket, text_frame
 from tests.sockets import KeptTransport, Receiver
 
@@ -186,3 +188,82 @@ def test_masking_keys_are_fresh_for_every_frame_and_after_a_fork() -> None:
     reader.receive_data(first + second)
     read = [bytes(f.data) for f in reader.events_received() if isinstance(f, Frame)]
     assert read == [b"same", b"same"]
+
+
+class Relay(Receiver):
+    """A backend link's receiver that sends every text it is handed on to ``to``."""
+
+    def __init__(self, to: WebSocket) -> None:
+        self.to = to
+
+    def received_text(self, text: str) -> None:
+        self.to.send(text)
+
+
+def server_frame(payload: bytes, length_bytes: int) -> bytes:
+    """A final text frame as a server sends it (unmasked), its length in ``length_bytes``
+    more bytes (0: in the second byte), minimal or not."""
+    if length_bytes == 0:
+        return bytes((0x81, len(payload))) + payload
+    marker = 126 if length_bytes == 2 else 127
+    return bytes((0x81, marker)) + len(payload).to_bytes(length_bytes, "big") + payload
+
+
+async def relayed(data: bytes, cuts: list[int]) -> bytes:
+    """What a client side's editor is written when a backend link reads ``data`` (cut into
+    reads at ``cuts``) and relays each text as it came."""
+    editor = WebSocket(Protocol(Side.SERVER, max_size=LIMIT), Seen())
+    written = KeptTransport()
+    editor.connection_made(written)
+    link = WebSocket(Protocol(Side.CLIENT, max_size=LIMIT), Relay(editor))
+    link.connection_made(KeptTransport())
+    start = 0
+    for cut in [*sorted(cuts), len(data)]:
+        if cut > start:
+            link.data_received(data[start:cut])
+            start = cut
+    return bytes(written.written)
+
+
+def protocol_writes(payloads: list[bytes]) -> bytes:
+    """What websockets' protocol writes, as a server, sending each payload as a text."""
+    server = Protocol(Side.SERVER, max_size=None)
+    for payload in payloads:
+        server.send_text(payload)
+    return b"".join(server.data_to_send())
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.integers(0, 300), st.sampled_from([125, 126, 127, 65535, 65536])),
+            st.sampled_from([0, 2, 8]),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.booleans(),
+)
+def test_a_servers_frame_relayed_as_it_came_is_written_as_a_new_one(
+    frames: list[tuple[int, int]], one_a_read: bool
+) -> None:
+    """Whatever length form the backend chose (the fewest bytes, or more), and however
+    its frames came (one a read, or all in one), what the editor is written is what
+    websockets writes for the same texts."""
+    payloads = [("é" * (size // 2) + "x" * (size % 2)).encode() for size, _ in frames]
+    encoded = [
+        server_frame(payload, 8 if len(payload) > {0: 125, 2: 65535, 8: 2**63}[form] else form)
+        for payload, (_, form) in zip(payloads, frames, strict=True)
+    ]
+    cuts = list(itertools.accumulate(len(frame) for frame in encoded)) if one_a_read else []
+    assert asyncio.run(relayed(b"".join(encoded), cuts)) == protocol_writes(payloads)
+
+
+@pytest.mark.parametrize("size", [0, 125, 126, 65535, 65536])
+def test_a_frame_whose_length_takes_the_fewest_bytes_is_written_as_it_came(size: int) -> None:
+    payload = b"x" * size
+    frame = server_frame(payload, 0 if size < 126 else 2 if size < 65536 else 8)
+    assert asyncio.run(relayed(frame + frame, [len(frame)])) == frame + frame
+    assert VERBATIM.frame == frame
+    assert VERBATIM.text == payload.decode()

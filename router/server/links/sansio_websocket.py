@@ -274,12 +274,16 @@ class SansIoWebSocket(asyncio.Protocol):
 
     # -- reading -------------------------------------------------------------------------------
 
-    def _text(self, data: BytesLike) -> None:
+    def _text(self, data: BytesLike, frame: bytes | None = None) -> None:
+        """One text message, ``data`` its payload; ``frame``: the whole frame it came in,
+        when that is a frame a server side sends as it is (:class:`Verbatim`)."""
         try:
             text = str(data, "utf-8")
         except UnicodeDecodeError as exc:
             self._fail(INVALID_DATA, f"invalid UTF-8 at position {exc.start}")
             return
+        if frame is not None:
+            VERBATIM.frame, VERBATIM.text = frame, text
         if self._task is not None:  # a message before this one is still being handled
             if self._held is None:
                 self._held = collections.deque()
@@ -377,3 +381,24 @@ def opened(handshake: Frames) -> Frames:
     frames = Frames(handshake.side, state=OPEN, max_size=limits, logger=handshake.logger)
     frames.extensions = handshake.extensions
     return frames
+
+
+class Verbatim:
+    """The last text message read in a frame a server side would send as it is: a whole
+    final text frame, unmasked (read from a server), no extension bits, its length in the
+    fewest bytes (RFC 6455 5.2), and the text it carries. A server side sending that very
+    text (the same str object: an agent's update or answer relayed to the editor as it
+    came) writes the frame's bytes (:meth:`router.server.links.websocket.WebSocket.send`),
+    without encoding the text again or building a header: the bytes it would have built.
+    One per process (callbacks run one at a time); it holds one frame, at most
+    :data:`~router.server.links.websocket.FAST_BYTES` and its header."""
+
+    __slots__ = ("frame", "text")
+
+    def __init__(self) -> None:
+        self.frame = b""
+        self.text: str | None = None
+
+
+#: the frame last read that a server side may send as it came
+VERBATIM = Verbatim()

@@ -22,7 +22,7 @@ try:  # websockets' C speedup, when it was built
 except ImportError:  # pragma: no cover
     from websockets.utils import apply_mask
 
-from router.server.links.sansio_websocket import Receiver, SansIoWebSocket
+from router.server.links.sansio_websocket import VERBATIM, Receiver, SansIoWebSocket
 
 #: websockets' own log lines for the router's connections ("connection open" at INFO for
 #: every one of them): warnings and errors only
@@ -78,8 +78,8 @@ class WebSocket(SansIoWebSocket):
                 self._heard = True
                 if server:
                     self._text(apply_mask(data[head:], data[head - 4 : head]))
-                else:
-                    self._text(data[head:])
+                else:  # a server's frame: sent on as it came, when its length is minimal
+                    self._text(data[head:], data if head == 2 or length > 125 else None)
                 return
         self._read(data)
 
@@ -146,8 +146,10 @@ class WebSocket(SansIoWebSocket):
                     BURST.begin()  # several frames in one read
                 payload = data[i + head : stop]
                 if server:
-                    payload = apply_mask(payload, data[i + head - 4 : i + head])
-                self._text(payload)
+                    self._text(apply_mask(payload, data[i + head - 4 : i + head]))
+                else:  # a server's frame: sent on as it came, when its length is minimal
+                    minimal = head == 2 or length > (125 if head == 4 else 65535)
+                    self._text(payload, data[i:stop] if minimal else None)
                 i = stop
                 continue
             # the protocol's: this frame's bytes that are here, and the rest when they
@@ -191,10 +193,12 @@ class WebSocket(SansIoWebSocket):
         frames = self.frames
         if frames.extensions or self.transport is None:
             return super().send(text)
-        payload = text.encode()
         if self._masked:
-            data = text_frame(payload, masked=True)
+            data = text_frame(text.encode(), masked=True)
+        elif text is VERBATIM.text:  # relayed as it came: its frame, byte for byte
+            data = VERBATIM.frame
         else:
+            payload = text.encode()
             data = text_header(len(payload)) + payload
         if BURST.reading:
             batch = self._batch
