@@ -19,6 +19,7 @@ from router.protocol.errors import (
     SessionNotFound,
 )
 from router.protocol.jsonrpc import (
+    UPDATE_KIND,
     Notification,
     Request,
     RequestTemplate,
@@ -109,6 +110,25 @@ def test_params_session_id_of_any_json_type_reads_as_decoded(session_id: str, ki
     expected = json.loads(text)["params"]["sessionId"]
     assert message.param("sessionId") == expected
     assert message.param("n") == 1
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ['"agent_message_chunk"', '"agent_\\u006dessage_chunk"', '"\\udc00"', "null", "3", "[]", "{}"],
+)
+def test_an_updates_kind_of_any_json_type_reads_as_decoded(kind: str) -> None:
+    """parse reads params.update.sessionUpdate (asked of every update) as the string it
+    must be in its one pass; any other value reads as the decoded frame says it is."""
+    text = (
+        '{"jsonrpc":"2.0","method":"session/update",'
+        f'"params":{{"sessionId":"s","update":{{"sessionUpdate":{kind},"sessionId":"c"}}}}}}'
+    )
+    note = parse(text)
+    assert isinstance(note, Notification)
+    expected = json.loads(text)["params"]["update"]["sessionUpdate"]
+    assert note.member(*UPDATE_KIND) == expected
+    assert note.member_is(UPDATE_KIND, "agent_message_chunk") is (expected == "agent_message_chunk")
+    assert note.member("params", "update", "sessionId") == "c"
 
 
 def test_list_params_are_kept_but_have_no_named_params() -> None:
