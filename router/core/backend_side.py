@@ -78,7 +78,7 @@ def receive(routes: ClientSide, backend: BackendId, message: Message) -> Effects
 def relayed(message: Message) -> bool:
     """Whether :func:`receive` would return just a ``Deliver`` of ``message``'s text."""
     return (
-        isinstance(message, Notification)
+        type(message) is Notification  # not isinstance: an answer would look up __class__
         and message.method != acp.CANCEL_REQUEST
         and acp.announced_child(message) is None
     )

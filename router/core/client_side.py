@@ -168,11 +168,13 @@ class ClientSide:
         one, and nothing remembers; an ``observed`` request's forwards and answer are
         told (:class:`~router.core.effects.Forwarded`, :class:`~router.core.effects.Answered`);
         ``now``: when it came (the shell's monotonic clock), for the :attr:`budget`."""
+        # a request first, by its type: most of what a client sends, and an isinstance
+        # that fails looks up __class__
+        if type(message) is Request:
+            return self._client_request(message, claimed, observed, now)
         if isinstance(message, Response):
             return self._client_response(message)
-        if isinstance(message, Notification):
-            return self._client_notification(message)
-        return self._client_request(message, claimed, observed, now)
+        return self._client_notification(message)
 
     def _client_request(
         self, request: Request, claimed: BackendId | None, observed: bool, now: float
@@ -241,7 +243,7 @@ class ClientSide:
     def _held_session(self, message: Frame, session_id: SessionId | None) -> SessionId | None:
         """The session ``message`` (naming ``session_id``, when session-scoped) must wait
         behind, if that session is held."""
-        if isinstance(message, Notification) and message.method == acp.CANCEL_REQUEST:
+        if type(message) is Notification and message.method == acp.CANCEL_REQUEST:
             named = _named_request(message)
             call = self.calls.get(named) if named is not None else None
             return call.session_id if call is not None and call.held else None

@@ -13,7 +13,7 @@ leave (:meth:`Gate.outbound`, :meth:`Gate.reply`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, final
 
 from router.core.effects import Reply
 from router.core.hinted_ids import HintedSessions
@@ -28,6 +28,7 @@ def _same_id(session_id: str) -> str:
     return session_id
 
 
+@final
 @dataclass(frozen=True, slots=True)
 class Refusal:
     """A client frame stopped at the gate: ``text`` is its answer (None: a notification,

@@ -12,7 +12,7 @@ docs/architecture.md, "Frames", says why.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, final
 
 from router.protocol.errors import ErrorObject, JsonRpcError, ProtocolError
 from router.protocol.jsontext import dumps
@@ -70,6 +70,7 @@ def walk_values(value: Any, path: tuple[str, ...]) -> Any:
     return value
 
 
+@final  # nothing subclasses it: the router may ask type(m) is Request
 class Request:
     """A call that wants an answer."""
 
@@ -131,6 +132,7 @@ class Request:
         return f"Request(id={self.id!r}, method={self.method!r}, text={_short(self.text)})"
 
 
+@final
 class Notification:
     """A call that wants no answer."""
 
@@ -186,6 +188,7 @@ class Notification:
         return f"Notification(method={self.method!r}, text={_short(self.text)})"
 
 
+@final
 class Response:
     """An answer: a result, or an error."""
 

@@ -200,7 +200,7 @@ class ClientConnection:
         except ProtocolError as exc:
             return self.carry_out((refusal(exc.request_id, exc),))
         passed = self.gate.inbound(message)
-        if isinstance(passed, Refusal):
+        if type(passed) is Refusal:  # not isinstance: a tuple would look up __class__
             return self._refuse(passed)
         message, claimed = passed
         if self.requests is not None and type(message) is Request:
