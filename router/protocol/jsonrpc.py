@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, final
 
+import msgspec
+
 from router.protocol.errors import ErrorObject, JsonRpcError, ProtocolError
 from router.protocol.jsontext import dumps
 from router.protocol.splice import replace_parsed_member
@@ -71,24 +73,16 @@ def walk_values(value: Any, path: tuple[str, ...]) -> Any:
 
 
 @final  # nothing subclasses it: the router may ask type(m) is Request
-class Request:
-    """A call that wants an answer."""
+class Request(msgspec.Struct):
+    """A call that wants an answer: ``Request(id, method, params, text, frame)``, params
+    unread when ``frame`` (what parse kept) has them (a struct: made in C, once for
+    every request a client sends)."""
 
-    __slots__ = ("_frame", "_params", "id", "method", "text")
-
-    def __init__(
-        self,
-        id: RequestId,
-        method: str,
-        params: Params | Unread,
-        text: str,
-        frame: Members | None = None,
-    ) -> None:
-        self.id = id
-        self.method = method
-        self._params = params
-        self.text = text
-        self._frame = frame
+    id: RequestId
+    method: str
+    _params: Params | Unread
+    text: str
+    _frame: Members | None = None
 
     @property
     def params(self) -> Params:
@@ -110,11 +104,11 @@ class Request:
         old ones, that member the new value."""
         text = replace_parsed_member(self.text, ("params", name), value)
         params, frame = _with_param(self, name, value)
-        return Request(self.id, self.method, params, text, frame=frame)
+        return Request(self.id, self.method, params, text, frame)
 
     def with_text(self, text: str) -> Request:
         """This request, as parsed, sent as ``text`` (the caller's edit of it)."""
-        return Request(self.id, self.method, self._params, text, frame=self._frame)
+        return Request(self.id, self.method, self._params, text, self._frame)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Request):
@@ -133,18 +127,14 @@ class Request:
 
 
 @final
-class Notification:
-    """A call that wants no answer."""
+class Notification(msgspec.Struct):
+    """A call that wants no answer: ``Notification(method, params, text, frame)`` (a
+    struct, as :class:`Request` is: one for every update an agent streams)."""
 
-    __slots__ = ("_frame", "_params", "method", "text")
-
-    def __init__(
-        self, method: str, params: Params | Unread, text: str, frame: Members | None = None
-    ) -> None:
-        self.method = method
-        self._params = params
-        self.text = text
-        self._frame = frame
+    method: str
+    _params: Params | Unread
+    text: str
+    _frame: Members | None = None
 
     @property
     def params(self) -> Params:
@@ -171,11 +161,11 @@ class Notification:
         :meth:`Request.with_param`: not parsed again)."""
         text = replace_parsed_member(self.text, ("params", name), value)
         params, frame = _with_param(self, name, value)
-        return Notification(self.method, params, text, frame=frame)
+        return Notification(self.method, params, text, frame)
 
     def with_text(self, text: str) -> Notification:
         """This notification, as parsed, sent as ``text`` (the caller's edit of it)."""
-        return Notification(self.method, self._params, text, frame=self._frame)
+        return Notification(self.method, self._params, text, self._frame)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Notification):
