@@ -36,14 +36,15 @@ from round to round; a fixed cycle made the router side always follow direct):
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench.fleet import Child, Fleet, Scripted, haproxy_missing
-from bench.observe import cpu_split, cpu_time
-from bench.ratios import Budget, Result, Target, micro, percentile, row, shuffled
+from bench.observe import cpu_split, cpu_time, migrations
+from bench.ratios import Budget, Figure, Result, Target, micro, percentile, row, shuffled
 from bench.wire import AcpSocket, BenchError, prompt_params, resume_params
 
 BENCH = "hop"
@@ -98,6 +99,8 @@ class Round:
     #: the same in user space and in the kernel (10 ms ticks over the round's batches)
     trip_user: dict[str, float]
     trip_kernel: dict[str, float]
+    #: how often the hop's threads moved to another CPU, per request-and-answer
+    trip_moves: dict[str, float]
     #: p50 of the prompts alternating between the sides
     p50: dict[str, float]
     #: CPU seconds per forwarded frame, per hop
@@ -154,6 +157,7 @@ async def _round(sides: list[Side], sizes: Sizes, index: int) -> Round:
     samples: dict[str, list[float]] = {side.name: [] for side in sides}
     spent = {side.name: 0.0 for side in sides if side.pid is not None}
     split = {side.name: cpu_split(side.pid) for side in sides if side.pid is not None}
+    moved = {side.name: migrations(side.pid) for side in sides if side.pid is not None}
     for turn in range(SLICES):
         for side in shuffled(sides, index * SLICES + turn):
             spent_now = await _consecutive(side, sizes.consecutive // SLICES, samples[side.name])
@@ -161,18 +165,20 @@ async def _round(sides: list[Side], sizes: Sizes, index: int) -> Round:
                 spent[side.name] += spent_now
     batch_p50 = {name: percentile(taken, 50) for name, taken in samples.items()}
     trip_cpu = {name: seconds / len(samples[name]) for name, seconds in spent.items()}
-    user, kernel = {}, {}
+    user, kernel, moves = {}, {}, {}
     for side in sides:
         if side.pid is not None:  # idle while the other sides took their turns
             (user_then, kernel_then), (user_now, kernel_now) = split[side.name], cpu_split(side.pid)
-            user[side.name] = (user_now - user_then) / len(samples[side.name])
-            kernel[side.name] = (kernel_now - kernel_then) / len(samples[side.name])
+            prompts = len(samples[side.name])
+            user[side.name] = (user_now - user_then) / prompts
+            kernel[side.name] = (kernel_now - kernel_then) / prompts
+            moves[side.name] = (migrations(side.pid) - moved[side.name]) / prompts
     order = shuffled(sides, index)
     latency = await _latencies(order, sizes.latency)
     hops = [side for side in order if side.pid is not None]
     cpu = await _cpu_per_frame(hops, sizes)
     p50 = {name: percentile(samples, 50) for name, samples in latency.items()}
-    return Round(batch_p50, trip_cpu, user, kernel, p50, cpu)
+    return Round(batch_p50, trip_cpu, user, kernel, moves, p50, cpu)
 
 
 def _rows(rounds: list[Round], hops: list[str], befores: list[str]) -> list[Result]:
@@ -196,6 +202,12 @@ def _rows(rounds: list[Round], hops: list[str], befores: list[str]) -> list[Resu
             pair = (_mean(rounds, figure, ROUTER), _mean(rounds, figure, other))
             measure = f"CPU per request-and-answer {where}, all rounds, router"
             rows.append(row(BENCH, measure, f"the same, {other}", micro([pair]), "us"))
+    # how often each hop was moved to another CPU (its caches left behind): the scheduler's
+    # doing, not the hop's, and a part of the spread of every figure above between runs
+    for hop in hops:
+        moves = statistics.median(r.trip_moves[hop] for r in rounds)
+        measure = f"CPU migrations per request-and-answer, consecutive prompts, {hop}"
+        rows.append(Figure(BENCH, measure, moves, "moves"))
     # what uvloop gains the router: the router as users get it against one on asyncio
     for what, figure in (
         ("CPU per request-and-answer", _trip_cpu),

@@ -42,6 +42,19 @@ def cpu_time(pid: int) -> float:
     return total / 1e9
 
 
+def migrations(pid: int) -> int:
+    """Times the process's threads have been moved from one CPU to another so far
+    (``se.nr_migrations`` in ``/proc/<pid>/task/*/sched``; 0 where the kernel does not
+    keep it). A move leaves the caches of the CPU it ran on behind."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            for line in (task / "sched").read_text().splitlines():
+                if line.startswith("se.nr_migrations"):
+                    total += int(line.rpartition(":")[2])
+    return total
+
+
 def rss_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
