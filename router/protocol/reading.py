@@ -130,6 +130,9 @@ class _FlatEnvelope(msgspec.Struct):
     error: _Member = _UNSET
 
 
+#: the params that may hold an update (a tuple built once: ``A | B`` builds a union per call)
+_WITH_UPDATE: Final = (_Params, _FlatParams)
+
 _ENVELOPE = msgspec.json.Decoder(_Envelope)
 _FLAT_ENVELOPE = msgspec.json.Decoder(_FlatEnvelope)
 _FLAT_PARAMS = msgspec.json.Decoder(_FlatParams)
@@ -190,7 +193,7 @@ class Frame(msgspec.Struct, gc=False):
             case ("params", "sessionId" | "requestId" as name):
                 return self.value(getattr(self.params, name, None))
             case ("params", "update", "sessionUpdate" | "sessionId" as name) if isinstance(
-                self.params, _Params | _FlatParams
+                self.params, _WITH_UPDATE
             ):
                 return self.value(getattr(self.params.update, name, None))
             case ("result", "sessionId"):
