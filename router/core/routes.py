@@ -37,7 +37,7 @@ from router.core.effects import Change, Effects, TurnEnd
 from router.core.health import Health
 from router.protocol.errors import ErrorObject, JsonRpcError
 from router.protocol.ids import BackendId, SessionId
-from router.protocol.jsonrpc import RequestId
+from router.protocol.jsonrpc import Message, RequestId
 
 __all__ = ["ClientRoutes", "Limits", "PendingCall"]
 
@@ -90,16 +90,18 @@ class ClientRoutes(ClientSide):
         """The router's error answer to a call (:func:`router.core.outcomes.fail`)."""
         return outcomes.fail(self, request_id, error)
 
-    #: Route one message from a backend (``receive_backend(backend, message)``): the
-    #: function itself, not a method that calls it (it runs for every answer a backend sends)
-    receive_backend = backend_side.receive
+    def receive_backend(self, backend: BackendId, message: Message) -> Effects:
+        """Route one message from ``backend`` (:func:`router.core.backend_side.receive`)."""
+        return backend_side.receive(self, backend, message)
 
-    #: Whether ``message`` from a backend goes to the client as it came and changes
-    #: nothing here: :meth:`receive_backend` would return just its ``Deliver``. True for
-    #: a notification that is neither ``$/cancel_request`` nor a child session's
-    #: announcement (nearly every frame an agent sends: its updates). The shell asks
-    #: this first on the per-frame path, so that nothing is built for such a frame.
-    relays = staticmethod(backend_side.relayed)
+    @staticmethod
+    def relays(message: Message) -> bool:
+        """Whether ``message`` from a backend goes to the client as it came and changes
+        nothing here: :meth:`receive_backend` would return just its ``Deliver``. True for
+        a notification that is neither ``$/cancel_request`` nor a child session's
+        announcement (nearly every frame an agent sends: its updates). The shell asks
+        this first on the per-frame path, so that nothing is built for such a frame."""
+        return backend_side.relayed(message)
 
     def backend_lost(
         self, backend: BackendId, refused: ErrorObject | None = None, reason: str | None = None

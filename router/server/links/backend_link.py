@@ -100,7 +100,7 @@ class BackendLink:
         "_closed",
         "_connect_timeout",
         "_handshake",
-        "_inline",
+        "_inline_messages",
         "_max_message_bytes",
         "_metrics",
         "_on_end",
@@ -131,7 +131,7 @@ class BackendLink:
         #: unanswered (evidence it is frozen: :meth:`router.server.pool.backends.Pool.unanswered`)
         self.timed_out = False
         #: whether ``on_message`` may run inline, outside a task (:mod:`router.server.links.inline`)
-        self._inline = inline
+        self._inline_messages = inline
         self._metrics = metrics
         self.url = url
         self._tls = tls
@@ -312,7 +312,7 @@ class BackendLink:
         uri = parse_uri(self.url)
         frames = ClientProtocol(uri, max_size=self._max_message_bytes, logger=FRAMES_LOG)
         ws = self._ws = WebSocket(frames, self)
-        ws.inline = self._inline
+        ws.inline = self._inline_messages
         tls = (self._tls or True) if uri.secure else None
         loop = asyncio.get_running_loop()
         await loop.create_connection(
