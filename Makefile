@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 NPM    := $(shell command -v npm 2>/dev/null)
 INTEROP := tests/interop/node_modules/.package-lock.json
 
-.PHONY: install interop demo test test-fast lint bench haproxy compose-test docker-tools clean
+.PHONY: install interop demo test test-compiled test-fast lint bench haproxy compose-test docker-tools clean
 
 $(BIN)/acp-router: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,18 @@ $(BIN)/acp-router: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
+# NATIVE=1 (the default): compile the per-frame modules with mypyc (router.native_build), in
+# place; where that fails (no C compiler), say so and run the pure-Python modules.
+NATIVE ?= 1
+NATIVE_LOG := $(VENV)/native-build.log
+PURE := ACP_ROUTER_PURE=1
+
 install: $(BIN)/acp-router
+ifeq ($(NATIVE),1)
+	@$(BIN)/python -m router.native_build >$(NATIVE_LOG) 2>&1 && tail -n 1 $(NATIVE_LOG) || { \
+		tail -n 5 $(NATIVE_LOG); \
+		echo "install: the compiled build failed ($(NATIVE_LOG)): the router runs its Python sources"; }
+endif
 
 demo: install                ## start 3 reference agents and the router on ws://127.0.0.1:8765/acp
 	$(BIN)/acp-router demo
@@ -37,8 +48,18 @@ lint: install                ## ruff, ruff format --check, mypy --strict, and th
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint interop           ## lint, then the test suite with the branch-coverage floor
-	$(BIN)/pytest --cov --cov-report=term
+# NATIVE_TEST=require (.ci/run): test-compiled fails where there is no compiled build to test.
+# The suite twice: on the Python sources, where coverage sees every line (ACP_ROUTER_PURE=1,
+# router.native), with the branch-coverage floor; then on the compiled modules, as users run them.
+test: lint interop           ## lint, the suite on the sources (coverage floor), then compiled
+	$(PURE) $(BIN)/pytest --cov --cov-report=term
+	@$(MAKE) --no-print-directory test-compiled
+
+test-compiled: install interop  ## the suite on the compiled modules make install built (where it could)
+	@if $(BIN)/python -c "import router.native as n, sys; sys.exit(not n.COMPILED)"; then \
+		echo "== the same suite on the compiled modules =="; $(BIN)/pytest -q; \
+	elif [ "$(NATIVE_TEST)" = require ]; then echo "test-compiled: no compiled build ($(NATIVE_LOG))"; exit 1; \
+	else echo "test-compiled: no compiled build here: the suite ran on the Python sources only"; fi
 
 test-fast: install           ## the core tests alone (tests/core: no sockets, no processes), in seconds
 	$(BIN)/pytest tests/core -q -p no:cacheprovider
@@ -68,4 +89,5 @@ docker-tools:                ## the Docker engine, Compose 1.29 and mmdebstrap (
 		{ apt-get update -qq && apt-get install -y -qq docker.io docker-compose mmdebstrap >/dev/null; }
 
 clean:
-	rm -rf $(VENV) .venv-* .mypy_cache .pytest_cache .ruff_cache .coverage .coverage.* htmlcov build dist tests/interop/node_modules
+	rm -rf $(VENV) .venv-* router/native-*.stamp .mypy_cache .pytest_cache .ruff_cache .coverage .coverage.* htmlcov build dist tests/interop/node_modules
+	find router -name '*.so' -delete

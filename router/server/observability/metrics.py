@@ -27,7 +27,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from router import __version__
+from router import __version__, native
 from router.core.effects import Awaited
 from router.core.health import Health
 from router.core.locate import AdminState
@@ -171,6 +171,14 @@ class Metrics:
             ["loop"],
             registry=registry,
         )
+        self.modules = Gauge(
+            "acp_router_modules_info",
+            "How the per-frame modules run: compiled (with mypyc, by make install) or pure"
+            " (their Python sources; always 1)",
+            ["modules"],
+            registry=registry,
+        )
+        self.modules.labels(native.describe()).set(1)
         self.connections = Counter(
             "acp_router_connections_total",
             "Client connections (WebSocket, or Streamable HTTP at initialize), by result:"

@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.log import access_logger
 
+from router import native
 from router.server.config import Settings
 from router.server.door.accepting import listen, listen_on
 from router.server.door.app_keys import (
@@ -104,7 +105,8 @@ async def serve(
             await stack.enter_async_context(reloading_on_hangup(app[RELOADER].reload))
             loop = running_loop()
             app[METRICS].event_loop.labels(loop).set(1)
-            logger.info("event loop: %s, Python %s", loop, platform.python_version())
+            python = platform.python_version()
+            logger.info("event loop: %s, Python %s, %s modules", loop, python, native.describe())
             scheme = "ws" if tls is None else "wss"
             on_listening(f"{scheme}://{host}:{runner.addresses[0][1]}/acp")
             await signals.stop.wait()
