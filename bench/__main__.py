@@ -69,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
         "--profile",
         type=Path,
         metavar="DIR",
-        help="run each router under pyinstrument and save its profile in DIR"
+        help="run each router under pyinstrument (on its Python sources) and save its profile in DIR"
         " (render one with: pyinstrument --load DIR/router-....pyisession)",
     )
     parser.add_argument(

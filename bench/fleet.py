@@ -26,6 +26,7 @@ import aiohttp
 
 from bench import passthrough, scripted
 from bench.wire import WAIT, BenchError
+from router.native import PURE_ENV
 
 #: what a router config's [[backends]] gets: (id, url)
 Backend = tuple[str, str]
@@ -166,11 +167,14 @@ async def _router(
         sections = {**sections, "router": keys}
     config.write_text(_config(backends, sections))
     args = _router_args(["serve", "--config", str(config)], fleet.log_level)
+    env = None
     if fleet.profile is not None:
         session = fleet.profile / f"{name}.pyisession"
         args = ["-m", "pyinstrument", "--interval", "0.0005", "-o", str(session), *args]
+        env = {PURE_ENV: "1"}  # pyinstrument sees Python frames only: the sources run
     # run from ``source``: ``python -m`` puts the working folder first on sys.path
-    starting = _child(fleet.folder, name, args, "acp-router listening on ", source, fleet.under)
+    ready = "acp-router listening on "
+    starting = _child(fleet.folder, name, args, ready, source, fleet.under, env)
     async with starting as router:
         await _wait_ready(fleet.http, router, len(backends))
         yield router
@@ -291,6 +295,7 @@ async def _child(
     prefix: str,
     cwd: Path | None = None,
     under: tuple[str, ...] = (),
+    env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Child]:
     log = root / f"{name}.log"
     with log.open("wb") as errors:
@@ -301,7 +306,7 @@ async def _child(
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=errors,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
             cwd=cwd,
         )
     try:

@@ -5,13 +5,14 @@ match their sources (docs/architecture.md, Compiled modules).
 each gets an extension module beside its source (``websocket.cpython-311-x86_64-linux-gnu.so``
 next to ``websocket.py``), which the import system prefers, and one shared library holds
 their code (``router/_native__mypyc``). The build then writes a stamp for the interpreter
-it ran on: the SHA-256 of the sources it compiled.
+it ran on: the SHA-256 of the package's sources.
 
 When the package is imported, :func:`choose` compares that stamp with the sources. Where the
 stamp is missing or stale (a source edited since the build), or ``ACP_ROUTER_PURE=1`` is set
-(for a debugger, a profiler or coverage, which see only Python code), it puts a finder first
-on ``sys.meta_path`` that imports those modules from their sources. So a compiled module runs
-only if it was built from the code beside it, and the same code runs either way.
+(for a debugger, a profiler or coverage, which see only Python code), those modules are
+imported from their sources (:class:`SourcesFirst`, first on ``sys.meta_path``; every other
+module always is). So a compiled module runs only if it is on the list and was built from
+the code beside it, and the same code runs either way.
 
 This module imports nothing of the router's: ``router/__init__.py`` imports it first.
 """
@@ -42,6 +43,7 @@ MODULES = (
     "router.core.routes",
     "router.protocol.acp",
     "router.protocol.ids",
+    "router.protocol.reading",
     "router.server.connection.client",
     "router.server.connection.client_links",
     "router.server.connection.request_log",
@@ -69,10 +71,12 @@ def stamp_path() -> Path:
 
 
 def digest() -> str:
-    """The SHA-256 of :data:`MODULES`' sources, names included."""
+    """The SHA-256 of the package's sources, paths included: every one of them, not only
+    :data:`MODULES`' (compiled code was checked against the types of what it imports)."""
     sha = hashlib.sha256()
-    for module in MODULES:
-        sha.update(module.encode() + b"\0" + source(module).read_bytes() + b"\0")
+    for file in sorted(PACKAGE.rglob("*.py")):
+        sha.update(file.relative_to(PACKAGE).as_posix().encode() + b"\0")
+        sha.update(file.read_bytes() + b"\0")
     return sha.hexdigest()
 
 
@@ -90,14 +94,26 @@ def built() -> bool:
 
 
 class SourcesFirst(importlib.abc.MetaPathFinder):
-    """Imports :data:`MODULES` from their sources, whatever extension modules lie beside them."""
+    """Imports the router's modules from their sources, but for :data:`MODULES` when they
+    run compiled: an extension module left beside any other source (a module compiled by an
+    older build, and since taken off the list) never runs."""
+
+    def __init__(self, compiled: bool) -> None:
+        self.compiled = compiled
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> ModuleSpec | None:
-        if fullname not in MODULES:
+        if path is None or not fullname.startswith("router."):
             return None
-        return importlib.util.spec_from_file_location(fullname, source(fullname))
+        if self.compiled and fullname in MODULES:
+            return None  # the import system's own finder prefers the extension module
+        name = fullname.rpartition(".")[2] + ".py"
+        for folder in path:
+            file = Path(folder, name)
+            if file.is_file():
+                return importlib.util.spec_from_file_location(fullname, file)
+        return None  # a package (its __init__.py is never compiled), or no such module
 
 
 #: whether :data:`MODULES` run compiled in this process (set by :func:`choose`)
@@ -105,12 +121,15 @@ COMPILED = False
 
 
 def choose() -> bool:
-    """Run :data:`MODULES` compiled if :func:`built` and not ``ACP_ROUTER_PURE=1``; else
-    import them from their sources. Returns whether they run compiled."""
+    """Run :data:`MODULES` compiled if :func:`built` and not ``ACP_ROUTER_PURE=1``, every
+    other module from its source. Returns whether they run compiled."""
     global COMPILED
     COMPILED = os.environ.get(PURE_ENV) != "1" and built()
-    if not COMPILED and not any(isinstance(f, SourcesFirst) for f in sys.meta_path):
-        sys.meta_path.insert(0, SourcesFirst())
+    for finder in sys.meta_path:
+        if isinstance(finder, SourcesFirst):
+            finder.compiled = COMPILED
+            return COMPILED
+    sys.meta_path.insert(0, SourcesFirst(COMPILED))
     return COMPILED
 
 

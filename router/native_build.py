@@ -7,6 +7,7 @@ nothing when the stamp matches the sources. Where it fails, the router runs its 
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import sys
 from pathlib import Path
@@ -22,6 +23,8 @@ _TAG = sys.implementation.cache_tag
 
 def build() -> int:
     """Compile :data:`~router.native.MODULES` in place, then write the stamp."""
+    for stray in _strays():
+        stray.unlink()
     if built():
         sys.stdout.write(f"{_NAME}: the compiled modules are up to date ({_TAG})\n")
         return 0
@@ -39,6 +42,13 @@ def build() -> int:
     stamp_path().write_text(digest() + "\n")
     sys.stdout.write(f"{_NAME}: compiled {len(MODULES)} modules ({_TAG})\n")
     return 0
+
+
+def _strays() -> list[Path]:
+    """This interpreter's extension modules in the package that the list no longer names."""
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    kept = {source(m).with_suffix(suffix) for m in (*MODULES, LIBRARY + "__mypyc")}
+    return [file for file in PACKAGE.rglob(f"*{suffix}") if file not in kept]
 
 
 if __name__ == "__main__":

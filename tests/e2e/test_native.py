@@ -103,3 +103,14 @@ async def test_the_router_says_how_its_modules_run(tmp_path: Path, pure: bool) -
             ):
                 metrics = await response.text()
             assert f'acp_router_modules_info{{modules="{modules}"}} 1.0' in metrics.splitlines()
+
+
+async def test_an_extension_module_off_the_list_never_runs(tmp_path: Path) -> None:
+    """One an older build compiled, say: the module it stands beside runs from its source,
+    compiled build or not."""
+    root = copy_of_package(tmp_path)
+    (root / "router" / "core" / f"ending{SUFFIX}").write_bytes(b"not a shared object")
+    script = "import router.core.ending as m; print(m.__file__)"
+    run = await run_to_exit(sys.executable, "-P", "-c", script, env={"PYTHONPATH": str(root)})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == str(root / "router" / "core" / "ending.py")
