@@ -59,6 +59,11 @@ PURE_ENV = "ACP_ROUTER_PURE"
 
 PACKAGE = Path(__file__).resolve().parent
 
+#: where the build is made: on 3.12 and later, a compiled coroutine that passes an
+#: exception on throws it with the (type, exc, tb) signature of throw(), deprecated there
+#: (an error where warnings are, as in the test suite), so the sources run instead
+SUPPORTED = sys.version_info < (3, 12)
+
 
 def source(module: str) -> Path:
     """The source file of one of :data:`MODULES`."""
@@ -83,6 +88,8 @@ def digest() -> str:
 def built() -> bool:
     """Whether this interpreter has a compiled build of :data:`MODULES` made from the sources
     beside it: its stamp matches them, and every extension module is there."""
+    if not SUPPORTED:
+        return False
     try:
         stamped = stamp_path().read_text().strip()
     except OSError:

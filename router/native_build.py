@@ -15,7 +15,16 @@ from pathlib import Path
 from mypyc.build import mypycify
 from setuptools import Distribution
 
-from router.native import LIBRARY, MODULES, PACKAGE, built, digest, source, stamp_path
+from router.native import (
+    LIBRARY,
+    MODULES,
+    PACKAGE,
+    SUPPORTED,
+    built,
+    digest,
+    source,
+    stamp_path,
+)
 
 _NAME = "router.native_build"
 _TAG = sys.implementation.cache_tag
@@ -25,6 +34,10 @@ def build() -> int:
     """Compile :data:`~router.native.MODULES` in place, then write the stamp."""
     for stray in _strays():
         stray.unlink()
+    if not SUPPORTED:
+        python = ".".join(map(str, sys.version_info[:2]))
+        sys.stdout.write(f"{_NAME}: not built on Python {python} (router.native.SUPPORTED)\n")
+        return 0
     if built():
         sys.stdout.write(f"{_NAME}: the compiled modules are up to date ({_TAG})\n")
         return 0
@@ -47,7 +60,8 @@ def build() -> int:
 def _strays() -> list[Path]:
     """This interpreter's extension modules in the package that the list no longer names."""
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    kept = {source(m).with_suffix(suffix) for m in (*MODULES, LIBRARY + "__mypyc")}
+    listed = (*MODULES, LIBRARY + "__mypyc") if SUPPORTED else ()
+    kept = {source(m).with_suffix(suffix) for m in listed}
     return [file for file in PACKAGE.rglob(f"*{suffix}") if file not in kept]
 
 
