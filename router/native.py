@@ -30,11 +30,12 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
 
-#: what the build compiles: the modules every routed frame runs through, as measured by
-#: ``python -m bench.instructions`` (BENCHMARKS.md). Each must compile under mypyc's rules:
-#: no msgspec.Struct or subclass of a builtin exception defined in it, no function assigned
-#: as a method, no decorator from a library that sets attributes on the function.
-MODULES = (
+#: the modules every routed frame runs through with no coroutine in them (the core's routing
+#: and parse), as measured by ``python -m bench.instructions`` (BENCHMARKS.md): compiled on
+#: every Python. Each must compile under mypyc's rules: no
+#: msgspec.Struct or subclass of a builtin exception defined in it, no function assigned as a
+#: method, no decorator from a library that sets attributes on the function.
+SYNCHRONOUS = (
     "router.core.authentication",
     "router.core.backend_side",
     "router.core.client_side",
@@ -44,6 +45,13 @@ MODULES = (
     "router.protocol.acp",
     "router.protocol.ids",
     "router.protocol.reading",
+)
+#: the per-frame modules that define coroutines, or subclass a class that does (the client
+#: connection, the WebSocket links and framing): compiled on Python 3.11 only. On 3.12 and later a compiled coroutine that passes an
+#: exception on to what it awaits (a cancellation, say) throws it with the (type, exc, tb)
+#: signature of throw() that 3.12 deprecates (mypyc/mypyc#1214): a DeprecationWarning at
+#: every cancelled await, an error where warnings are, as in the test suite.
+COROUTINES = (
     "router.server.connection.client",
     "router.server.connection.client_links",
     "router.server.connection.request_log",
@@ -52,17 +60,14 @@ MODULES = (
     "router.server.links.sansio_websocket",
     "router.server.links.websocket",
 )
+#: what the build compiles on this interpreter
+MODULES = SYNCHRONOUS + COROUTINES if sys.version_info < (3, 12) else SYNCHRONOUS
 #: mypyc's shared library for :data:`MODULES`, inside the package
 LIBRARY = "router._native"
 #: set to ``1``: import :data:`MODULES` from their sources even where they are compiled
 PURE_ENV = "ACP_ROUTER_PURE"
 
 PACKAGE = Path(__file__).resolve().parent
-
-#: where the build is made: on 3.12 and later, a compiled coroutine that passes an
-#: exception on throws it with the (type, exc, tb) signature of throw(), deprecated there
-#: (an error where warnings are, as in the test suite), so the sources run instead
-SUPPORTED = sys.version_info < (3, 12)
 
 
 def source(module: str) -> Path:
@@ -88,8 +93,6 @@ def digest() -> str:
 def built() -> bool:
     """Whether this interpreter has a compiled build of :data:`MODULES` made from the sources
     beside it: its stamp matches them, and every extension module is there."""
-    if not SUPPORTED:
-        return False
     try:
         stamped = stamp_path().read_text().strip()
     except OSError:

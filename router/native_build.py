@@ -19,7 +19,6 @@ from router.native import (
     LIBRARY,
     MODULES,
     PACKAGE,
-    SUPPORTED,
     built,
     digest,
     source,
@@ -34,10 +33,6 @@ def build() -> int:
     """Compile :data:`~router.native.MODULES` in place, then write the stamp."""
     for stray in _strays():
         stray.unlink()
-    if not SUPPORTED:
-        python = ".".join(map(str, sys.version_info[:2]))
-        sys.stdout.write(f"{_NAME}: not built on Python {python} (router.native.SUPPORTED)\n")
-        return 0
     if built():
         sys.stdout.write(f"{_NAME}: the compiled modules are up to date ({_TAG})\n")
         return 0
@@ -60,7 +55,7 @@ def build() -> int:
 def _strays() -> list[Path]:
     """This interpreter's extension modules in the package that the list no longer names."""
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
-    listed = (*MODULES, LIBRARY + "__mypyc") if SUPPORTED else ()
+    listed = (*MODULES, LIBRARY + "__mypyc")
     kept = {source(m).with_suffix(suffix) for m in listed}
     return [file for file in PACKAGE.rglob(f"*{suffix}") if file not in kept]
 

@@ -8,6 +8,7 @@ interpreter has none, the tests that need one skip, saying so.
 
 from __future__ import annotations
 
+import ast
 import importlib.machinery
 import json
 import re
@@ -31,6 +32,11 @@ NEEDS_BUILD = pytest.mark.skipif(
 REPORT = (
     "import importlib, json, router.native as n; "
     "print(json.dumps([n.COMPILED, [importlib.import_module(m).__file__ for m in n.MODULES]]))"
+)
+#: prints the file each per-frame module was imported from, the build's or not
+EVERY_MODULE = (
+    "import importlib, json, router.native as n; print(json.dumps("
+    "{m: importlib.import_module(m).__file__ for m in n.SYNCHRONOUS + n.COROUTINES}))"
 )
 
 
@@ -56,6 +62,33 @@ async def test_a_build_made_from_these_sources_runs_compiled(tmp_path: Path) -> 
     compiled, files = await imported(copy_of_package(tmp_path))
     assert compiled
     assert all(f.endswith(SUFFIX) for f in files), files
+
+
+@NEEDS_BUILD
+async def test_only_what_this_python_compiles_runs_compiled(tmp_path: Path) -> None:
+    """On 3.12 and later the modules with coroutines run from their sources."""
+    root = copy_of_package(tmp_path)
+    run = await run_to_exit(sys.executable, "-P", "-c", EVERY_MODULE, env={"PYTHONPATH": str(root)})
+    assert run.returncode == 0, run.stderr
+    files: dict[str, str] = json.loads(run.stdout)
+    compiled = {m for m, file in files.items() if file.endswith(SUFFIX)}
+    assert compiled == set(native.MODULES), files
+    if sys.version_info >= (3, 12):
+        assert not compiled & set(native.COROUTINES), files
+
+
+def test_what_every_python_compiles_has_no_coroutine() -> None:
+    """A compiled coroutine on 3.12+ passes exceptions on with the deprecated throw()
+    signature, so no module compiled there awaits, or delegates with ``yield from``; and a
+    compiled class cannot subclass one of a module left to its sources, that defines
+    ``__slots__``, so none imports from those modules."""
+    shapes = (ast.AsyncFunctionDef, ast.Await, ast.AsyncFor, ast.AsyncWith, ast.YieldFrom)
+    for module in native.SYNCHRONOUS:
+        tree = ast.parse(native.source(module).read_text())
+        found = [node.lineno for node in ast.walk(tree) if isinstance(node, shapes)]
+        assert not found, (module, found)
+        imports = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not imports & set(native.COROUTINES), module
 
 
 @NEEDS_BUILD
