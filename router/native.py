@@ -45,6 +45,7 @@ SYNCHRONOUS = (
     "router.protocol.acp",
     "router.protocol.ids",
     "router.protocol.reading",
+    "router.protocol.utf8",
 )
 #: the per-frame modules that define coroutines, or subclass a class that does (the client
 #: connection, the WebSocket links and framing): compiled on Python 3.11 only. On 3.12 and later a compiled coroutine that passes an

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from router.core.effects import CancelTurn, CloseLink, Effects, OpenLink
 from router.core.gate import Gate
 from router.core.routes import ClientRoutes
+from router.protocol import utf8
 from router.protocol.errors import BackendLinkLost, ErrorObject, HandshakeRefused
 from router.protocol.ids import BackendId
 from router.protocol.jsonrpc import Message, RequestId
@@ -207,7 +208,7 @@ class ClientLinks:
         links, gate, carry_out = self.open, self.gate, self._carry_out
         # looked up once per link, not per frame (this runs for every update an agent streams)
         rewrites, relays = gate.rewrites, routes.relays
-        count, write = self.metrics.count_frame, channel.write
+        (frames, size), write = self.metrics.tallies(TO_CLIENT), channel.write
 
         def route(message: Message) -> Coroutine[Any, Any, None] | None:
             if links.get(backend) is not link:  # a link given up says nothing more
@@ -217,8 +218,9 @@ class ClientLinks:
             if relays(message):
                 # nearly every frame from a backend (an update): delivered as it came,
                 # what carry_out would do with receive_backend's Deliver, with nothing built
-                written = write(message.text)
-                count(TO_CLIENT, message.text)  # once it is written, as carried counts
+                written = write(text := message.text)
+                frames[0] += 1  # once it is written, as carried counts
+                size[0] += utf8.size(text)
                 if written:
                     return None
                 return channel.send(message.text, message)
