@@ -223,7 +223,7 @@ class ClientLinks:
                 size[0] += utf8.size(text)
                 if written:
                     return None
-                return channel.send(message.text, message)
+                return channel.send(text, message)
             return carry_out(routes.receive_backend(backend, message))
 
         return route
