@@ -31,10 +31,10 @@ from pathlib import Path
 from types import ModuleType
 
 #: the modules every routed frame runs through with no coroutine in them (the core's routing
-#: and parse), as measured by ``python -m bench.instructions`` (BENCHMARKS.md): compiled on
-#: every Python. Each must compile under mypyc's rules: no msgspec.Struct or subclass of a
-#: builtin exception defined in it, no function assigned as a method, no decorator from a
-#: library that sets attributes on the function.
+#: and parse, the WebSocket framing), as measured by ``python -m bench.instructions``
+#: (BENCHMARKS.md): compiled on every Python. Each must compile under mypyc's rules: no
+#: msgspec.Struct or subclass of a builtin exception defined in it, no function assigned as
+#: a method, no decorator from a library that sets attributes on the function.
 SYNCHRONOUS = (
     "router.core.authentication",
     "router.core.backend_side",
@@ -46,21 +46,20 @@ SYNCHRONOUS = (
     "router.protocol.ids",
     "router.protocol.reading",
     "router.protocol.utf8",
+    "router.server.links.sansio_websocket",
+    "router.server.links.websocket",
 )
-#: the per-frame modules that define coroutines, or subclass a class that does (the client
-#: connection, the WebSocket links and framing): compiled on Python 3.11 only. On 3.12 and
-#: later a compiled coroutine that passes an exception on to what it awaits (a cancellation,
-#: say) throws it with the (type, exc, tb) signature of throw() that 3.12 deprecates
-#: (mypyc/mypyc#1214): a DeprecationWarning at every cancelled await, an error where
-#: warnings are, as in the test suite.
+#: the per-frame modules that define coroutines (the client connection, a backend link):
+#: compiled on Python 3.11 only. On 3.12 and later a compiled coroutine that passes an
+#: exception on to what it awaits (a cancellation, say) throws it with the (type, exc, tb)
+#: signature of throw() that 3.12 deprecates (mypyc/mypyc#1214): a DeprecationWarning at
+#: every cancelled await, an error where warnings are, as in the test suite.
 COROUTINES = (
     "router.server.connection.client",
     "router.server.connection.client_links",
     "router.server.connection.request_log",
     "router.server.connection.websocket_channel",
     "router.server.links.backend_link",
-    "router.server.links.sansio_websocket",
-    "router.server.links.websocket",
 )
 #: what the build compiles on this interpreter
 MODULES = SYNCHRONOUS + COROUTINES if sys.version_info < (3, 12) else SYNCHRONOUS

@@ -13,6 +13,7 @@ from typing import Any
 
 from router.protocol.jsonrpc import Message, RequestId
 from router.server.connection.client import ClientConnection
+from router.server.links import waiting
 from router.server.links.sansio_websocket import INTERNAL_ERROR
 from router.server.links.websocket import WebSocket
 from router.server.observability.metrics import Metrics
@@ -27,7 +28,7 @@ class WebSocketChannel:
 
     A frame is handed to the WebSocket when sent, so frames leave in call order (a burst
     goes out in one write when the loop turns: :meth:`WebSocket.send`), and a full
-    transport makes the sender wait (:meth:`WebSocket.drained`).
+    transport makes the sender wait (:func:`~router.server.links.waiting.drained`).
     """
 
     __slots__ = ("_ended", "_metrics", "connection", "deadline", "ws")
@@ -62,14 +63,14 @@ class WebSocketChannel:
         ws = self.ws
         assert ws is not None
         if ws.send(text) and ws.paused:
-            await ws.drained()
+            await waiting.drained(ws)
 
     async def close(self, code: int, reason: str) -> None:
         """Close with ``code`` (after the frames sent before) and wait for the closing
         handshake (bounded)."""
         if self.ws is not None:
             self.ws.close(code, reason)
-            await self.ws.wait_close_frame()
+            await waiting.close_frame(self.ws)
 
     # -- Receiver ------------------------------------------------------------------------------
 
@@ -87,7 +88,7 @@ class WebSocketChannel:
             self.ws.close(INTERNAL_ERROR)
 
     def writable(self) -> None:
-        pass  # a sender waits in WebSocket.drained
+        pass  # a sender waits in waiting.drained
 
     def closed(self) -> None:
         self._ended(self)

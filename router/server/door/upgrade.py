@@ -34,6 +34,7 @@ from router.server.door.admission import (
     refuse_while_draining,
 )
 from router.server.door.app_keys import CLIENTS, METRICS, PLACES, SETTINGS
+from router.server.links import waiting
 from router.server.links.sansio_websocket import opened
 from router.server.links.websocket import FRAMES_LOG, WebSocket
 from router.server.observability import log_context
@@ -54,7 +55,7 @@ async def upgrade_held(request: web.Request) -> web.StreamResponse:
     request.protocol.set_parser(cast(Any, tail))  # what the client sent after the head
     served = _serve_client(request.app, transport, accepted, following=tail.data)
     door.adopt(served)
-    await served.wait_closed()
+    await waiting.closed(served)
     return web.Response()  # the connection is gone: nothing is written
 
 

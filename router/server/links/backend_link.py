@@ -40,6 +40,7 @@ from router.protocol.ids import BackendId, reserved_id
 from router.protocol.jsonrpc import Message, Request, Response
 from router.protocol.reading import parse
 from router.protocol.splice import replace_id, replace_param
+from router.server.links import waiting
 from router.server.links.faults import FOREIGN_FAILURES, describe
 from router.server.links.websocket import FRAMES_LOG, WebSocket
 from router.server.links.wire import TOO_BIG, dropped
@@ -221,13 +222,13 @@ class BackendLink:
         ws = self._ws
         if ws is None or ws.transport is None or not self.is_open or timeout <= 0:
             return
-        # writing pauses at once and resumes only once the buffer is empty: drained()
+        # writing pauses at once and resumes only once the buffer is empty: drained
         # waits for that (the link closes next, so the limits need not come back)
         ws.transport.set_write_buffer_limits(high=0, low=0)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout):
                 while not ws.lost:
-                    await ws.drained()
+                    await waiting.drained(ws)
                     if not self._outbox:
                         return
                     self._flush()
@@ -320,7 +321,7 @@ class BackendLink:
         )
         frames.send_request(frames.connect())
         ws.flush()
-        await ws.opened()
+        await waiting.opened(ws)
         if ws.frames.state is not OPEN:
             failure = frames.handshake_exc
             reason = "closed during the upgrade" if failure is None else describe(failure)

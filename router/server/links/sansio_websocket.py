@@ -89,7 +89,7 @@ class SansIoWebSocket(asyncio.Protocol):
         self.frames = frames
         self._receiver = receiver
         self.transport: asyncio.Transport | None = None
-        #: the transport's buffer is full: writers should wait (:meth:`drained`)
+        #: the transport's buffer is full: writers should wait (:func:`~router.server.links.waiting.drained`)
         self.paused = False
         #: the TCP connection is gone
         self.lost = False
@@ -209,12 +209,6 @@ class SansIoWebSocket(asyncio.Protocol):
         class makes to it, each followed by this."""
         self._open = self.frames.state is OPEN and not self.lost
 
-    async def drained(self) -> None:
-        """Wait while the transport's buffer is full (until it drains or the
-        connection ends)."""
-        while self.paused and not self.lost:
-            await self._waiter()
-
     def close(self, code: int, reason: str = "", timeout: float = CLOSE_TIMEOUT) -> None:
         """Start the closing handshake (once); the TCP connection is dropped if it does not
         finish within ``timeout`` seconds."""
@@ -223,23 +217,6 @@ class SansIoWebSocket(asyncio.Protocol):
             self._sync()
             self.flush()
             self._closing(timeout)
-
-    async def opened(self) -> None:
-        """Wait for the end of the opening handshake (a link's: the server's answer), or
-        of the connection."""
-        while self.frames.state is CONNECTING and not self.lost:
-            await self._waiter()
-
-    async def wait_closed(self) -> None:
-        """Wait until the TCP connection is gone."""
-        while not self.lost:
-            await self._waiter()
-
-    async def wait_close_frame(self) -> None:
-        """Wait until the peer's close frame has come (the closing handshake is done, on
-        the router's side), or the connection is gone."""
-        while self.frames.close_rcvd is None and not self.lost:
-            await self._waiter()
 
     def abort(self) -> None:
         """Drop the TCP connection now."""
@@ -259,7 +236,10 @@ class SansIoWebSocket(asyncio.Protocol):
             else:
                 transport.close()
 
-    def _waiter(self) -> asyncio.Future[None]:
+    def waiter(self) -> asyncio.Future[None]:
+        """A future set at the next change a wait may be waiting for (the buffer drained,
+        the handshake's answer, a close frame, the connection gone):
+        :mod:`router.server.links.waiting`."""
         future = asyncio.get_running_loop().create_future()
         if self._waiters is None:
             self._waiters = []
