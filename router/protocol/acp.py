@@ -146,7 +146,7 @@ def announced_child(note: Notification) -> SessionId | None:
     if note.method != SESSION_UPDATE:
         return None
     text = note.text  # asked of every update an agent streams: nearly all are not this kind
-    if SUBAGENT_UPDATE not in text and ("\\" not in text or "\\u" not in text):
+    if SUBAGENT_UPDATE not in text and "\\u" not in text:
         return None  # a JSON string could hide a letter of the kind only as a \u escape
     if not note.member_is(UPDATE_KIND, SUBAGENT_UPDATE):
         return None
